@@ -1,0 +1,24 @@
+# The two commands a new user needs: `make demo` and `make test`. Both run the idempotent set-up first.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: setup build test demo bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@bash scripts/run_tests.sh $(BUILD)
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)
+
+bench: build
+	@$(BUILD)/dflash bench attention --json docs/bench_attention.json
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,114 @@
+#include "args.h"
+
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+namespace dflash::cli {
+
+Args& Args::option(const std::string& name, const std::string& value_name, const std::string& def,
+                   const std::string& help) {
+  order_.push_back(name);
+  opts_[name] = Opt{value_name, def, help};
+  return *this;
+}
+
+bool Args::parse(const std::vector<std::string>& argv) {
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(help().c_str(), stdout);
+      return false;
+    }
+    if (a.rfind("--", 0) != 0) throw std::invalid_argument(command_ + ": unexpected argument '" + a + "'\n" + help());
+    std::string name = a.substr(2), value;
+    const auto eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const auto it = opts_.find(name);
+    if (it == opts_.end()) throw std::invalid_argument(command_ + ": unknown option --" + name + "\n" + help());
+    if (it->second.value_name.empty()) {
+      if (inline_value) throw std::invalid_argument(command_ + ": --" + name + " takes no value");
+      value = "1";
+    } else if (!inline_value) {
+      if (i + 1 >= argv.size())
+        throw std::invalid_argument(command_ + ": --" + name + " needs a value (" + it->second.value_name + ")");
+      value = argv[++i];
+    }
+    values_[name] = value;
+    given_[name] = true;
+  }
+  return true;
+}
+
+std::string Args::str(const std::string& name) const {
+  const auto v = values_.find(name);
+  if (v != values_.end()) return v->second;
+  const auto o = opts_.find(name);
+  if (o == opts_.end()) throw std::logic_error("option --" + name + " was not declared");
+  return o->second.def;
+}
+
+int64_t Args::i64(const std::string& name) const {
+  const std::string s = str(name);
+  try {
+    size_t pos = 0;
+    const long long v = std::stoll(s, &pos);
+    if (pos == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument(command_ + ": --" + name + " expects an integer, got '" + s + "'");
+}
+
+double Args::f64(const std::string& name) const {
+  const std::string s = str(name);
+  try {
+    size_t pos = 0;
+    const double v = std::stod(s, &pos);
+    if (pos == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument(command_ + ": --" + name + " expects a number, got '" + s + "'");
+}
+
+bool Args::on(const std::string& name) const { return str(name) == "1"; }
+
+std::vector<std::string> Args::str_list(const std::string& name) const {
+  std::vector<std::string> out;
+  std::stringstream ss(str(name));
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int64_t> Args::i64_list(const std::string& name) const {
+  std::vector<int64_t> out;
+  for (const auto& s : str_list(name)) {
+    try {
+      size_t pos = 0;
+      out.push_back(std::stoll(s, &pos));
+      if (pos != s.size()) throw std::invalid_argument(s);
+    } catch (const std::exception&) {
+      throw std::invalid_argument(command_ + ": --" + name + " expects comma-separated integers, got '" + s + "'");
+    }
+  }
+  return out;
+}
+
+std::string Args::help() const {
+  std::string h = "usage: dflash " + command_ + " [options]\n\n" + summary_ + "\n\noptions:\n";
+  for (const auto& n : order_) {
+    const Opt& o = opts_.at(n);
+    std::string left = "  --" + n + (o.value_name.empty() ? "" : " " + o.value_name);
+    if (left.size() < 28) left.resize(28, ' ');
+    h += left + " " + o.help + (o.def.empty() || o.value_name.empty() ? "" : " (default: " + o.def + ")") + "\n";
+  }
+  h += "  --help                       show this help\n";
+  return h;
+}
+
+}  // namespace dflash::cli

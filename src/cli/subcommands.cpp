@@ -1,0 +1,57 @@
+#include "subcommands.h"
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace dflash::cli {
+
+int bench_attention_main(const std::vector<std::string>& args);
+
+const std::vector<Subcommand>& subcommands() {
+  static const std::vector<Subcommand> table = {
+      {{"bench", "attention"}, "fused anchor-block attention vs dense / per-block SDPA / flex, time and memory",
+       &bench_attention_main},
+  };
+  return table;
+}
+
+namespace {
+
+void print_usage(FILE* out, const std::vector<std::string>& prefix) {
+  std::fprintf(out, "usage: dflash <subcommand> [options]   (dflash <subcommand> --help for its options)\n\n");
+  for (const auto& c : subcommands()) {
+    bool match = prefix.size() <= c.path.size();
+    for (size_t i = 0; match && i < prefix.size(); ++i) match = c.path[i] == prefix[i];
+    if (!match) continue;
+    std::string name;
+    for (const auto& p : c.path) name += (name.empty() ? "" : " ") + p;
+    std::fprintf(out, "  %-22s %s\n", name.c_str(), c.summary);
+  }
+}
+
+}  // namespace
+
+int dispatch(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_usage(stdout, {});
+    return args.empty() ? 2 : 0;
+  }
+  const Subcommand* best = nullptr;
+  for (const auto& c : subcommands()) {
+    if (c.path.size() > args.size()) continue;
+    bool match = true;
+    for (size_t i = 0; match && i < c.path.size(); ++i) match = c.path[i] == args[i];
+    if (match && (!best || c.path.size() > best->path.size())) best = &c;
+  }
+  if (!best) {
+    // A known group with a missing or wrong second word lists the group's entries.
+    std::vector<std::string> prefix{args[0]};
+    std::fprintf(stderr, "dflash: unknown subcommand '%s'\n", args.size() > 1 ? (args[0] + " " + args[1]).c_str()
+                                                                              : args[0].c_str());
+    print_usage(stderr, prefix);
+    return 2;
+  }
+  return best->run(std::vector<std::string>(args.begin() + best->path.size(), args.end()));
+}
+
+}  // namespace dflash::cli

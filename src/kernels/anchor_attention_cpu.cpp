@@ -1,0 +1,159 @@
+// Plan building, value checks and the choice of instruction set for the CPU attention kernel.
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <string>
+
+#include "anchor_attention.h"
+#include "anchor_attention_cpu_isa.h"
+#include "anchor_mask.h"
+
+namespace dflash::kernels {
+namespace {
+
+enum class Isa { Avx512, Avx2, Base };
+
+Isa detect_isa() {
+#if defined(__x86_64__) && defined(DFLASH_HAVE_X86_ISAS)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+#endif
+  return Isa::Base;
+}
+
+Isa isa() {
+  static const Isa chosen = detect_isa();  // set once, read-only afterwards
+  return chosen;
+}
+
+// 64-byte aligned scratch owned by one call on one thread.
+struct Scratch {
+  std::unique_ptr<unsigned char[]> raw;
+  unsigned char* ptr;
+  explicit Scratch(int64_t bytes) : raw(new unsigned char[size_t(bytes) + 64]) {
+    const auto addr = reinterpret_cast<uintptr_t>(raw.get());
+    ptr = raw.get() + ((64 - addr % 64) % 64);
+  }
+};
+
+int64_t anchor_at(const AnchorAttentionArgs& a, int64_t b, int64_t n) { return a.anchors[b * a.anchors_sb + n]; }
+
+}  // namespace
+
+#if defined(DFLASH_HAVE_X86_ISAS)
+#define DFLASH_ISA_CALL(fn, ...)                                 \
+  switch (isa()) {                                               \
+    case Isa::Avx512: return cpu_avx512::fn(__VA_ARGS__);        \
+    case Isa::Avx2: return cpu_avx2::fn(__VA_ARGS__);            \
+    case Isa::Base: return cpu_base::fn(__VA_ARGS__);            \
+  }                                                              \
+  return cpu_base::fn(__VA_ARGS__)
+#else
+#define DFLASH_ISA_CALL(fn, ...) return cpu_base::fn(__VA_ARGS__)
+#endif
+
+const char* anchor_attention_cpu_isa() {
+  switch (isa()) {
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx2: return "avx2";
+    case Isa::Base: return "generic";
+  }
+  return "generic";
+}
+
+std::string check_anchor_values(const AnchorAttentionArgs& a) {
+  const auto& s = a.shape;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t n = 0; n < s.num_blocks; ++n) {
+      const int64_t v = anchor_at(a, b, n);
+      if (v < 0 || v > s.context_len)
+        return "anchors[" + std::to_string(b) + ", " + std::to_string(n) + "] = " + std::to_string(v) +
+               " is outside [0, S] with context length S = " + std::to_string(s.context_len);
+    }
+  return {};
+}
+
+AnchorAttentionPlan plan_anchor_attention(const AnchorAttentionArgs& a, int64_t dq_partitions) {
+  const auto& s = a.shape;
+  const int64_t G = s.q_heads / s.kv_heads;
+  const int64_t tile = std::max<int64_t>(64, s.block_size);
+  const int64_t per_item = std::max<int64_t>(1, 64 / (G * s.block_size));
+  AnchorAttentionPlan p;
+  p.order_offset.push_back(0);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const size_t begin = p.order.size();
+    for (int64_t n = 0; n < s.num_blocks; ++n)
+      if (a.keep[b * a.keep_sb + n]) p.order.push_back(n);
+    std::stable_sort(p.order.begin() + begin, p.order.end(),
+                     [&](int64_t x, int64_t y) { return anchor_at(a, b, x) < anchor_at(a, b, y); });
+    p.order_offset.push_back(int64_t(p.order.size()));
+  }
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t o0 = p.order_offset[b], o1 = p.order_offset[b + 1];
+    for (int64_t h = 0; h < s.kv_heads; ++h) {
+      for (int64_t i = o0; i < o1; i += per_item)
+        p.fwd.push_back({b, h, i, std::min(per_item, o1 - i)});
+      // Context tiles that some kept block sees: the smallest anchor above the tile start decides.
+      for (int64_t k0 = 0; k0 < s.context_len; k0 += tile) {
+        const int64_t k1 = std::min(k0 + tile, s.context_len);
+        const auto it = std::upper_bound(p.order.begin() + o0, p.order.begin() + o1, k0,
+                                         [&](int64_t key, int64_t blk) { return key < anchor_at(a, b, blk); });
+        if (it != p.order.begin() + o1 && block_sees_keys(anchor_at(a, b, *it), k0, k1, s.window))
+          p.bwd.push_back({b, h, k0, -1});
+      }
+      for (int64_t i = o0; i < o1; ++i) p.bwd.push_back({b, h, 0, p.order[i]});
+    }
+  }
+  p.dq_partitions = std::max<int64_t>(1, std::min<int64_t>(dq_partitions, int64_t(p.bwd.size())));
+  return p;
+}
+
+void anchor_attention_forward(const AnchorAttentionArgs& a, const AnchorAttentionPlan& p, int64_t first,
+                              int64_t step) {
+  if (first >= int64_t(p.fwd.size())) return;
+  const auto bytes = [&] { DFLASH_ISA_CALL(scratch_bytes_forward, a.shape); }();
+  Scratch scratch(bytes);
+  DFLASH_ISA_CALL(forward, a, p, first, step, scratch.ptr);
+}
+
+int64_t anchor_attention_delta_numel(const AnchorAttentionShape& s) {
+  return s.batch * s.q_heads * s.num_blocks * s.block_size;
+}
+int64_t anchor_attention_dq_partition_numel(const AnchorAttentionShape& s) {
+  return anchor_attention_delta_numel(s) * s.head_dim;
+}
+
+void anchor_attention_delta(const AnchorAttentionArgs& a, void* delta, int64_t row0, int64_t row1) {
+  DFLASH_ISA_CALL(delta, a, delta, row0, row1);
+}
+
+void anchor_attention_backward_partition(const AnchorAttentionArgs& a, const AnchorAttentionPlan& p,
+                                         const void* delta, int64_t partition, void* dq_partial) {
+  const auto bytes = [&] { DFLASH_ISA_CALL(scratch_bytes_backward, a.shape); }();
+  Scratch scratch(bytes);
+  DFLASH_ISA_CALL(backward, a, p, delta, partition, dq_partial, scratch.ptr);
+}
+
+void anchor_attention_reduce_dq(const AnchorAttentionArgs& a, const AnchorAttentionPlan& p,
+                                const void* dq_partials, int64_t row0, int64_t row1) {
+  DFLASH_ISA_CALL(reduce_dq, a, p.dq_partitions, dq_partials, row0, row1);
+}
+
+double anchor_attention_forward_flops(const AnchorAttentionArgs& a) {
+  const auto& s = a.shape;
+  double pairs = 0;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t n = 0; n < s.num_blocks; ++n) {
+      if (!a.keep[b * a.keep_sb + n]) continue;
+      for (int64_t j = 0; j < s.block_size; ++j) {
+        const RowRanges r = row_ranges(anchor_at(a, b, n), j, s.block_size, s.window);
+        pairs += double(std::max<int64_t>(0, r.ctx_hi - r.ctx_lo) + r.blk_hi);
+      }
+    }
+  return pairs * double(s.q_heads) * double(s.head_dim) * 4.0;  // QK^T and PV, 2 flops per multiply-add
+}
+
+}  // namespace dflash::kernels

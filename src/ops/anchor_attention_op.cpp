@@ -1,0 +1,106 @@
+// Schema, autograd and the C++ entry points of dflash::anchor_block_attention. The device kernels
+// register themselves under the CPU / CUDA keys of the _fwd and _bwd ops.
+#include "anchor_attention_op.h"
+
+#include <cmath>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+namespace dflash::ops {
+namespace {
+
+double resolve_scale(const at::Tensor& q, std::optional<double> scale) {
+  return scale.has_value() ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+}
+
+// Saves q, k, v, out and the row LSE (never the probabilities); backward recomputes them.
+class AnchorAttentionFunction : public torch::autograd::Function<AnchorAttentionFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const at::Tensor& anchors, const at::Tensor& keep,
+                            int64_t block_size, int64_t window, double scale) {
+    auto [out, lse] = anchor_block_attention_fwd(q, k, v, anchors, keep, block_size, window, scale);
+    ctx->save_for_backward({q, k, v, out, lse, anchors, keep});
+    ctx->saved_data["block_size"] = block_size;
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["scale"] = scale;
+    ctx->mark_non_differentiable({lse});
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    auto [dq, dk, dv] = anchor_block_attention_bwd(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], s[6],
+                                                   ctx->saved_data["block_size"].toInt(),
+                                                   ctx->saved_data["window"].toInt(),
+                                                   ctx->saved_data["scale"].toDouble());
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size, int64_t window,
+                              std::optional<double> scale) {
+  return AnchorAttentionFunction::apply(q, k, v, anchors, keep, block_size, window, resolve_scale(q, scale));
+}
+
+at::Tensor attention_inference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size, int64_t window,
+                               std::optional<double> scale) {
+  return std::get<0>(anchor_block_attention_fwd(q, k, v, anchors, keep, block_size, window, resolve_scale(q, scale)));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(dflash, m) {
+  m.def("anchor_block_attention(Tensor q, Tensor k, Tensor v, Tensor anchors, Tensor keep, int block_size, "
+        "int window=0, float? scale=None) -> Tensor");
+  m.def("anchor_block_attention_fwd(Tensor q, Tensor k, Tensor v, Tensor anchors, Tensor keep, int block_size, "
+        "int window, float scale) -> (Tensor, Tensor)");
+  m.def("anchor_block_attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+        "Tensor anchors, Tensor keep, int block_size, int window, float scale) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(dflash, Autograd, m) { m.impl("anchor_block_attention", &attention_autograd); }
+TORCH_LIBRARY_IMPL(dflash, CompositeExplicitAutograd, m) { m.impl("anchor_block_attention", &attention_inference); }
+
+at::Tensor anchor_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,
+                                  int64_t window, std::optional<double> scale) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("dflash::anchor_block_attention", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const at::Tensor&, int64_t, int64_t,
+                                               std::optional<double>)>();
+  return op.call(q, k, v, anchors, keep, block_size, window, scale);
+}
+
+std::tuple<at::Tensor, at::Tensor> anchor_block_attention_fwd(const at::Tensor& q, const at::Tensor& k,
+                                                              const at::Tensor& v, const at::Tensor& anchors,
+                                                              const at::Tensor& keep, int64_t block_size,
+                                                              int64_t window, double scale) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("dflash::anchor_block_attention_fwd", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                       const at::Tensor&, const at::Tensor&,
+                                                                       const at::Tensor&, int64_t, int64_t, double)>();
+  return op.call(q, k, v, anchors, keep, block_size, window, scale);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_block_attention_bwd(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size, int64_t window,
+    double scale) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("dflash::anchor_block_attention_bwd", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, double)>();
+  return op.call(dout, q, k, v, out, lse, anchors, keep, block_size, window, scale);
+}
+
+}  // namespace dflash::ops
