@@ -6,11 +6,15 @@
 namespace dflash::cli {
 
 int bench_attention_main(const std::vector<std::string>& args);
+int safetensors_info_main(const std::vector<std::string>& args);
+int safetensors_copy_main(const std::vector<std::string>& args);
 
 const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
       {{"bench", "attention"}, "fused anchor-block attention vs dense / per-block SDPA / flex, time and memory",
        &bench_attention_main},
+      {{"safetensors", "info"}, "validate a safetensors file and list its tensors", &safetensors_info_main},
+      {{"safetensors", "copy"}, "re-write a safetensors file through the dflash reader and writer", &safetensors_copy_main},
   };
   return table;
 }
