@@ -52,6 +52,13 @@ struct AnchorAttentionArgs {
   StridedOut dq;       // written by anchor_attention_reduce_dq
 };
 
+// A forward item holds this many query rows (whole blocks x the q-heads of one KV head): enough to
+// amortise packing each key tile, small enough that its buffers stay in L2.
+static inline int64_t fwd_blocks_per_item(const AnchorAttentionShape& s) {
+  const int64_t rows_per_block = (s.q_heads / s.kv_heads) * s.block_size;
+  return rows_per_block >= 256 ? 1 : 256 / rows_per_block;
+}
+
 // Work items and the anchor-sorted order of kept blocks, built once per call from anchors/keep.
 struct AnchorAttentionPlan {
   struct FwdItem { int64_t batch, kv_head, first, count; };      // `count` kept blocks from order[first]
