@@ -4,7 +4,7 @@
 
 namespace dflash::kernels {
 
-enum class ScalarType : int { Float32, Float64, BFloat16 };
+enum class ScalarType : int { Float32, Float64, BFloat16, Float16 };  // Float16: CUDA kernels only
 
 // bfloat16 with the same bit layout as at::BFloat16 / __nv_bfloat16, so buffers can be reinterpreted.
 struct bf16 {

@@ -78,6 +78,7 @@ kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::
     case at::kFloat: s.dtype = kernels::ScalarType::Float32; break;
     case at::kDouble: s.dtype = kernels::ScalarType::Float64; break;
     case at::kBFloat16: s.dtype = kernels::ScalarType::BFloat16; break;
+    case at::kHalf: s.dtype = kernels::ScalarType::Float16; break;  // CUDA only; check_cpu rejects it
     default: TORCH_CHECK(false, "anchor_block_attention: unsupported dtype ", q.scalar_type());
   }
   a.q = {q.data_ptr(), q.stride(0), q.stride(1), q.stride(2)};

@@ -264,7 +264,7 @@ constexpr int fwd_smem_bytes() {
 }
 
 template <typename T, int D, int BN>
-__global__ void __launch_bounds__(kFwdThreads) fwd_kernel(const Params p) {
+__global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
   constexpr int LD = D + kPad;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(kFwdThreads) fwd_kernel(const Params p) {
       const int c = dt * 8 + 2 * tq;
       *reinterpret_cast<uint32_t*>(dst + c) = Elem<T>::pack(o[dt][2 * half] * inv, o[dt][2 * half + 1] * inv);
     }
-    if (tq == 0) p.lse[(int64_t(b) * p.Hq + qh) * p.Tq + tok] = (mrow + __log2f(lsum)) * kLn2;
+    if (tq == 0) p.lse[(int64_t(b) * p.Hq + qh) * p.Tq + tok] = (mrow + log2f(lsum)) * kLn2;
   }
 }
 
