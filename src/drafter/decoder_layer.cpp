@@ -1,0 +1,113 @@
+#include "decoder_layer.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "anchor_attention_op.h"
+#include "norm_ops.h"
+
+namespace dflash::drafter {
+
+at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const LayerShared& sh) {
+  const int64_t b = x.size(0), T = x.size(1), C = sh.context.size(1);
+  const at::Tensor h1 = rms_norm(x, w[kInputNorm], s.eps);
+
+  at::Tensor q = at::linear(h1, w[kQProj]).view({b, T, s.q_heads, s.head_dim});
+  q = apply_rope(rms_norm(q, w[kQNorm], s.eps), sh.q_cos, sh.q_sin);
+
+  // Context features bypass input_layernorm, q_proj, o_proj and the MLP; they only become keys/values.
+  at::Tensor k = at::cat({at::linear(sh.context, w[kKProj]), at::linear(h1, w[kKProj])}, 1)
+                     .view({b, C + T, s.kv_heads, s.head_dim});
+  k = apply_rope(rms_norm(k, w[kKNorm], s.eps), sh.k_cos, sh.k_sin);
+  const at::Tensor v = at::cat({at::linear(sh.context, w[kVProj]), at::linear(h1, w[kVProj])}, 1)
+                           .view({b, C + T, s.kv_heads, s.head_dim});
+
+  const at::Tensor attn = ops::anchor_block_attention(q, k, v, sh.anchors, sh.keep, s.block_size, s.window);
+  const at::Tensor x2 = x + at::linear(attn.reshape({b, T, s.q_heads * s.head_dim}), w[kOProj]);
+
+  const at::Tensor h2 = rms_norm(x2, w[kPostNorm], s.eps);
+  return x2 + swiglu_down(at::linear(h2, w[kGateProj]), at::linear(h2, w[kUpProj]), w[kDownProj]);
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr size_t kFixedInputs = 8;  // x, context, q_cos, q_sin, k_cos, k_sin, anchors, keep
+
+class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& context,
+                            const at::Tensor& q_cos, const at::Tensor& q_sin, const at::Tensor& k_cos,
+                            const at::Tensor& k_sin, const at::Tensor& anchors, const at::Tensor& keep,
+                            at::TensorList weights, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                            int64_t block_size, int64_t window, double eps) {
+    LayerWeights w;
+    for (size_t i = 0; i < w.t.size(); ++i) w.t[i] = weights[i];
+    const LayerShape s{q_heads, kv_heads, head_dim, block_size, window, eps};
+    at::Tensor y;
+    {
+      at::NoGradGuard no_grad;
+      y = decoder_layer(w, s, x, LayerShared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep});
+    }
+    std::vector<at::Tensor> saved = {x, context, q_cos, q_sin, k_cos, k_sin, anchors, keep};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["q_heads"] = q_heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    ctx->saved_data["head_dim"] = head_dim;
+    ctx->saved_data["block_size"] = block_size;
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["eps"] = eps;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const LayerShape s{ctx->saved_data["q_heads"].toInt(), ctx->saved_data["kv_heads"].toInt(),
+                       ctx->saved_data["head_dim"].toInt(), ctx->saved_data["block_size"].toInt(),
+                       ctx->saved_data["window"].toInt(), ctx->saved_data["eps"].toDouble()};
+    at::AutoGradMode grad_on(true);
+    // Fresh leaves for the recomputation, so grad() returns exactly this layer's contributions.
+    auto leaf = [](const at::Tensor& t) { return t.detach().requires_grad_(t.requires_grad()); };
+    const at::Tensor x = leaf(saved[0]);
+    const at::Tensor context = leaf(saved[1]);
+    LayerWeights w;
+    for (size_t i = 0; i < w.t.size(); ++i) w.t[i] = leaf(saved[kFixedInputs + i]);
+    const at::Tensor y = decoder_layer(
+        w, s, x, LayerShared{context, saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]});
+
+    std::vector<at::Tensor> wrt;
+    std::vector<int> slot;  // index into the result list for each entry of wrt
+    auto want = [&](const at::Tensor& t, int at_slot) {
+      if (t.requires_grad()) {
+        wrt.push_back(t);
+        slot.push_back(at_slot);
+      }
+    };
+    want(x, 0);
+    want(context, 1);
+    for (size_t i = 0; i < w.t.size(); ++i) want(w.t[i], int(kFixedInputs + i));
+
+    // One result per forward argument: 8 tensors, the weight list (flattened), then 6 non-tensor args.
+    variable_list result(kFixedInputs + w.t.size() + 6);
+    if (!wrt.empty()) {
+      const auto g = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                                           /*allow_unused=*/true);
+      for (size_t i = 0; i < g.size(); ++i) result[size_t(slot[i])] = g[i];
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+                                      const LayerShared& sh) {
+  return CheckpointedLayer::apply(x, sh.context, sh.q_cos, sh.q_sin, sh.k_cos, sh.k_sin, sh.anchors, sh.keep,
+                                  at::TensorList(w.t.data(), w.t.size()), s.q_heads, s.kv_heads, s.head_dim,
+                                  s.block_size, s.window, s.eps);
+}
+
+}  // namespace dflash::drafter

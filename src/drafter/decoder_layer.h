@@ -1,0 +1,32 @@
+// One DFlash decoder layer (Qwen3 layer with KV injection): queries from the block tokens only; keys and
+// values from [context features ; block tokens] through the same k_proj/v_proj/k_norm; RoPE at absolute
+// positions; attention through the fused anchor-block op (GQA never expanded).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include "drafter_weights.h"
+
+namespace dflash::drafter {
+
+struct LayerShape {
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0, window = 0;
+  double eps = 1e-6;
+};
+
+// Per-forward tensors every layer shares (never trained).
+struct LayerShared {
+  at::Tensor context;           // [b, C, H] hidden_norm(fc(target features)); may require grad
+  at::Tensor q_cos, q_sin;      // [b, T, 1, D] block positions anchor+k
+  at::Tensor k_cos, k_sin;      // [b, C+T, 1, D] context positions 0..C-1 then the block positions
+  at::Tensor anchors, keep;     // [b, N]
+};
+
+// x [b, T, H] (T = N*B block tokens) -> [b, T, H].
+at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const LayerShared& sh);
+
+// Same result; runs the layer without autograd in forward, keeps only x, and recomputes the layer with
+// autograd in backward (activation checkpointing).
+at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+                                      const LayerShared& sh);
+
+}  // namespace dflash::drafter

@@ -1,0 +1,222 @@
+#include "drafter_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace dflash::drafter {
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& field, const std::string& expected,
+                       const std::string& got) {
+  throw std::invalid_argument(where + ": field '" + field + "': expected " + expected + ", got " + got);
+}
+
+std::string shown(const nlohmann::json& v) { return v.is_null() ? "nothing (missing)" : v.dump(); }
+
+int64_t get_int(const nlohmann::json& j, const char* field, const std::string& where, bool required,
+                int64_t def) {
+  if (!j.contains(field) || j.at(field).is_null()) {
+    if (required) fail(where, field, "an integer", "nothing (missing)");
+    return def;
+  }
+  const auto& v = j.at(field);
+  if (!v.is_number_integer()) fail(where, field, "an integer", shown(v));
+  return v.get<int64_t>();
+}
+
+double get_double(const nlohmann::json& j, const char* field, const std::string& where, double def) {
+  if (!j.contains(field) || j.at(field).is_null()) return def;
+  const auto& v = j.at(field);
+  if (!v.is_number()) fail(where, field, "a number", shown(v));
+  return v.get<double>();
+}
+
+}  // namespace
+
+int64_t DrafterConfig::window_for_layer(int64_t i) const {
+  return layer_types.at(size_t(i)) == "sliding_attention" ? sliding_window : 0;
+}
+
+void DrafterConfig::validate(const std::string& where) const {
+  auto positive = [&](const char* field, int64_t v) {
+    if (v <= 0) fail(where, field, "a positive integer", std::to_string(v));
+  };
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("head_dim", head_dim);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_target_layers", num_target_layers);
+  positive("vocab_size", vocab_size);
+  if (block_size < 2) fail(where, "block_size", "an integer >= 2", std::to_string(block_size));
+  if (num_attention_heads % num_key_value_heads != 0)
+    fail(where, "num_key_value_heads", "a divisor of num_attention_heads (" + std::to_string(num_attention_heads) + ")",
+         std::to_string(num_key_value_heads));
+  if (head_dim % 2 != 0) fail(where, "head_dim", "an even number (RoPE rotates pairs)", std::to_string(head_dim));
+  if (!(rms_norm_eps > 0)) fail(where, "rms_norm_eps", "a positive number", std::to_string(rms_norm_eps));
+  if (!(rope_theta > 0)) fail(where, "rope_theta", "a positive number", std::to_string(rope_theta));
+  if (mask_token_id < 0 || mask_token_id >= vocab_size)
+    fail(where, "dflash_config.mask_token_id", "a token id in [0, vocab_size=" + std::to_string(vocab_size) + ")",
+         std::to_string(mask_token_id));
+  if (int64_t(layer_types.size()) != num_hidden_layers)
+    fail(where, "layer_types", std::to_string(num_hidden_layers) + " entries (num_hidden_layers)",
+         std::to_string(layer_types.size()) + " entries");
+  bool any_sliding = false;
+  for (size_t i = 0; i < layer_types.size(); ++i) {
+    if (layer_types[i] != "full_attention" && layer_types[i] != "sliding_attention")
+      fail(where, "layer_types[" + std::to_string(i) + "]", "\"full_attention\" or \"sliding_attention\"",
+           "\"" + layer_types[i] + "\"");
+    any_sliding |= layer_types[i] == "sliding_attention";
+  }
+  if (any_sliding && sliding_window <= 0)
+    fail(where, "sliding_window", "a positive integer (layer_types has sliding_attention layers)",
+         std::to_string(sliding_window));
+  if (target_layer_ids.empty()) fail(where, "dflash_config.target_layer_ids", "a non-empty list", "[]");
+  for (size_t i = 0; i < target_layer_ids.size(); ++i)
+    if (target_layer_ids[i] < 0 || target_layer_ids[i] >= num_target_layers)
+      fail(where, "dflash_config.target_layer_ids[" + std::to_string(i) + "]",
+           "a layer index in [0, num_target_layers=" + std::to_string(num_target_layers) + ")",
+           std::to_string(target_layer_ids[i]));
+}
+
+std::vector<int64_t> default_target_layer_ids(int64_t L, int64_t n) {
+  if (n <= 0) throw std::invalid_argument("default_target_layer_ids: need at least one drafter layer");
+  if (n == 1) return {L / 2};
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < n; ++i)
+    ids.push_back(int64_t(std::nearbyint(1.0 + double(i) * double(L - 4) / double(n - 1))));
+  return ids;
+}
+
+double default_loss_gamma(int64_t block_size) {
+  if (block_size == 16) return 7.0;
+  if (block_size == 10) return 5.0;
+  if (block_size == 8) return 4.0;
+  return std::max(1.0, double(block_size) / 2.0);
+}
+
+DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, "(top level)", "a JSON object", j.type_name());
+  DrafterConfig c;
+  if (j.contains("architectures")) {
+    const auto& a = j.at("architectures");
+    if (!a.is_array() || a.empty() || !a[0].is_string() || a[0].get<std::string>() != "DFlashDraftModel")
+      fail(where, "architectures", "[\"DFlashDraftModel\"]", shown(a));
+  }
+  if (j.contains("model_type") && j.at("model_type") != "qwen3")
+    fail(where, "model_type", "\"qwen3\"", shown(j.at("model_type")));
+  const nlohmann::json empty = nlohmann::json::object();
+  const nlohmann::json& dc = j.contains("dflash_config") ? j.at("dflash_config") : empty;
+  if (!dc.is_object()) fail(where, "dflash_config", "an object", shown(dc));
+
+  c.hidden_size = get_int(j, "hidden_size", where, true, 0);
+  c.intermediate_size = get_int(j, "intermediate_size", where, true, 0);
+  c.num_attention_heads = get_int(j, "num_attention_heads", where, true, 0);
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", where, false, c.num_attention_heads);
+  c.head_dim = get_int(j, "head_dim", where, false,
+                       c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.num_hidden_layers = get_int(j, "num_hidden_layers", where, true, 0);
+  c.num_target_layers = get_int(j, "num_target_layers", where, true, 0);
+  c.vocab_size = get_int(j, "vocab_size", where, true, 0);
+  // block_size lives at the top level in released configs; some put it in dflash_config.
+  c.block_size = j.contains("block_size") ? get_int(j, "block_size", where, true, 16)
+                                          : get_int(dc, "block_size", where + " dflash_config", false, 16);
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", where, 1e-6);
+  // transformers >= 5 writes rope_parameters.rope_theta; older files a top-level rope_theta.
+  c.rope_theta = get_double(j, "rope_theta", where, 1e6);
+  if (j.contains("rope_parameters") && j.at("rope_parameters").is_object())
+    c.rope_theta = get_double(j.at("rope_parameters"), "rope_theta", where + " rope_parameters", c.rope_theta);
+  c.sliding_window = get_int(j, "sliding_window", where, false, 0);
+  if (j.contains("tie_word_embeddings")) {
+    if (!j.at("tie_word_embeddings").is_boolean())
+      fail(where, "tie_word_embeddings", "true or false", shown(j.at("tie_word_embeddings")));
+    c.tie_word_embeddings = j.at("tie_word_embeddings").get<bool>();
+  }
+  if (j.contains("torch_dtype") && j.at("torch_dtype").is_string()) c.torch_dtype = j.at("torch_dtype");
+  else if (j.contains("dtype") && j.at("dtype").is_string()) c.torch_dtype = j.at("dtype");
+
+  if (!dc.contains("mask_token_id")) fail(where, "dflash_config.mask_token_id", "an integer", "nothing (missing)");
+  if (!dc.at("mask_token_id").is_number_integer())
+    fail(where, "dflash_config.mask_token_id", "an integer", shown(dc.at("mask_token_id")));
+  c.mask_token_id = dc.at("mask_token_id").get<int64_t>();
+
+  if (dc.contains("target_layer_ids") && !dc.at("target_layer_ids").is_null()) {
+    const auto& ids = dc.at("target_layer_ids");
+    if (!ids.is_array()) fail(where, "dflash_config.target_layer_ids", "a list of integers", shown(ids));
+    for (const auto& v : ids) {
+      if (!v.is_number_integer()) fail(where, "dflash_config.target_layer_ids", "a list of integers", shown(ids));
+      c.target_layer_ids.push_back(v.get<int64_t>());
+    }
+  } else if (c.num_target_layers > 0 && c.num_hidden_layers > 0) {
+    c.target_layer_ids = default_target_layer_ids(c.num_target_layers, c.num_hidden_layers);
+  }
+
+  if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
+    const auto& lt = j.at("layer_types");
+    if (!lt.is_array()) fail(where, "layer_types", "a list of strings", shown(lt));
+    for (const auto& v : lt) {
+      if (!v.is_string()) fail(where, "layer_types", "a list of strings", shown(lt));
+      c.layer_types.push_back(v.get<std::string>());
+    }
+  } else {
+    c.layer_types.assign(size_t(std::max<int64_t>(0, c.num_hidden_layers)), "full_attention");
+  }
+  c.validate(where);
+  return c;
+}
+
+DrafterConfig load_drafter_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(path + ": cannot open the drafter config");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::invalid_argument(path + ": not valid JSON: " + e.what());
+  }
+  return parse_drafter_config(j, path);
+}
+
+nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
+  nlohmann::json j;
+  j["architectures"] = {"DFlashDraftModel"};
+  j["model_type"] = "qwen3";
+  j["attention_bias"] = false;
+  j["hidden_act"] = "silu";
+  j["block_size"] = c.block_size;
+  j["num_target_layers"] = c.num_target_layers;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["dflash_config"] = {{"mask_token_id", c.mask_token_id}, {"target_layer_ids", c.target_layer_ids}};
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
+  j["layer_types"] = c.layer_types;
+  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  bool any_sliding = false;
+  for (const auto& t : c.layer_types) any_sliding |= t == "sliding_attention";
+  j["use_sliding_window"] = any_sliding;
+  j["vocab_size"] = c.vocab_size;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = c.torch_dtype;
+  return j;
+}
+
+void save_drafter_config(const std::string& path, const DrafterConfig& c) {
+  c.validate("config to save as " + path);
+  std::ofstream out(path);
+  if (!out) throw std::invalid_argument(path + ": cannot write the drafter config");
+  out << drafter_config_to_json(c).dump(2) << "\n";
+  if (!out) throw std::invalid_argument(path + ": write failed");
+}
+
+}  // namespace dflash::drafter

@@ -1,0 +1,47 @@
+// The DFlash drafter's config.json (the format released drafters ship with): read, validate, write.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dflash::drafter {
+
+struct DrafterConfig {
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_target_layers = 0;
+  int64_t block_size = 16;
+  int64_t vocab_size = 0;
+  int64_t mask_token_id = -1;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  int64_t sliding_window = 0;               // used by layers whose type is "sliding_attention"
+  std::vector<std::string> layer_types;     // "full_attention" / "sliding_attention", one per layer
+  std::vector<int64_t> target_layer_ids;    // target layers whose outputs feed `fc`, in concat order
+  bool tie_word_embeddings = false;         // of the target: LM head = embedding when true
+  std::string torch_dtype = "bfloat16";
+
+  // Attention window for layer i: sliding_window for sliding layers, 0 (= full) otherwise.
+  int64_t window_for_layer(int64_t i) const;
+  // Throws std::invalid_argument naming `where` (a file or "config"), the field and what was expected.
+  void validate(const std::string& where) const;
+};
+
+// SPEC.md default: round(1 + i*(L-4)/(n-1)) for i in [0, n) (Python's round: ties to even); n=1 -> [L/2].
+std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t num_drafter_layers);
+
+// Loss decay gamma by block size (SPEC.md: 7 for B=16, 5 for B=10, 4 for B=8); other sizes get B/2 (>= 1).
+double default_loss_gamma(int64_t block_size);
+
+DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where);
+DrafterConfig load_drafter_config(const std::string& path);
+nlohmann::json drafter_config_to_json(const DrafterConfig& c);
+void save_drafter_config(const std::string& path, const DrafterConfig& c);
+
+}  // namespace dflash::drafter

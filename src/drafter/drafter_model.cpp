@@ -1,0 +1,89 @@
+#include "drafter_model.h"
+
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+#include "decoder_layer.h"
+#include "norm_ops.h"
+
+namespace dflash::drafter {
+
+CheckpointPolicy CheckpointPolicy::parse(const std::string& s) {
+  if (s == "none" || s == "0") return {0};
+  if (s == "layer" || s == "all" || s == "every" || s == "1") return {1};
+  std::string k = s.rfind("every:", 0) == 0 ? s.substr(6) : s;
+  try {
+    size_t used = 0;
+    const long v = std::stol(k, &used);
+    if (used == k.size() && v >= 0) return {int64_t(v)};
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument("checkpoint policy: expected none, layer, or every:K (K >= 1), got '" + s + "'");
+}
+
+std::string CheckpointPolicy::name() const {
+  if (every == 0) return "none";
+  if (every == 1) return "layer";
+  return "every:" + std::to_string(every);
+}
+
+at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
+                          const at::Tensor& target_features, const at::Tensor& block_ids, const at::Tensor& anchors,
+                          const at::Tensor& keep, CheckpointPolicy ckpt) {
+  const int64_t n_feat = int64_t(c.target_layer_ids.size()) * c.hidden_size;
+  if (target_features.dim() != 3 || target_features.size(2) != n_feat)
+    throw std::invalid_argument("drafter: target features must be [batch, S, " + std::to_string(n_feat) +
+                                "] (" + std::to_string(c.target_layer_ids.size()) + " target layers x hidden " +
+                                std::to_string(c.hidden_size) + ")");
+  const int64_t b = target_features.size(0), S = target_features.size(1), B = c.block_size;
+  if (anchors.dim() != 2 || anchors.size(0) != b || block_ids.sizes() != at::IntArrayRef({b, anchors.size(1) * B}))
+    throw std::invalid_argument("drafter: anchors must be [batch, N] and block_ids [batch, N*block_size]");
+  const auto dtype = w.fc.scalar_type();
+  const auto long_opts = anchors.options().dtype(at::kLong);
+
+  const at::Tensor context =
+      rms_norm(at::linear(target_features.to(dtype), w.fc), w.hidden_norm, c.rms_norm_eps);  // [b, S, H]
+  at::Tensor x = at::embedding(t.embed, block_ids).to(dtype);                              // [b, T, H]
+
+  // RoPE positions: context p -> p; block slot k of the block anchored at a -> a + k.
+  const at::Tensor block_pos = (anchors.unsqueeze(-1) + at::arange(B, long_opts)).reshape({b, -1});
+  const at::Tensor ctx_pos = at::arange(S, long_opts).unsqueeze(0).expand({b, S});
+  auto [q_cos, q_sin] = rope_tables(block_pos, c.head_dim, c.rope_theta, dtype);
+  auto [k_cos, k_sin] = rope_tables(at::cat({ctx_pos, block_pos}, 1), c.head_dim, c.rope_theta, dtype);
+  const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep};
+
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const LayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
+                       c.rms_norm_eps};
+    x = ckpt.applies(i) ? checkpointed_decoder_layer(w.layers[size_t(i)], s, x, shared)
+                        : decoder_layer(w.layers[size_t(i)], s, x, shared);
+  }
+  return rms_norm(x, w.norm, c.rms_norm_eps);
+}
+
+DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
+                               const at::Tensor& target_features, const at::Tensor& target_last_hidden,
+                               const AnchorSample& anchors, const BlockBatch& blocks, const DrafterLossOptions& opt,
+                               CheckpointPolicy ckpt) {
+  DrafterLossResult r;
+  r.hidden = drafter_hidden(c, w, t, target_features, blocks.block_ids, anchors.anchors, anchors.keep, ckpt);
+  const int64_t H = c.hidden_size, B = c.block_size;
+  const bool soft = opt.chunk.kl_weight != 0.0;
+  if (soft && !target_last_hidden.defined())
+    throw std::invalid_argument("drafter_loss: kl_weight > 0 needs the target's last hidden states");
+  const at::Tensor teacher = soft ? target_last_hidden.reshape({-1, H}) : at::Tensor();
+  auto [loss, row_ce, row_correct] = chunked_lm_loss(r.hidden.reshape({-1, H}), t.lm_head, blocks.labels,
+                                                     blocks.weights, teacher, blocks.teacher_index, opt.chunk);
+  r.loss = loss;
+  // Per-slot statistics: rows are (batch, block, slot) flattened, so slot = row % B.
+  const at::Tensor w_rows = blocks.weights.reshape({-1, B}).to(at::kDouble);
+  const at::Tensor counted = (w_rows > 0).to(at::kDouble);
+  r.slot_weight = w_rows.sum(0);
+  r.slot_count = counted.sum(0);
+  r.slot_correct = (row_correct.reshape({-1, B}).to(at::kDouble) * counted).sum(0);
+  r.slot_accuracy = r.slot_correct / r.slot_count.clamp_min(1.0);
+  return r;
+}
+
+}  // namespace dflash::drafter

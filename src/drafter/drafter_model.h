@@ -1,0 +1,56 @@
+// The DFlash drafter forward and its training loss (SPEC.md "Drafter architecture" and "Loss").
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "block_batch.h"
+#include "chunked_loss.h"
+#include "drafter_config.h"
+#include "drafter_weights.h"
+
+namespace dflash::drafter {
+
+// Which decoder layers recompute their activations in backward: none, all, or layers i with i % k == 0.
+struct CheckpointPolicy {
+  int64_t every = 0;  // 0 = none, 1 = every layer, k = every k-th layer
+  bool applies(int64_t layer) const { return every > 0 && layer % every == 0; }
+  static CheckpointPolicy parse(const std::string& s);  // "none", "layer"/"all"/"1", "every:K" or "K"
+  std::string name() const;
+};
+
+// The frozen pieces borrowed from the target. With tie_word_embeddings the caller passes the same tensor twice.
+struct FrozenTarget {
+  at::Tensor embed;    // [V, H]
+  at::Tensor lm_head;  // [V, H]
+};
+
+// target_features [b, S, n*H] (target layers in target_layer_ids order), block_ids [b, N*B],
+// anchors/keep [b, N] -> final hidden states norm(layers(...)) [b, N*B, H].
+at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
+                          const at::Tensor& target_features, const at::Tensor& block_ids, const at::Tensor& anchors,
+                          const at::Tensor& keep, CheckpointPolicy ckpt = {});
+
+struct DrafterLossOptions {
+  double gamma = 0;  // 0: default_loss_gamma(block_size)
+  ChunkedLossOptions chunk;
+};
+
+struct DrafterLossResult {
+  at::Tensor loss;            // scalar, differentiable wrt the drafter weights
+  at::Tensor hidden;          // [b, N*B, H] final hidden states
+  at::Tensor slot_correct;    // [B] number of weighted rows whose argmax == label, per slot
+  at::Tensor slot_count;      // [B] number of rows with weight > 0, per slot
+  at::Tensor slot_weight;     // [B] sum of loss weights per slot
+  at::Tensor slot_accuracy;   // [B] correct / count (0 where count == 0)
+};
+
+// One training forward: hidden states of `blocks` (from build_block_batch) and the chunked loss.
+// target_last_hidden [b, S, H] feeds the soft-label teacher (may be undefined when kl_weight == 0).
+DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
+                               const at::Tensor& target_features, const at::Tensor& target_last_hidden,
+                               const AnchorSample& anchors, const BlockBatch& blocks, const DrafterLossOptions& opt,
+                               CheckpointPolicy ckpt = {});
+
+}  // namespace dflash::drafter

@@ -1,0 +1,56 @@
+// The drafter's trainable tensors under the exact key names of released DFlash drafters (SPEC.md
+// "Formats"): fc.weight, hidden_norm.weight, norm.weight and layers.{i}.{self_attn,mlp,...}.weight.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "drafter_config.h"
+
+namespace dflash::drafter {
+
+enum LayerParam : int {
+  kInputNorm, kQProj, kKProj, kVProj, kOProj, kQNorm, kKNorm, kPostNorm, kGateProj, kUpProj, kDownProj,
+  kNumLayerParams
+};
+const char* layer_param_suffix(int p);  // e.g. "self_attn.q_proj.weight"
+
+struct LayerWeights {
+  std::array<at::Tensor, kNumLayerParams> t;
+  const at::Tensor& operator[](int p) const { return t[size_t(p)]; }
+};
+
+struct DrafterWeights {
+  at::Tensor fc, hidden_norm, norm;
+  std::vector<LayerWeights> layers;
+
+  // (name, tensor) in a fixed order: fc, hidden_norm, norm, then layer by layer.
+  std::vector<std::pair<std::string, at::Tensor>> named() const;
+  std::vector<at::Tensor> parameters() const;
+  int64_t numel() const;
+  void set_requires_grad(bool on);
+};
+
+// Expected shape of each named tensor for `c` (used to validate loads and to size the planner).
+std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(const DrafterConfig& c);
+
+// Linear weights ~ N(0, std); norm weights 1 + N(0, norm_jitter) (jitter > 0 makes tests see norm grads).
+DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype, uint64_t seed, double std = 0.02,
+                                    double norm_jitter = 0.0);
+
+// Builds weights from a lookup (name -> tensor), checking presence and shapes; `where` names the source in
+// errors. Tensors are converted to `dtype`. Unknown extra names are an error too (a wrong file, not ours).
+DrafterWeights drafter_weights_from(const DrafterConfig& c, const std::vector<std::string>& available,
+                                    const std::function<at::Tensor(const std::string&)>& load,
+                                    at::ScalarType dtype, const std::string& where);
+
+// model.safetensors read/write (unprefixed SPEC.md names; any of bf16/fp16/fp32/fp64 on disk).
+DrafterWeights load_drafter_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype);
+void save_drafter_weights(const std::string& path, const DrafterWeights& w, at::ScalarType dtype);
+
+}  // namespace dflash::drafter

@@ -1,0 +1,22 @@
+// Memory-lean autograd pieces of the decoder layer. Each saves exactly what its backward needs, so the
+// memory planner can count saved activations tensor by tensor (see memory_planner.cpp).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace dflash::drafter {
+
+// RMSNorm over the last dim, Qwen3 style: y = (x.float() * rstd).to(x.dtype) * w.
+// Saves x and rstd (float32 per row; float64 for fp64 inputs).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// down_proj(silu(g) * u): saves g, u (and the weight); silu(g)*u is recomputed in backward.
+at::Tensor swiglu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down_weight);
+
+// Rotary tables for integer positions [batch, L]: cos, sin of shape [batch, L, 1, head_dim] in `dtype`
+// (angles computed in float64: pos * theta^(-2i/D), duplicated over both halves, HF layout).
+std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions, int64_t head_dim, double theta,
+                                              at::ScalarType dtype);
+// x [batch, L, heads, D] -> x * cos + rotate_half(x) * sin. Saves only cos/sin (shared across layers).
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace dflash::drafter

@@ -1,0 +1,89 @@
+// `dflash drafter selftest` (internal, for tests): runs one training forward + backward of the drafter on a
+// batch read from safetensors and writes everything a reference needs to compare against.
+//
+// batch file: target_features [b,S,n*H], input_ids [b,S], loss_mask [b,S], anchors [b,N], keep [b,N],
+// embed [V,H], optional lm_head [V,H] (else the embedding, which requires tie_word_embeddings),
+// optional target_last_hidden [b,S,H] (needed when --kl-weight > 0).
+// out file: hidden, logits, loss, labels, weights, slot_{correct,count,weight}, grad.<param name>.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "args.h"
+#include "drafter_model.h"
+#include "safetensors.h"
+
+namespace dflash::cli {
+
+at::ScalarType parse_dtype_name(const std::string& s) {
+  if (s == "float32" || s == "fp32") return at::kFloat;
+  if (s == "float64" || s == "fp64") return at::kDouble;
+  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
+  if (s == "float16" || s == "fp16") return at::kHalf;
+  throw std::invalid_argument("dtype: expected float32, float64, bfloat16 or float16, got '" + s + "'");
+}
+
+int drafter_selftest_main(const std::vector<std::string>& argv) {
+  Args a("drafter selftest", "one drafter forward+backward on a saved batch; writes outputs and gradients");
+  a.option("config", "FILE", "", "drafter config.json");
+  a.option("weights", "FILE", "", "drafter model.safetensors");
+  a.option("batch", "FILE", "", "batch safetensors (see the source header)");
+  a.option("out", "FILE", "", "output safetensors");
+  a.option("dtype", "DTYPE", "float64", "compute dtype");
+  a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
+  a.option("kl-weight", "X", "0", "soft-label weight");
+  a.option("gamma", "X", "0", "loss decay (0: by block size)");
+  a.option("chunk-rows", "N", "7", "loss chunk rows");
+  if (!a.parse(argv)) return 0;
+  for (const char* req : {"config", "weights", "batch", "out"})
+    if (a.str(req).empty()) throw std::invalid_argument(std::string("drafter selftest: --") + req + " is required");
+
+  using namespace dflash::drafter;
+  const auto dtype = parse_dtype_name(a.str("dtype"));
+  const DrafterConfig cfg = load_drafter_config(a.str("config"));
+  DrafterWeights w = load_drafter_weights(cfg, a.str("weights"), dtype);
+  w.set_requires_grad(true);
+  const auto batch = io::SafetensorsFile::open(a.str("batch"));
+  FrozenTarget t;
+  t.embed = batch.load("embed").to(dtype);
+  if (batch.contains("lm_head")) {
+    t.lm_head = batch.load("lm_head").to(dtype);
+  } else {
+    if (!cfg.tie_word_embeddings)
+      throw std::invalid_argument(a.str("batch") + ": no lm_head and the config does not tie word embeddings");
+    t.lm_head = t.embed;
+  }
+  const at::Tensor ids = batch.load("input_ids").to(at::kLong);
+  const at::Tensor loss_mask = batch.load("loss_mask").to(at::kBool);
+  const AnchorSample anchors{batch.load("anchors").to(at::kLong), batch.load("keep").to(at::kBool)};
+  const at::Tensor feats = batch.load("target_features").to(dtype);
+  const at::Tensor last = batch.contains("target_last_hidden") ? batch.load("target_last_hidden").to(dtype) : at::Tensor();
+
+  DrafterLossOptions opt;
+  opt.gamma = a.f64("gamma") > 0 ? a.f64("gamma") : default_loss_gamma(cfg.block_size);
+  opt.chunk.kl_weight = a.f64("kl-weight");
+  opt.chunk.chunk_rows = a.i64("chunk-rows");
+  const BlockBatch blocks = build_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma);
+  const auto r = drafter_loss(cfg, w, t, feats, last, anchors, blocks, opt, CheckpointPolicy::parse(a.str("checkpoint")));
+  r.loss.backward();
+
+  std::vector<std::pair<std::string, at::Tensor>> out = {
+      {"hidden", r.hidden.detach()},
+      {"logits", at::matmul(r.hidden.detach(), t.lm_head.t())},
+      {"loss", r.loss.detach().reshape({1})},
+      {"block_ids", blocks.block_ids},
+      {"labels", blocks.labels},
+      {"weights", blocks.weights},
+      {"slot_correct", r.slot_correct},
+      {"slot_count", r.slot_count},
+      {"slot_weight", r.slot_weight}};
+  for (auto& [name, p] : w.named())
+    out.emplace_back("grad." + name, p.grad().defined() ? p.grad() : at::zeros_like(p));
+  io::save_safetensors(a.str("out"), out);
+  std::printf("loss %.10g\n", r.loss.item<double>());
+  return 0;
+}
+
+}  // namespace dflash::cli
