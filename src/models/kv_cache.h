@@ -1,0 +1,37 @@
+// Per-layer key/value cache for the target, preallocated to a fixed capacity. One length for all layers:
+// a forward of T tokens writes positions [length, length + T) and then advances it; crop() rolls back
+// (speculative decoding: drop the rejected tail of a verified block).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace dflash::models {
+
+class KVCache {
+ public:
+  KVCache() = default;
+  // Layer l's K and V are [batch, kv_heads, capacity, head_dim] on devices[l].
+  KVCache(int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim, at::ScalarType dtype,
+          const std::vector<at::Device>& layer_devices);
+
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t batch() const { return batch_; }
+  int num_layers() const { return static_cast<int>(k_.size()); }
+
+  // Keeps the first new_len positions; throws unless 0 <= new_len <= length().
+  void crop(int64_t new_len);
+  void reset() { length_ = 0; }
+
+  // For the model's forward: store T new positions of layer `layer` at [length, length + T) and return
+  // views of all [0, length + T) positions. advance(T) is called once every layer has stored.
+  std::pair<at::Tensor, at::Tensor> store(int layer, const at::Tensor& k, const at::Tensor& v);
+  void advance(int64_t T);
+
+ private:
+  int64_t batch_ = 0, capacity_ = 0, length_ = 0;
+  std::vector<at::Tensor> k_, v_;
+};
+
+}  // namespace dflash::models

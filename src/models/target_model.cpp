@@ -1,0 +1,264 @@
+#include "target_model.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "rope.h"
+#include "safetensors.h"
+
+namespace dflash::models {
+namespace {
+
+std::string layer_name(int i, const std::string& suffix) {
+  return "model.layers." + std::to_string(i) + "." + suffix;
+}
+
+void check_shape(const at::Tensor& t, std::vector<int64_t> expected, const std::string& name) {
+  if (t.sizes().vec() != expected) {
+    auto str = [](at::IntArrayRef s) {
+      std::string out = "[";
+      for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+      return out + "]";
+    };
+    throw std::runtime_error("target weight '" + name + "' has shape " + str(t.sizes()) + ", expected " +
+                             str(expected));
+  }
+}
+
+}  // namespace
+
+std::vector<PipelineStage> split_layers(int num_layers, const std::vector<at::Device>& devices) {
+  if (devices.empty()) throw std::invalid_argument("split_layers: no devices");
+  if (static_cast<int>(devices.size()) > num_layers)
+    throw std::invalid_argument("split_layers: " + std::to_string(devices.size()) + " devices for " +
+                                std::to_string(num_layers) + " layers");
+  std::vector<PipelineStage> out;
+  const int n = static_cast<int>(devices.size());
+  for (int s = 0; s < n; ++s)
+    out.push_back({num_layers * s / n, num_layers * (s + 1) / n, devices[s]});
+  return out;
+}
+
+TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn& get, const HasWeightFn& has,
+                                      const TargetLoadOptions& options) {
+  config.validate("(in memory)");
+  TargetModel m;
+  m.config_ = config;
+  m.dtype_ = options.dtype;
+  const int L = static_cast<int>(config.num_hidden_layers);
+  m.stages_ = options.stages.empty() ? std::vector<PipelineStage>{{0, L, at::kCPU}} : options.stages;
+  // Stages must tile [0, L) in order.
+  int next = 0;
+  for (const auto& s : m.stages_) {
+    if (s.begin != next || s.end <= s.begin)
+      throw std::invalid_argument("pipeline stages must cover layers 0.." + std::to_string(L) +
+                                  " in order without gaps; stage [" + std::to_string(s.begin) + ", " +
+                                  std::to_string(s.end) + ") does not start at " + std::to_string(next));
+    next = s.end;
+  }
+  if (next != L)
+    throw std::invalid_argument("pipeline stages end at layer " + std::to_string(next) + ", the model has " +
+                                std::to_string(L));
+
+  auto load = [&](const std::string& name, std::vector<int64_t> shape, at::Device dev) {
+    if (!has(name)) throw std::runtime_error("target weights: missing tensor '" + name + "'");
+    at::Tensor t = get(name);
+    check_shape(t, shape, name);
+    return t.to(dev, m.dtype_).contiguous();
+  };
+  auto load_opt = [&](const std::string& name, std::vector<int64_t> shape, at::Device dev, bool want) {
+    return want ? load(name, std::move(shape), dev) : at::Tensor();
+  };
+
+  const int64_t H = config.hidden_size, D = config.head_dim, I = config.intermediate_size;
+  const int64_t q_out = config.num_attention_heads * D, kv_out = config.num_key_value_heads * D;
+  const at::Device first = m.stages_.front().device, last = m.stages_.back().device;
+  m.embed_tokens_ = load("model.embed_tokens.weight", {config.vocab_size, H}, first);
+  m.final_norm_ = load("model.norm.weight", {H}, last);
+  if (has("lm_head.weight") && !config.tie_word_embeddings) {
+    m.lm_head_ = load("lm_head.weight", {config.vocab_size, H}, last);
+  } else if (config.tie_word_embeddings) {
+    m.lm_head_ = first == last ? m.embed_tokens_ : m.embed_tokens_.to(last);
+  } else {
+    throw std::runtime_error("target weights: missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
+  }
+
+  m.layers_.resize(L);
+  for (const auto& s : m.stages_) {
+    for (int i = s.begin; i < s.end; ++i) {
+      Layer& l = m.layers_[i];
+      const at::Device d = s.device;
+      l.device = d;
+      l.in_norm = load(layer_name(i, "input_layernorm.weight"), {H}, d);
+      l.post_norm = load(layer_name(i, "post_attention_layernorm.weight"), {H}, d);
+      l.q = load(layer_name(i, "self_attn.q_proj.weight"), {q_out, H}, d);
+      l.k = load(layer_name(i, "self_attn.k_proj.weight"), {kv_out, H}, d);
+      l.v = load(layer_name(i, "self_attn.v_proj.weight"), {kv_out, H}, d);
+      l.o = load(layer_name(i, "self_attn.o_proj.weight"), {H, q_out}, d);
+      const bool ab = config.attention_bias, mb = config.mlp_bias;
+      l.q_bias = load_opt(layer_name(i, "self_attn.q_proj.bias"), {q_out}, d, ab);
+      l.k_bias = load_opt(layer_name(i, "self_attn.k_proj.bias"), {kv_out}, d, ab);
+      l.v_bias = load_opt(layer_name(i, "self_attn.v_proj.bias"), {kv_out}, d, ab);
+      l.o_bias = load_opt(layer_name(i, "self_attn.o_proj.bias"), {H}, d, ab);
+      l.q_norm = load_opt(layer_name(i, "self_attn.q_norm.weight"), {D}, d, config.qk_norm);
+      l.k_norm = load_opt(layer_name(i, "self_attn.k_norm.weight"), {D}, d, config.qk_norm);
+      l.gate = load(layer_name(i, "mlp.gate_proj.weight"), {I, H}, d);
+      l.up = load(layer_name(i, "mlp.up_proj.weight"), {I, H}, d);
+      l.down = load(layer_name(i, "mlp.down_proj.weight"), {H, I}, d);
+      l.gate_bias = load_opt(layer_name(i, "mlp.gate_proj.bias"), {I}, d, mb);
+      l.up_bias = load_opt(layer_name(i, "mlp.up_proj.bias"), {I}, d, mb);
+      l.down_bias = load_opt(layer_name(i, "mlp.down_proj.bias"), {H}, d, mb);
+    }
+  }
+  m.inv_freq_ = rope_inv_freq(config.rope, D);
+  return m;
+}
+
+TargetModel TargetModel::load_hf(const std::string& dir, const TargetLoadOptions& options) {
+  TargetConfig config = load_target_config(dir);
+  auto folder = io::SafetensorsFolder::open(dir);
+  return from_weights(
+      config, [&](const std::string& n) { return folder.load(n); },
+      [&](const std::string& n) { return folder.contains(n); }, options);
+}
+
+KVCache TargetModel::make_cache(int64_t batch, int64_t capacity) const {
+  std::vector<at::Device> devs;
+  for (const auto& l : layers_) devs.push_back(l.device);
+  return KVCache(batch, capacity, config_.num_key_value_heads, config_.head_dim, dtype_, devs);
+}
+
+// Matches HF: normalise in float32, cast back, then scale by the weight.
+at::Tensor TargetModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return w * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
+}
+
+at::Tensor TargetModel::embed(const at::Tensor& input_ids) const {
+  return at::embedding(embed_tokens_, input_ids.to(embed_tokens_.device()));
+}
+
+at::Tensor TargetModel::lm_head(const at::Tensor& last_hidden) const {
+  return at::linear(last_hidden.to(lm_head_.device()), lm_head_).to(at::kFloat);
+}
+
+at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                      KVCache* cache, int64_t past) const {
+  const Layer& l = layers_[i];
+  const int64_t B = x.size(0), T = x.size(1), D = config_.head_dim;
+  const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
+
+  at::Tensor h = rms_norm(x, l.in_norm);
+  at::Tensor q = at::linear(h, l.q, l.q_bias).view({B, T, Hq, D});
+  at::Tensor k = at::linear(h, l.k, l.k_bias).view({B, T, Hkv, D});
+  at::Tensor v = at::linear(h, l.v, l.v_bias).view({B, T, Hkv, D}).transpose(1, 2);
+  if (config_.qk_norm) {
+    q = rms_norm(q, l.q_norm);
+    k = rms_norm(k, l.k_norm);
+  }
+  q = apply_rope(q.transpose(1, 2), cos, sin);
+  k = apply_rope(k.transpose(1, 2), cos, sin);
+
+  at::Tensor attn;
+  if (cache) {
+    auto [k_all, v_all] = cache->store(i, k, v);
+    if (past == 0) {
+      attn = at::scaled_dot_product_attention(q, k_all, v_all, {}, 0.0, /*is_causal=*/T > 1, std::nullopt, true);
+    } else {
+      // Query t (absolute position past + t) sees keys 0..past + t.
+      at::Tensor mask;
+      if (T > 1) {
+        auto opts = at::TensorOptions().dtype(at::kLong).device(x.device());
+        mask = at::arange(past + T, opts).unsqueeze(0) <= (at::arange(T, opts) + past).unsqueeze(1);
+      }
+      attn = at::scaled_dot_product_attention(q, k_all, v_all, mask.defined() ? std::optional<at::Tensor>(mask)
+                                                                             : std::nullopt,
+                                              0.0, false, std::nullopt, true);
+    }
+  } else {
+    attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1, std::nullopt, true);
+  }
+  attn = attn.transpose(1, 2).reshape({B, T, Hq * D});
+  at::Tensor out = x + at::linear(attn, l.o, l.o_bias);
+
+  h = rms_norm(out, l.post_norm);
+  at::Tensor mlp = at::silu(at::linear(h, l.gate, l.gate_bias)) * at::linear(h, l.up, l.up_bias);
+  return out + at::linear(mlp, l.down, l.down_bias);
+}
+
+TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
+                                  bool want_logits, bool want_last_hidden) const {
+  if (input_ids.dim() != 2)
+    throw std::invalid_argument("target forward: input_ids must be [batch, T], got " +
+                                std::to_string(input_ids.dim()) + " dims");
+  if (input_ids.scalar_type() != at::kLong) throw std::invalid_argument("target forward: input_ids must be int64");
+  const int L = static_cast<int>(layers_.size());
+  std::vector<bool> capture(L, false);
+  for (int c : capture_layers) {
+    if (c < 0 || c >= L)
+      throw std::invalid_argument("target forward: capture layer " + std::to_string(c) + " outside [0, " +
+                                  std::to_string(L) + ")");
+    capture[c] = true;
+  }
+  const int64_t T = input_ids.size(1);
+  const int64_t past = cache ? cache->length() : 0;
+  if (cache && cache->length() + T > cache->capacity())
+    throw std::length_error("target forward: " + std::to_string(cache->length()) + " cached + " + std::to_string(T) +
+                            " new tokens exceed the KV cache capacity " + std::to_string(cache->capacity()));
+  if (cache && cache->num_layers() != L) throw std::invalid_argument("target forward: cache has the wrong layer count");
+
+  auto [cos_cpu, sin_cpu] = rope_cos_sin(inv_freq_, past, T);
+  TargetOutput out;
+  at::Tensor x = embed(input_ids);
+  for (const auto& s : stages_) {
+    x = x.to(s.device);
+    at::Tensor cos = cos_cpu.to(s.device, dtype_), sin = sin_cpu.to(s.device, dtype_);
+    for (int i = s.begin; i < s.end; ++i) {
+      x = layer_forward(i, x, cos, sin, cache, past);
+      if (capture[i]) out.hidden[i] = x;
+    }
+  }
+  if (cache) cache->advance(T);
+  if (want_logits || want_last_hidden) {
+    at::Tensor last = rms_norm(x.to(final_norm_.device()), final_norm_);
+    if (want_logits) out.logits = lm_head(last);
+    if (want_last_hidden) out.last_hidden = last;
+  }
+  return out;
+}
+
+std::vector<int64_t> TargetModel::generate(const std::vector<int64_t>& prompt, int64_t max_new,
+                                           const std::vector<int64_t>& eos_ids, GenerateStats* stats) const {
+  using clock = std::chrono::steady_clock;
+  if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
+  std::vector<int64_t> out;
+  if (max_new <= 0) return out;
+  KVCache cache = make_cache(1, static_cast<int64_t>(prompt.size()) + max_new);
+  auto next_token = [&](const at::Tensor& ids) {
+    TargetOutput o = forward(ids, &cache, {}, false, true);
+    return lm_head(o.last_hidden.narrow(1, -1, 1)).argmax(-1).item<int64_t>();
+  };
+  auto t0 = clock::now();
+  at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
+  int64_t tok = next_token(ids);
+  auto t1 = clock::now();
+  out.push_back(tok);
+  auto is_eos = [&](int64_t t) { return std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end(); };
+  while (static_cast<int64_t>(out.size()) < max_new && !is_eos(tok)) {
+    tok = next_token(at::full({1, 1}, tok, at::kLong));
+    out.push_back(tok);
+  }
+  auto t2 = clock::now();
+  if (stats) {
+    stats->prompt_tokens = static_cast<int64_t>(prompt.size());
+    stats->new_tokens = static_cast<int64_t>(out.size());
+    stats->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+    stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  }
+  return out;
+}
+
+}  // namespace dflash::models

@@ -1,0 +1,90 @@
+// The target LLM (Llama / dense Qwen3) forward in plain ATen ops: prefill, one-token decode and block
+// verification are the same call on a KV cache; selected layers' hidden states are captured for the drafter.
+// Layers can be split into pipeline stages on different devices (activations move between stages).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kv_cache.h"
+#include "target_config.h"
+
+namespace dflash::models {
+
+struct TargetOutput {
+  at::Tensor logits;               // [batch, T, vocab] (float32) when asked for; on the last stage's device
+  std::map<int, at::Tensor> hidden;  // hidden[i] = output of layer i (HF hidden_states[i + 1]), on layer i's device
+  at::Tensor last_hidden;          // after the final norm [batch, T, hidden], when asked for
+};
+
+// Layers [begin, end) run on `device`. Embedding lives on the first stage, final norm + LM head on the last.
+struct PipelineStage {
+  int begin = 0, end = 0;
+  at::Device device = at::kCPU;
+};
+
+// `n` consecutive near-equal layer ranges, one per device.
+std::vector<PipelineStage> split_layers(int num_layers, const std::vector<at::Device>& devices);
+
+struct TargetLoadOptions {
+  at::ScalarType dtype = at::kFloat;
+  std::vector<PipelineStage> stages;  // empty: every layer on CPU
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0, new_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+class TargetModel {
+ public:
+  // Weights by Hugging Face name ("model.layers.0.self_attn.q_proj.weight", ...).
+  using WeightFn = std::function<at::Tensor(const std::string& name)>;
+  using HasWeightFn = std::function<bool(const std::string& name)>;
+
+  static TargetModel from_weights(const TargetConfig& config, const WeightFn& get, const HasWeightFn& has,
+                                  const TargetLoadOptions& options = {});
+  // A Hugging Face folder: config.json + model.safetensors (or a sharded index).
+  static TargetModel load_hf(const std::string& dir, const TargetLoadOptions& options = {});
+
+  const TargetConfig& config() const { return config_; }
+  const std::vector<PipelineStage>& stages() const { return stages_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::Device input_device() const { return stages_.front().device; }
+
+  KVCache make_cache(int64_t batch, int64_t capacity) const;
+
+  // input_ids [batch, T] int64. With a cache, positions continue from cache->length() and the cache grows
+  // by T; without, positions start at 0. capture_layers: the layers whose outputs to return.
+  TargetOutput forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
+                       bool want_logits, bool want_last_hidden) const;
+
+  at::Tensor embed(const at::Tensor& input_ids) const;       // [batch, T, hidden] on the first stage
+  at::Tensor lm_head(const at::Tensor& last_hidden) const;   // float32 logits, on the last stage
+
+  // Greedy decode of a single sequence; returns the new tokens (ending with an eos id when one is produced).
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new,
+                                const std::vector<int64_t>& eos_ids, GenerateStats* stats = nullptr) const;
+
+ private:
+  struct Layer {
+    at::Device device = at::kCPU;
+    at::Tensor in_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
+    at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
+  };
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
+  at::Tensor layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                           KVCache* cache, int64_t past) const;
+
+  TargetConfig config_;
+  at::ScalarType dtype_ = at::kFloat;
+  std::vector<PipelineStage> stages_;
+  std::vector<Layer> layers_;
+  at::Tensor embed_tokens_, final_norm_, lm_head_;
+  at::Tensor inv_freq_;
+};
+
+}  // namespace dflash::models
