@@ -8,6 +8,8 @@ namespace dflash::cli {
 int bench_attention_main(const std::vector<std::string>& args);
 int safetensors_info_main(const std::vector<std::string>& args);
 int safetensors_copy_main(const std::vector<std::string>& args);
+int target_run_main(const std::vector<std::string>& args);
+int target_generate_main(const std::vector<std::string>& args);
 
 const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
@@ -15,6 +17,8 @@ const std::vector<Subcommand>& subcommands() {
        &bench_attention_main},
       {{"safetensors", "info"}, "validate a safetensors file and list its tensors", &safetensors_info_main},
       {{"safetensors", "copy"}, "re-write a safetensors file through the dflash reader and writer", &safetensors_copy_main},
+      {{"target", "run"}, "run the target on token ids, save logits and hidden states (tests)", &target_run_main},
+      {{"target", "generate"}, "greedy generation with the target model, reports tokens/s", &target_generate_main},
   };
   return table;
 }
