@@ -1,5 +1,358 @@
-#include <vector>
+// `dflash bench attention`: the fused op against the ways the DFlash mask is run without it (dense
+// mask, the seed's per-block SDPA, compiled flex_attention through the Python driver), on the same
+// inputs in one run: forward and forward+backward time, peak extra memory, error vs an fp64 result.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+#include <torch/autograd.h>
+#if __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#define DFLASH_HAVE_CUDA_STATS 1
+#endif
+
+#include "anchor_attention.h"
+#include "anchor_attention_op.h"
+#include "args.h"
+#include "attention_baselines.h"
+#include "memory_probe.h"
+#include "python_driver.h"
+
 namespace dflash::cli {
-int bench_attention_main(const std::vector<std::string>& args) { return 0; }
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchConfig {
+  std::string name;
+  int64_t S, N, B, Hq, Hkv, D, window;
+  at::ScalarType dtype;
+};
+
+std::vector<BenchConfig> known_configs() {
+  std::vector<BenchConfig> c = {
+      {"quick", 256, 32, 16, 4, 2, 64, 0, at::kFloat},
+      {"seed-scaled", 2048, 256, 16, 8, 2, 128, 0, at::kFloat},
+  };
+  // Doubling series around seed-scaled: how each implementation's memory grows with S and with N.
+  for (int64_t S : {1024, 4096}) c.push_back({"series-S" + std::to_string(S), S, 256, 16, 8, 2, 128, 0, at::kFloat});
+  for (int64_t N : {128, 512}) c.push_back({"series-N" + std::to_string(N), 2048, N, 16, 8, 2, 128, 0, at::kFloat});
+  c.push_back({"seed-scaled-window", 2048, 256, 16, 8, 2, 128, 512, at::kFloat});
+  c.push_back({"seed-scaled-bf16", 2048, 256, 16, 8, 2, 128, 0, at::kBFloat16});
+  c.push_back({"seed", 8000, 1024, 16, 32, 8, 128, 0, at::kBFloat16});          // the seed's GPU shape
+  c.push_back({"qwen3.6-27b", 8000, 1024, 16, 24, 4, 256, 0, at::kBFloat16});  // the 27B drafter shape
+  return c;
 }
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? -1 : v[v.size() / 2];
+}
+
+struct Row {
+  std::string config, impl;
+  double fwd_ms = -1, fwdbwd_ms = -1, peak_extra_mb = -1, max_abs_err = -1, predicted_mb = -1;
+  std::string note;
+};
+
+nlohmann::json to_json(const Row& r) {
+  const auto num = [](double x) { return x < 0 ? nlohmann::json(nullptr) : nlohmann::json(x); };
+  nlohmann::json j = {{"name", r.config},          {"impl", r.impl},
+                      {"fwd_ms", num(r.fwd_ms)},   {"fwdbwd_ms", num(r.fwdbwd_ms)},
+                      {"peak_extra_mb", num(r.peak_extra_mb)}, {"max_abs_err", num(r.max_abs_err)}};
+  if (r.predicted_mb >= 0) j["predicted_mb"] = r.predicted_mb;
+  if (!r.note.empty()) j["note"] = r.note;
+  return j;
+}
+
+// Peak extra memory on the device that runs the work: RSS on the CPU, the caching allocator on CUDA.
+class PeakMemory {
+ public:
+  explicit PeakMemory(at::Device d) : device_(d) {}
+  void reset() {
+#ifdef DFLASH_HAVE_CUDA_STATS
+    if (device_.is_cuda()) {
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+      base_ = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index()).allocated_bytes[0].current;
+      return;
+    }
+#endif
+    rss_.reset();
+  }
+  double peak_extra_mb() const {
+#ifdef DFLASH_HAVE_CUDA_STATS
+    if (device_.is_cuda())
+      return double(c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index()).allocated_bytes[0].peak - base_) /
+             (1 << 20);
+#endif
+    return double(rss_.peak_extra_bytes()) / (1 << 20);
+  }
+
+ private:
+  at::Device device_;
+  util::PeakRss rss_;
+  int64_t base_ = 0;
+};
+
+void sync(const at::Device& d) {
+  if (d.is_cuda()) at::zeros({1}, at::TensorOptions().device(d)).item<float>();  // waits for the stream
+}
+
+struct Inputs {
+  at::Tensor q, k, v, dout, anchors, keep;
+};
+
+// Sorted random anchors with room for a full block, the last 1/16 of blocks padding (keep = false),
+// as the trainer produces them.
+Inputs make_inputs(const BenchConfig& c, at::Device device, uint64_t seed) {
+  at::manual_seed(seed);
+  const auto opt = at::TensorOptions().dtype(c.dtype).device(device);
+  Inputs in;
+  in.q = at::randn({1, c.N * c.B, c.Hq, c.D}, opt);
+  in.k = at::randn({1, c.S + c.N * c.B, c.Hkv, c.D}, opt);
+  in.v = at::randn({1, c.S + c.N * c.B, c.Hkv, c.D}, opt);
+  in.dout = at::randn({1, c.N * c.B, c.Hq, c.D}, opt);
+  in.anchors = std::get<0>(at::sort(at::randint(1, c.S + 1, {1, c.N}, at::kLong), 1)).to(device);
+  auto keep = at::ones({1, c.N}, at::kBool);
+  keep.narrow(1, c.N - c.N / 16, c.N / 16).fill_(false);
+  in.keep = keep.to(device);
+  return in;
+}
+
+using AttnFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+
+// Times forward (under autograd, as in training) and backward. Memory is taken over the first
+// repetition, from just before the forward to the end of the backward (it includes dq, dk, dv).
+Row measure(const BenchConfig& c, const std::string& impl, const AttnFn& fn, const Inputs& in, const at::Tensor& ref,
+            int64_t reps, bool backward) {
+  Row row{c.name, impl};
+  const at::Device dev = in.q.device();
+  std::vector<double> fwd, total;
+  PeakMemory mem(dev);
+  for (int64_t r = 0; r <= reps; ++r) {  // repetition 0 warms up caches and measures memory
+    auto q = in.q.detach().requires_grad_(backward);
+    auto k = in.k.detach().requires_grad_(backward);
+    auto v = in.v.detach().requires_grad_(backward);
+    if (r == 0) mem.reset();
+    sync(dev);
+    const auto t0 = Clock::now();
+    at::Tensor out = fn(q, k, v);
+    sync(dev);
+    const double f = ms_since(t0);
+    if (backward) {
+      auto grads = torch::autograd::grad({out}, {q, k, v}, {in.dout});
+      sync(dev);
+    }
+    const double t = ms_since(t0);
+    if (r == 0) {
+      row.peak_extra_mb = mem.peak_extra_mb();
+      if (ref.defined()) row.max_abs_err = (out.detach().to(at::kDouble).cpu() - ref).abs().max().item<double>();
+    } else {
+      fwd.push_back(f);
+      total.push_back(t);
+    }
+  }
+  row.fwd_ms = median(fwd);
+  row.fwdbwd_ms = backward ? median(total) : -1;
+  return row;
+}
+
+double gemm_gflops(at::Device dev) {
+  const auto opt = at::TensorOptions().dtype(dev.is_cuda() ? at::kBFloat16 : at::kFloat).device(dev);
+  const int64_t n = dev.is_cuda() ? 8192 : 2048;
+  auto a = at::randn({n, n}, opt), b = at::randn({n, n}, opt);
+  at::mm(a, b);
+  sync(dev);
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    at::mm(a, b);
+    sync(dev);
+    ms.push_back(ms_since(t0));
+  }
+  return 2.0 * double(n) * n * n / (median(ms) * 1e-3) / 1e9;
+}
+
+double fused_forward_flops(const Inputs& in, const BenchConfig& c) {
+  auto anchors = in.anchors.cpu().contiguous();
+  auto keep = in.keep.cpu().contiguous();
+  kernels::AnchorAttentionArgs a;
+  a.shape = {1, c.N, c.B, c.S, c.Hq, c.Hkv, c.D, c.window, 1.0, kernels::ScalarType::Float32};
+  a.anchors = anchors.data_ptr<int64_t>();
+  a.anchors_sb = c.N;
+  a.keep = keep.data_ptr<bool>();
+  a.keep_sb = c.N;
+  return kernels::anchor_attention_forward_flops(a);
+}
+
+Row run_flex(const BenchConfig& c, const std::string& device, int64_t threads, int64_t reps) {
+  Row row{c.name, "flex"};
+  const auto r = run_python("bench_flex.py", {"--S", std::to_string(c.S), "--N", std::to_string(c.N), "--B",
+                                              std::to_string(c.B), "--Hq", std::to_string(c.Hq), "--Hkv",
+                                              std::to_string(c.Hkv), "--D", std::to_string(c.D), "--window",
+                                              std::to_string(c.window), "--dtype", c.dtype == at::kBFloat16 ? "bf16" : "fp32",
+                                              "--device", device, "--threads", std::to_string(threads), "--reps",
+                                              std::to_string(reps)});
+  const auto last_line = r.stdout_text.substr(r.stdout_text.rfind('{') == std::string::npos ? 0 : r.stdout_text.rfind('{'));
+  try {
+    const auto j = nlohmann::json::parse(last_line);
+    const auto get = [&](const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : -1.0; };
+    row.fwd_ms = get("fwd_ms");
+    row.fwdbwd_ms = get("fwdbwd_ms");
+    row.peak_extra_mb = get("peak_extra_mb");
+    row.max_abs_err = get("max_abs_err");
+    if (j.contains("note")) row.note = j["note"].get<std::string>();
+  } catch (const std::exception&) {
+    row.note = "flex driver failed (exit " + std::to_string(r.exit_code) + ")";
+  }
+  return row;
+}
+
+void print_row(const Row& r, const Row* fused) {
+  const auto f = [](double x, const char* fmt) {
+    char buf[32];
+    if (x < 0) return std::string("-");
+    std::snprintf(buf, sizeof buf, fmt, x);
+    return std::string(buf);
+  };
+  std::string ratio = "-";
+  if (fused && r.impl != "fused") {
+    const double ours = fused->fwdbwd_ms > 0 && r.fwdbwd_ms > 0 ? fused->fwdbwd_ms : fused->fwd_ms;
+    const double theirs = fused->fwdbwd_ms > 0 && r.fwdbwd_ms > 0 ? r.fwdbwd_ms : r.fwd_ms;
+    if (ours > 0 && theirs > 0) ratio = f(theirs / ours, "%.1fx") + (r.fwdbwd_ms > 0 ? "" : " (fwd)");
+  }
+  std::printf("  %-15s %10s %11s %13s %11s %12s  %s\n", r.impl.c_str(), f(r.fwd_ms, "%.1f").c_str(),
+              f(r.fwdbwd_ms, "%.1f").c_str(), f(r.peak_extra_mb, "%.1f").c_str(), f(r.max_abs_err, "%.2e").c_str(),
+              ratio.c_str(), r.note.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int bench_attention_main(const std::vector<std::string>& argv) {
+  Args args("bench attention",
+            "Fused anchor-block attention vs the dense mask, the seed's per-block SDPA and compiled flex_attention,\n"
+            "same inputs, one run. Prints forward and forward+backward time (median), peak extra memory, error vs\n"
+            "fp64, and how many times slower each baseline is than ours.");
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  args.option("configs", "LIST", "quick,seed-scaled,series-S1024,series-S4096,series-N128,series-N512",
+              "configs to run: quick, seed-scaled, series-S1024, series-S4096, series-N128, series-N512, "
+              "seed-scaled-window, seed-scaled-bf16, seed, qwen3.6-27b")
+      .option("impls", "LIST", "fused,dense,per_block_sdpa,flex", "implementations to compare")
+      .option("device", "DEV", "cpu", "cpu or cuda[:N]")
+      .option("threads", "N", std::to_string(hw), "CPU threads")
+      .option("reps", "N", "3", "timed repetitions (after one warm-up that also measures memory)")
+      .option("chunk-blocks", "N", "32", "blocks per chunk of the per-block SDPA baseline")
+      .option("mem-limit-gb", "GB", "", "skip a baseline whose predicted memory exceeds this (default: 60% of available)")
+      .option("json", "FILE", "", "also write the results as JSON");
+  if (!args.parse(argv)) return 0;
+
+  util::PeakRss::configure_allocator();
+  at::set_num_threads(int(args.i64("threads")));
+  const at::Device device(args.str("device"));
+  const double limit_bytes = args.given("mem-limit-gb") ? args.f64("mem-limit-gb") * 1e9
+                                                        : 0.6 * double(util::available_memory_bytes());
+  std::vector<BenchConfig> configs;
+  const auto known = known_configs();
+  for (const auto& name : args.str_list("configs")) {
+    const auto it = std::find_if(known.begin(), known.end(), [&](const BenchConfig& c) { return c.name == name; });
+    if (it == known.end()) throw std::invalid_argument("bench attention: unknown config '" + name + "' (see --help)");
+    configs.push_back(*it);
+  }
+  const auto impls = args.str_list("impls");
+  const int64_t reps = args.i64("reps");
+
+  const double gflops = gemm_gflops(device);
+  std::printf("dflash bench attention: device %s, %lld threads, kernel ISA %s\n", device.str().c_str(),
+              (long long)at::get_num_threads(), kernels::anchor_attention_cpu_isa());
+  std::printf("torch.mm %s rate measured now: %.1f GFLOP/s\n\n", device.is_cuda() ? "bf16 8192^3" : "fp32 2048^3", gflops);
+
+  nlohmann::json out = {{"gemm_gflops", gflops}, {"device", device.str()}, {"threads", at::get_num_threads()},
+                        {"cpu_isa", kernels::anchor_attention_cpu_isa()}, {"configs", nlohmann::json::array()}};
+  for (const auto& c : configs) {
+    const Inputs in = make_inputs(c, device, 1234);
+    const double scale = 1.0 / std::sqrt(double(c.D));
+    const double flops = fused_forward_flops(in, c);
+    std::printf("[%s] S=%lld N=%lld B=%lld Hq=%lld Hkv=%lld D=%lld window=%lld %s, %.2f GFLOP per forward (visible pairs)\n",
+                c.name.c_str(), (long long)c.S, (long long)c.N, (long long)c.B, (long long)c.Hq, (long long)c.Hkv,
+                (long long)c.D, (long long)c.window, c10::toString(c.dtype), flops / 1e9);
+    // Reference: the fused op in fp64 on the CPU (checked against a dense fp64 mask in the tests).
+    at::Tensor ref;
+    if (flops < 5e10) {
+      at::NoGradGuard ng;
+      ref = ops::anchor_block_attention(in.q.cpu().to(at::kDouble), in.k.cpu().to(at::kDouble),
+                                        in.v.cpu().to(at::kDouble), in.anchors.cpu(), in.keep.cpu(), c.B, c.window, scale);
+    }
+    std::printf("  %-15s %10s %11s %13s %11s %12s\n", "impl", "fwd_ms", "fwdbwd_ms", "peak_extra_MB", "max_abs_err",
+                "vs fused");
+    std::vector<Row> rows;
+    for (const auto& impl : impls) {
+      Row row;
+      const int64_t elem = c.dtype == at::kFloat ? 4 : 2;
+      if (impl == "fused") {
+        row = measure(c, impl,
+                      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                        return ops::anchor_block_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale);
+                      },
+                      in, ref, reps, true);
+        if (row.fwd_ms > 0) {
+          const double rate = flops / (row.fwd_ms * 1e-3) / 1e9;
+          char note[128];
+          std::snprintf(note, sizeof note, "fwd %.1f GFLOP/s = %.0f%% of torch.mm", rate, 100.0 * rate / gflops);
+          row.note = note;
+        }
+      } else if (impl == "dense" || impl == "per_block_sdpa") {
+        const double predicted = impl == "dense" ? bench::dense_predicted_bytes(1, c.N * c.B, c.S + c.N * c.B, c.Hq, elem)
+                                                 : bench::per_block_sdpa_predicted_bytes(1, c.N, c.B, c.S, c.Hq, c.D, elem);
+        if (predicted > limit_bytes) {
+          row = Row{c.name, impl};
+          row.predicted_mb = predicted / (1 << 20);
+          char note[160];
+          std::snprintf(note, sizeof note, "skipped: predicted %.0f MB exceeds the %.0f MB limit", row.predicted_mb,
+                        limit_bytes / (1 << 20));
+          row.note = note;
+        } else {
+          const int64_t chunk = args.i64("chunk-blocks");
+          row = measure(c, impl,
+                        [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                          return impl == "dense"
+                                     ? bench::dense_masked_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale)
+                                     : bench::per_block_sdpa_attention(q, k, v, in.anchors, in.keep, c.B, c.window,
+                                                                       scale, chunk);
+                        },
+                        in, ref, reps, true);
+          row.predicted_mb = predicted / (1 << 20);
+        }
+      } else if (impl == "flex") {
+        row = run_flex(c, device.str(), at::get_num_threads(), reps);
+      } else {
+        throw std::invalid_argument("bench attention: unknown impl '" + impl + "' (fused, dense, per_block_sdpa, flex)");
+      }
+      rows.push_back(row);
+      const Row* fused = nullptr;
+      for (const auto& r : rows)
+        if (r.impl == "fused") fused = &r;
+      print_row(row, fused);
+      out["configs"].push_back(to_json(row));
+    }
+    std::printf("\n");
+  }
+  if (!args.str("json").empty()) {
+    std::ofstream(args.str("json")) << out.dump(2) << "\n";
+    std::printf("wrote %s\n", args.str("json").c_str());
+  }
+  return 0;
+}
+
+}  // namespace dflash::cli
