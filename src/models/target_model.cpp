@@ -222,8 +222,10 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
     }
   }
   if (cache) cache->advance(T);
-  if (want_logits || want_last_hidden) {
+  if (want_logits || want_last_hidden || capture[L - 1]) {
     at::Tensor last = rms_norm(x.to(final_norm_.device()), final_norm_);
+    // HF's hidden_states[L] is the final-normed output, not the raw output of the last layer.
+    if (capture[L - 1]) out.hidden[L - 1] = last;
     if (want_logits) out.logits = lm_head(last);
     if (want_last_hidden) out.last_hidden = last;
   }

@@ -16,7 +16,9 @@ namespace dflash::models {
 
 struct TargetOutput {
   at::Tensor logits;               // [batch, T, vocab] (float32) when asked for; on the last stage's device
-  std::map<int, at::Tensor> hidden;  // hidden[i] = output of layer i (HF hidden_states[i + 1]), on layer i's device
+  // hidden[i] = HF hidden_states[i + 1]: the output of layer i, on layer i's device; for the last layer
+  // (i = L - 1) HF returns the final-normed state, and so do we (then equal to last_hidden).
+  std::map<int, at::Tensor> hidden;
   at::Tensor last_hidden;          // after the final norm [batch, T, hidden], when asked for
 };
 

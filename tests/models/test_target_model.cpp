@@ -141,6 +141,7 @@ TEST_P(TargetModelTest, TwoCpuPipelineStagesMatchOneStage) {
   TargetOutput b = two.forward(ids, nullptr, {0, 1, 2}, true, true);
   EXPECT_EQ(max_diff(a.logits, b.logits), 0.0);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(max_diff(a.hidden.at(i), b.hidden.at(i)), 0.0);
+  EXPECT_EQ(max_diff(a.hidden.at(2), a.last_hidden), 0.0);  // HF convention for the last layer
   KVCache cache = two.make_cache(1, 9);
   two.forward(ids.narrow(1, 0, 4), &cache, {}, false, false);
   TargetOutput d = two.forward(ids.narrow(1, 4, 5), &cache, {}, true, false);
