@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# One-shot GPU check for an H200 session (16 cores, < 8 minutes): build the CUDA kernels for sm_90,
+# run the CUDA attention tests, then the attention benchmarks (our Python one first, then the CLI
+# bench, which needs the whole CLI built). Every step runs even when an earlier
+# one fails; each failure is printed loudly and the script exits non-zero at the end.
+#
+# The device machine has its own python3 with torch (no .venv, no network, maybe no GTest or
+# nlohmann-json). Before the device call, run here:   bash scripts/gpu_check.sh --prepare
+# which downloads the two Debian dev packages into .cache/gpu_deps; then call the device with
+#   carry: [".cache/gpu_deps"]   command: bash scripts/gpu_check.sh   timeout_s: 540
+# Outputs (logs, JSON) go to $OUT when set, else to gpu-check-out/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEPS=$ROOT/.cache/gpu_deps
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  mkdir -p "$DEPS" && cd "$DEPS" && apt-get download nlohmann-json3-dev libgtest-dev && ls -l "$DEPS"
+  exit $?
+fi
+
+OUTDIR=${OUT:-$ROOT/gpu-check-out}
+mkdir -p "$OUTDIR"
+BUILD=$ROOT/build-gpu
+SUMMARY=$OUTDIR/summary.txt
+: >"$SUMMARY"
+failures=0
+T0=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-470}  # seconds for all steps together
+note() { echo "$*" | tee -a "$SUMMARY"; }
+step() {  # step NAME TIMEOUT_S LOGFILE CMD...: runs, records pass/FAIL and the time taken
+  local name=$1 limit=$2 log=$3; shift 3
+  local t=$(date +%s)
+  local left=$((BUDGET - (t - T0)))
+  if ((left < 20)); then
+    failures=$((failures + 1))
+    note "FAIL  $name: skipped, the ${BUDGET}s budget is spent"
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  echo "===== $name (limit ${limit}s) ====="
+  echo "===== $name =====" >>"$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  tail -n 40 "$log"
+  if ((rc == 0)); then
+    note "PASS  $name ($(($(date +%s) - t)) s)"
+  else
+    failures=$((failures + 1))
+    note "FAIL  $name: exit $rc$( ((rc == 124)) && echo ' (timed out)') after $(($(date +%s) - t)) s, log $(basename "$log")"
+    echo "!!!!! $name FAILED (exit $rc) -- continuing with the next step !!!!!"
+  fi
+  return 0
+}
+
+PY=$ROOT/.venv/bin/python
+[[ -x "$PY" ]] || PY=$(command -v python3)
+note "gpu_check $(date -u +%FT%TZ) python $PY"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" 2>&1 |
+  tee -a "$SUMMARY"
+
+# Missing dev packages: unpack the carried .debs into a private prefix.
+PREFIX_PATH=""
+if compgen -G "$DEPS/*.deb" >/dev/null; then
+  mkdir -p "$DEPS/root"
+  for f in "$DEPS"/*.deb; do dpkg -x "$f" "$DEPS/root"; done
+  PREFIX_PATH="$DEPS/root/usr;$DEPS/root/usr/lib/x86_64-linux-gnu/cmake;$DEPS/root/usr/share/cmake"
+fi
+
+step "configure (sm_90)" 90 "$OUTDIR/build.log" env TORCH_CUDA_ARCH_LIST=9.0 cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDFLASH_CUDA=ON -DDFLASH_PYTHON="$PY" \
+  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH}
+if ! grep -q "CUDA kernels: ON" "$OUTDIR/build.log"; then
+  failures=$((failures + 1))
+  note "FAIL  configure did not enable the CUDA kernels (see build.log)"
+fi
+step "build dflash_ops" 180 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash_ops -j16
+
+step "pytest CUDA attention" 150 "$OUTDIR/pytest.log" env DFLASH_BUILD_DIR="$BUILD" DFLASH_REQUIRE_CUDA=1 \
+  HF_HUB_OFFLINE=1 "$PY" -m pytest -q -rs tests/python/test_attention_cuda.py
+
+
+step "gpu_bench_attention.py (ours vs flex vs per-block SDPA)" 180 "$OUTDIR/bench_py.log" "$PY" \
+  scripts/gpu_bench_attention.py --lib "$BUILD/libdflash_ops.so" --json "$OUTDIR/bench_py.json"
+
+# The CLI pulls in every layer (built last so its failure cannot hide the kernel results).
+step "build dflash CLI" 150 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash -j16
+step "dflash bench attention --device cuda" 120 "$OUTDIR/bench_cli.log" "$BUILD/dflash" bench attention \
+  --device cuda --configs seed-scaled-bf16,seed,qwen3.6-27b --json "$OUTDIR/bench_cli.json"
+
+# Later: a tiny GPU training run (a few hundred steps of the drafter on the SmolLM2 target with
+# --device cuda, checking that the loss falls and tau > 1) belongs here, once `dflash train` exists.
+
+note "total $(($(date +%s) - T0)) s, $failures failed step(s)"
+cat "$SUMMARY"
+exit $((failures > 0))
