@@ -8,6 +8,9 @@ namespace dflash::cli {
 int bench_attention_main(const std::vector<std::string>& args);
 int safetensors_info_main(const std::vector<std::string>& args);
 int safetensors_copy_main(const std::vector<std::string>& args);
+int gguf_info_main(const std::vector<std::string>& args);
+int gguf_dequant_main(const std::vector<std::string>& args);
+int tokenize_main(const std::vector<std::string>& args);
 int target_run_main(const std::vector<std::string>& args);
 int target_generate_main(const std::vector<std::string>& args);
 
@@ -17,6 +20,9 @@ const std::vector<Subcommand>& subcommands() {
        &bench_attention_main},
       {{"safetensors", "info"}, "validate a safetensors file and list its tensors", &safetensors_info_main},
       {{"safetensors", "copy"}, "re-write a safetensors file through the dflash reader and writer", &safetensors_copy_main},
+      {{"gguf", "info"}, "validate a GGUF file and print its metadata and tensors", &gguf_info_main},
+      {{"gguf", "dequant"}, "write one GGUF tensor dequantised to raw float32", &gguf_dequant_main},
+      {{"tokenize"}, "tokenize JSONL text (or chat) with a GGUF or tokenizer.json vocabulary", &tokenize_main},
       {{"target", "run"}, "run the target on token ids, save logits and hidden states (tests)", &target_run_main},
       {{"target", "generate"}, "greedy generation with the target model, reports tokens/s", &target_generate_main},
   };
