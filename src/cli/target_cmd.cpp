@@ -38,10 +38,9 @@ models::TargetModel load_from_args(const Args& a) {
   opts.dtype = parse_dtype(a.str("dtype"));
   const int64_t n = a.i64("stages");
   if (n < 1) throw std::invalid_argument("--stages must be >= 1");
-  models::TargetModel probe_free = models::load_target(a.str("model"), opts);
-  if (n == 1) return probe_free;
-  opts.stages = models::split_layers(static_cast<int>(probe_free.config().num_hidden_layers),
-                                     std::vector<at::Device>(static_cast<size_t>(n), at::kCPU));
+  if (n > 1)
+    opts.stages = models::split_layers(static_cast<int>(models::read_target_config(a.str("model")).num_hidden_layers),
+                                       std::vector<at::Device>(static_cast<size_t>(n), at::kCPU));
   return models::load_target(a.str("model"), opts);
 }
 

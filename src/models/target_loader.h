@@ -6,7 +6,9 @@
 
 namespace dflash::models {
 
-// A Hugging Face folder (config.json + safetensors) or, when GGUF support is built, a .gguf file.
+// A Hugging Face folder (config.json + safetensors) or a llama.cpp .gguf file.
 TargetModel load_target(const std::string& path, const TargetLoadOptions& options = {});
+// Just the architecture (no weights), from config.json or GGUF metadata.
+TargetConfig read_target_config(const std::string& path);
 
 }  // namespace dflash::models

@@ -1,0 +1,19 @@
+// Loading a Llama / Qwen3 target from a llama.cpp GGUF file: the config from GGUF metadata, tensors
+// dequantised to float and renamed to Hugging Face names; Q/K rows of Llama conversions un-permuted.
+#pragma once
+#include <string>
+
+#include "gguf.h"
+#include "target_model.h"
+
+namespace dflash::models {
+
+// "blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight"; "" for names with no HF counterpart.
+std::string gguf_to_hf_name(const std::string& gguf_name);
+
+// Architecture from the `<arch>.*` metadata keys (arch = general.architecture: llama or qwen3).
+TargetConfig gguf_target_config(const io::GGUFFile& file);
+
+TargetModel load_gguf_target(const std::string& path, const TargetLoadOptions& options = {});
+
+}  // namespace dflash::models
