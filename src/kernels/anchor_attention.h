@@ -74,7 +74,7 @@ struct AnchorAttentionPlan {
 // otherwise a message naming the offending batch, block and value.
 std::string check_anchor_values(const AnchorAttentionArgs& a);
 
-AnchorAttentionPlan plan_anchor_attention(const AnchorAttentionArgs& a, int64_t dq_partitions = 8);
+AnchorAttentionPlan plan_anchor_attention(const AnchorAttentionArgs& a, int64_t dq_partitions = 4);
 
 // Forward over items first, first+step, ... of plan.fwd. out/lse rows of dropped blocks are not
 // touched: the caller zero-fills out and fills lse with -inf.

@@ -1,54 +1,19 @@
-// CUDA kernels of the fused anchor-block attention; see anchor_attention_cuda.cuh for the layout.
-//
-// Tensor-core fragments (PTX ISA, mma.m16n8k16 with 16-bit inputs), lane = 4*gid + tq:
-//   A 16x16 (row):  a0 = A[gid][2tq..+1], a1 = A[gid+8][2tq..+1], a2 = A[gid][2tq+8..+9], a3 = A[gid+8][2tq+8..+9]
-//   B 16x8  (col):  b0 = B[2tq..+1][gid], b1 = B[2tq+8..+9][gid]
-//   C 16x8  (f32):  c0,c1 = C[gid][2tq..+1], c2,c3 = C[gid+8][2tq..+1]
-// The lower-indexed element of a pair sits in the low 16 bits. Fragments are read from shared memory
-// with explicit index math (below), so every element's origin is visible in the code.
+// CUDA build of the anchor-block attention: tensor-core Elem<T> for bf16/fp16, the kernels of
+// anchor_attention_cuda_kernels.cuh, and the host-side launchers declared in anchor_attention_cuda.cuh.
 #include "anchor_attention_cuda.cuh"
 
-#include <climits>
 #include <cstdint>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "anchor_mask.h"
+#include "anchor_attention_cuda_kernels.cuh"
 
 namespace dflash::kernels::cuda {
 namespace {
 
-constexpr int kBM = 64;        // query rows per tile
-constexpr int kPad = 8;        // shared-memory row padding in elements: rows stay 16-byte aligned and
-                               // the fragment reads below hit 32 distinct banks
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr unsigned kFull = 0xffffffffu;
-constexpr int kFwdThreads = 128;  // 4 warps x 16 rows
-constexpr int kBwdThreads = 256;  // 8 warps
-constexpr int kBwdBN = 64;        // keys per backward tile
-
-struct Str {
-  int64_t sb, st, sh;
-};
-
-struct Params {
-  const uint16_t *q, *k, *v, *o, *dout;
-  Str qs, ks, vs, os, dos;
-  uint16_t *out, *dk, *dv;
-  Str outs, dks, dvs;
-  float *lse, *delta, *dq_acc;
-  const int32_t *order, *sorted_anchor, *nkept;
-  int N, B, S, Hq, Hkv, G, Tq;
-  int64_t window;
-  float scale, scale_log2;
-};
-
 // ---- 16-bit element types -------------------------------------------------------------------------
-template <typename T>
-struct Elem;
 template <>
 struct Elem<__nv_bfloat16> {
   static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -84,611 +49,13 @@ struct Elem<__half> {
   }
 };
 
-// ---- fragment loads from shared memory (ld = row stride in elements, even) ------------------------
-__device__ __forceinline__ uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ __forceinline__ uint32_t pack16(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
-
-// A[m][k] = s[m * ld + k] (row-major M x K), tile at (m0, k0).
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int ld, int m0, int k0, int gid, int tq) {
-  const uint16_t* p = s + (m0 + gid) * ld + k0 + 2 * tq;
-  a[0] = ld32(p);
-  a[1] = ld32(p + 8 * ld);
-  a[2] = ld32(p + 8);
-  a[3] = ld32(p + 8 * ld + 8);
-}
-// A[m][k] = s[k * ld + m] (stored transposed), tile at (m0, k0).
-__device__ __forceinline__ void frag_a_t(uint32_t (&a)[4], const uint16_t* s, int ld, int m0, int k0, int gid, int tq) {
-  const uint16_t* p = s + (k0 + 2 * tq) * ld + m0 + gid;
-  a[0] = pack16(p[0], p[ld]);
-  a[1] = pack16(p[8], p[ld + 8]);
-  a[2] = pack16(p[8 * ld], p[9 * ld]);
-  a[3] = pack16(p[8 * ld + 8], p[9 * ld + 8]);
-}
-// B[k][n] = s[n * ld + k] (e.g. K stored [key][d] used as K^T), tile at (k0, n0).
-__device__ __forceinline__ void frag_b_nmajor(uint32_t& b0, uint32_t& b1, const uint16_t* s, int ld, int k0, int n0,
-                                              int gid, int tq) {
-  const uint16_t* p = s + (n0 + gid) * ld + k0 + 2 * tq;
-  b0 = ld32(p);
-  b1 = ld32(p + 8);
-}
-// B[k][n] = s[k * ld + n] (e.g. V stored [key][d]), tile at (k0, n0).
-__device__ __forceinline__ void frag_b_kmajor(uint32_t& b0, uint32_t& b1, const uint16_t* s, int ld, int k0, int n0,
-                                              int gid, int tq) {
-  const uint16_t* p = s + (k0 + 2 * tq) * ld + n0 + gid;
-  b0 = pack16(p[0], p[ld]);
-  b1 = pack16(p[8 * ld], p[9 * ld]);
-}
-
-// Copies `rows` rows of D 16-bit elements into shared memory (row stride LD) in 16-byte pieces;
-// off(r) gives row r's element offset from g, or a negative value for a row to zero-fill.
-template <int D, int LD, int NT, typename Off>
-__device__ __forceinline__ void load_rows(uint16_t* s, const uint16_t* g, int rows, Off off) {
-  constexpr int kChunks = D / 8;
-  for (int idx = threadIdx.x; idx < rows * kChunks; idx += NT) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const int64_t o = off(r);
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (o >= 0) val = *reinterpret_cast<const uint4*>(g + o + c * 8);
-    *reinterpret_cast<uint4*>(s + r * LD + c * 8) = val;
-  }
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(kFull, x, 1));
-  return fmaxf(x, __shfl_xor_sync(kFull, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(kFull, x, 1);
-  return x + __shfl_xor_sync(kFull, x, 2);
-}
-
-// ---- plan ----------------------------------------------------------------------------------------
-// Rank of kept block i among the kept blocks of its batch by (anchor, index): a stable counting sort,
-// O(N^2 / threads), microseconds for the N of a training step and deterministic.
-__global__ void plan_kernel(const int64_t* anchors, int64_t asb, const bool* keep, int64_t ksb, int N, int S,
-                            int32_t* order, int32_t* sorted_anchor, int32_t* nkept) {
-  const int b = blockIdx.y;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const int64_t* an = anchors + b * asb;
-  const bool* kp = keep + b * ksb;
-  auto clamped = [&](int j) {
-    const int64_t x = an[j];
-    return int(x < 0 ? 0 : (x > S ? S : x));
-  };
-  if (i == 0) {
-    int count = 0;
-    for (int j = 0; j < N; ++j) count += kp[j] ? 1 : 0;
-    nkept[b] = count;
-  }
-  if (i >= N || !kp[i]) return;
-  const int ai = clamped(i);
-  int rank = 0;
-  for (int j = 0; j < N; ++j) {
-    if (!kp[j]) continue;
-    const int aj = clamped(j);
-    rank += (aj < ai || (aj == ai && j < i)) ? 1 : 0;
-  }
-  order[int64_t(b) * N + rank] = i;
-  sorted_anchor[int64_t(b) * N + rank] = ai;
-}
-
-// ---- forward -------------------------------------------------------------------------------------
-// One warp's online-softmax step over a key tile of BN columns already in sK/sV. Column c is visible
-// for the thread's row a (gid) iff clo_a <= c < chi_a, likewise row b (gid + 8).
-template <typename T, int D, int BN, int LD>
-__device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK, const uint16_t* sV, int warp,
-                                         int gid, int tq, int clo_a, int chi_a, int clo_b, int chi_b,
-                                         float scale_log2, float (&o)[D / 8][4], float (&m)[2], float (&l)[2]) {
-  const bool vis_a = max(clo_a, 0) < min(chi_a, BN), vis_b = max(clo_b, 0) < min(chi_b, BN);
-  if (!__any_sync(kFull, vis_a || vis_b)) return;  // tile fully outside this warp's rows
-  const bool full = __all_sync(kFull, clo_a <= 0 && chi_a >= BN && clo_b <= 0 && chi_b >= BN);
-
-  float s[BN / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-  for (int kt = 0; kt < D / 16; ++kt) {
-    uint32_t a[4];
-    frag_a(a, sQ, LD, warp * 16, kt * 16, gid, tq);
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      uint32_t b0, b1;
-      frag_b_nmajor(b0, b1, sK, LD, kt * 16, nt * 8, gid, tq);
-      Elem<T>::mma(s[nt], a, b0, b1);
-    }
-  }
-
-  float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = nt * 8 + 2 * tq + (e & 1);
-      float x = s[nt][e] * scale_log2;
-      if (!full) {
-        const bool v = e < 2 ? (c >= clo_a && c < chi_a) : (c >= clo_b && c < chi_b);
-        x = v ? x : -INFINITY;
-      }
-      s[nt][e] = x;
-    }
-    mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-    mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-  }
-  mx_a = quad_max(mx_a);
-  mx_b = quad_max(mx_b);
-  const float mn_a = fmaxf(m[0], mx_a), mn_b = fmaxf(m[1], mx_b);
-  // A row with nothing visible yet keeps m = -inf; use 0 as its reference so no -inf - -inf appears.
-  const float ref_a = mn_a == -INFINITY ? 0.f : mn_a, ref_b = mn_b == -INFINITY ? 0.f : mn_b;
-  const float alpha_a = exp2f(m[0] - ref_a), alpha_b = exp2f(m[1] - ref_b);
-  float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt) {
-    s[nt][0] = exp2f(s[nt][0] - ref_a);
-    s[nt][1] = exp2f(s[nt][1] - ref_a);
-    s[nt][2] = exp2f(s[nt][2] - ref_b);
-    s[nt][3] = exp2f(s[nt][3] - ref_b);
-    sum_a += s[nt][0] + s[nt][1];
-    sum_b += s[nt][2] + s[nt][3];
-  }
-  l[0] = l[0] * alpha_a + sum_a;  // per-thread partial sums; the quad is reduced at the end
-  l[1] = l[1] * alpha_b + sum_b;
-  m[0] = mn_a;
-  m[1] = mn_b;
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    o[dt][0] *= alpha_a;
-    o[dt][1] *= alpha_a;
-    o[dt][2] *= alpha_b;
-    o[dt][3] *= alpha_b;
-  }
-  // O += P V: the score fragments of key columns [16kk, 16kk+16) are exactly the A fragment of P.
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) {
-    uint32_t a[4];
-    a[0] = Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      uint32_t b0, b1;
-      frag_b_kmajor(b0, b1, sV, LD, kk * 16, dt * 8, gid, tq);
-      Elem<T>::mma(o[dt], a, b0, b1);
-    }
-  }
-}
-
-template <int D, int BN>
-constexpr int fwd_smem_bytes() {
-  return (kBM + 2 * BN) * (D + kPad) * 2;
-}
-
-template <typename T, int D, int BN>
-__global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
-  constexpr int LD = D + kPad;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sK = sQ + kBM * LD;
-  uint16_t* sV = sK + BN * LD;
-  __shared__ int r_lo[kBM], r_hi[kBM], r_bhi[kBM], r_bi[kBM], r_tok[kBM], r_qh[kBM];
-  __shared__ int t_min, t_max;
-
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int GB = p.G * p.B;
-  const int64_t total = int64_t(p.nkept[b]) * GB;
-  const int64_t R0 = int64_t(blockIdx.x) * kBM;
-  if (R0 >= total) return;  // the same for the whole CTA
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tq = lane & 3;
-  const int32_t* order = p.order + int64_t(b) * p.N;
-  const int32_t* sanchor = p.sorted_anchor + int64_t(b) * p.N;
-
-  if (tid == 0) {
-    t_min = INT_MAX;
-    t_max = INT_MIN;
-  }
-  __syncthreads();
-  if (tid < kBM) {
-    const int64_t R = R0 + tid;
-    if (R < total) {
-      const int bi = int(R / GB), rem = int(R % GB), g = rem / p.B, j = rem % p.B;
-      const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window);
-      const int lo = int(rr.ctx_lo), hi = int(rr.ctx_hi);
-      r_lo[tid] = lo;
-      r_hi[tid] = hi;
-      r_bhi[tid] = int(rr.blk_hi);
-      r_bi[tid] = bi;
-      r_tok[tid] = order[bi] * p.B + j;
-      r_qh[tid] = h * p.G + g;
-      if (hi > lo) {
-        atomicMin(&t_min, lo);
-        atomicMax(&t_max, hi);
-      }
-    } else {
-      r_lo[tid] = r_hi[tid] = r_bhi[tid] = 0;
-      r_bi[tid] = -1;
-      r_tok[tid] = -1;
-      r_qh[tid] = 0;
-    }
-  }
-  __syncthreads();
-  const int64_t qb = int64_t(b) * p.qs.sb;
-  load_rows<D, LD, kFwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
-    return r_tok[r] < 0 ? -1 : qb + int64_t(r_tok[r]) * p.qs.st + int64_t(r_qh[r]) * p.qs.sh;
-  });
-
-  const int ra = warp * 16 + gid, rb = ra + 8;
-  const int lo_a = r_lo[ra], hi_a = r_hi[ra], lo_b = r_lo[rb], hi_b = r_hi[rb];
-  float o[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-
-  const int64_t kb = int64_t(b) * p.ks.sb + int64_t(h) * p.ks.sh;
-  const int64_t vb = int64_t(b) * p.vs.sb + int64_t(h) * p.vs.sh;
-  // Context: the union of the rows' ranges (empty when kmin > kmax), no mask on tiles inside a warp's rows.
-  const int kmin = t_min, kmax = t_max;
-  for (int t0 = kmin; t0 < kmax; t0 += BN) {
-    __syncthreads();  // everyone is done with the previous tile (and sQ is written on the first pass)
-    load_rows<D, LD, kFwdThreads>(sK, p.k, BN, [&](int r) -> int64_t {
-      return t0 + r < kmax ? kb + int64_t(t0 + r) * p.ks.st : -1;
-    });
-    load_rows<D, LD, kFwdThreads>(sV, p.v, BN, [&](int r) -> int64_t {
-      return t0 + r < kmax ? vb + int64_t(t0 + r) * p.vs.st : -1;
-    });
-    __syncthreads();
-    fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, gid, tq, lo_a - t0, hi_a - t0, lo_b - t0, hi_b - t0, p.scale_log2, o,
-                           m, l);
-  }
-
-  // Own blocks: the B keys after the context, only for the rows of that block.
-  const int64_t last_row = (R0 + kBM < total ? R0 + kBM : total) - 1;
-  const int bi_first = int(R0 / GB), bi_last = int(last_row / GB);
-  const int bi_a = r_bi[ra], bi_b = r_bi[rb], bhi_a = r_bhi[ra], bhi_b = r_bhi[rb];
-  for (int bi = bi_first; bi <= bi_last; ++bi) {
-    const int64_t key0 = int64_t(p.S) + int64_t(order[bi]) * p.B;
-    for (int c0 = 0; c0 < p.B; c0 += BN) {
-      __syncthreads();
-      load_rows<D, LD, kFwdThreads>(sK, p.k, BN, [&](int r) -> int64_t {
-        return c0 + r < p.B ? kb + (key0 + c0 + r) * p.ks.st : -1;
-      });
-      load_rows<D, LD, kFwdThreads>(sV, p.v, BN, [&](int r) -> int64_t {
-        return c0 + r < p.B ? vb + (key0 + c0 + r) * p.vs.st : -1;
-      });
-      __syncthreads();
-      fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, gid, tq, bi_a == bi ? -c0 : 0, bi_a == bi ? bhi_a - c0 : 0,
-                             bi_b == bi ? -c0 : 0, bi_b == bi ? bhi_b - c0 : 0, p.scale_log2, o, m, l);
-    }
-  }
-
-  // Normalise and write O and the LSE (natural log) of the valid rows.
-  const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = half ? rb : ra;
-    const int tok = r_tok[r];
-    if (tok < 0) continue;
-    const int qh = r_qh[r];
-    const float lsum = half ? lb : la, mrow = half ? m[1] : m[0];
-    const float inv = 1.f / lsum;
-    uint16_t* dst = p.out + int64_t(b) * p.outs.sb + int64_t(tok) * p.outs.st + int64_t(qh) * p.outs.sh;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const int c = dt * 8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(dst + c) = Elem<T>::pack(o[dt][2 * half] * inv, o[dt][2 * half + 1] * inv);
-    }
-    if (tq == 0) p.lse[(int64_t(b) * p.Hq + qh) * p.Tq + tok] = (mrow + log2f(lsum)) * kLn2;
-  }
-}
-
-// ---- backward ------------------------------------------------------------------------------------
-// delta[b, qh, tok] = sum_d dO * O, one warp per row.
-template <typename T>
-__global__ void delta_kernel(const Params p, int D, int64_t rows) {
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const int tok = int(row % p.Tq);
-  const int64_t bh = row / p.Tq;
-  const int qh = int(bh % p.Hq), b = int(bh / p.Hq);
-  const uint16_t* o = p.o + int64_t(b) * p.os.sb + int64_t(tok) * p.os.st + int64_t(qh) * p.os.sh;
-  const uint16_t* g = p.dout + int64_t(b) * p.dos.sb + int64_t(tok) * p.dos.st + int64_t(qh) * p.dos.sh;
-  float sum = 0.f;
-  for (int d = lane; d < D; d += 32) sum += Elem<T>::to_float(o[d]) * Elem<T>::to_float(g[d]);
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFull, sum, off);
-  if (lane == 0) p.delta[row] = sum;
-}
-
-// dq[b, tok, qh, :] = dq_acc[b, qh, tok, :] in the output dtype.
-template <typename T>
-__global__ void dq_convert_kernel(const Params p, int D, uint16_t* dq, Str dqs, int64_t total) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int d = int(i % D);
-    const int64_t row = i / D;
-    const int tok = int(row % p.Tq);
-    const int64_t bh = row / p.Tq;
-    const int qh = int(bh % p.Hq), b = int(bh / p.Hq);
-    const uint32_t two = Elem<T>::pack(p.dq_acc[i], 0.f);
-    dq[int64_t(b) * dqs.sb + int64_t(tok) * dqs.st + int64_t(qh) * dqs.sh + d] = uint16_t(two & 0xffffu);
-  }
-}
-
-template <int D>
-constexpr int bwd_smem_bytes() {
-  return (2 * kBwdBN + 2 * kBM) * (D + kPad) * 2 + 2 * kBM * (kBwdBN + kPad) * 2;
-}
-
-// One CTA per key tile x KV head. Items [0, n_ctx) are context tiles of kBwdBN keys; the rest are the
-// own keys of the i-th kept block (in chunks of kBwdBN when B is larger).
-template <typename T, int D>
-__global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
-  constexpr int BN = kBwdBN, LD = D + kPad, LDP = BN + kPad, DH = D / 2;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  uint16_t* sK = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sV = sK + BN * LD;
-  uint16_t* sQ = sV + BN * LD;
-  uint16_t* sdO = sQ + kBM * LD;
-  uint16_t* sP = sdO + kBM * LD;
-  uint16_t* sdS = sP + kBM * LDP;
-  __shared__ int r_clo[kBM], r_chi[kBM], r_tok[kBM], r_qh[kBM];
-  __shared__ float r_lse[kBM], r_delta[kBM];
-
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int nk = p.nkept[b];
-  const int GB = p.G * p.B;
-  const int n_ctx = (p.S + BN - 1) / BN, chunks = (p.B + BN - 1) / BN;
-  const int32_t* order = p.order + int64_t(b) * p.N;
-  const int32_t* sanchor = p.sorted_anchor + int64_t(b) * p.N;
-
-  // Keys [key0, key0 + kn) of this item and the sorted blocks [first, last) that see them.
-  const int item = blockIdx.x;
-  const bool own = item >= n_ctx;
-  int64_t key0;
-  int kn, first, last, c0 = 0;
-  if (!own) {
-    const int k0 = item * BN;
-    key0 = k0;
-    kn = min(BN, p.S - k0);
-    int lo = 0, hi = nk;  // first block with anchor > k0
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (sanchor[mid] > k0) hi = mid; else lo = mid + 1;
-    }
-    first = lo;
-    last = nk;
-    if (p.window > 0) {  // and anchor - (window - 1) < k0 + kn, i.e. anchor < k0 + kn + window - 1
-      const int64_t bound = int64_t(k0) + kn + p.window - 1;
-      hi = nk;
-      while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if (sanchor[mid] >= bound) hi = mid; else lo = mid + 1;
-      }
-      last = lo;
-    }
-  } else {
-    const int o = item - n_ctx, bi = o / chunks;
-    if (bi >= nk) return;
-    c0 = (o % chunks) * BN;
-    key0 = int64_t(p.S) + int64_t(order[bi]) * p.B + c0;
-    kn = min(BN, p.B - c0);
-    first = bi;
-    last = bi + 1;
-  }
-  if (first >= last) return;  // nobody sees these keys: their gradients stay zero
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tq = lane & 3;
-  const int64_t kb = int64_t(b) * p.ks.sb + int64_t(h) * p.ks.sh;
-  const int64_t vb = int64_t(b) * p.vs.sb + int64_t(h) * p.vs.sh;
-  load_rows<D, LD, kBwdThreads>(sK, p.k, BN, [&](int r) -> int64_t { return r < kn ? kb + (key0 + r) * p.ks.st : -1; });
-  load_rows<D, LD, kBwdThreads>(sV, p.v, BN, [&](int r) -> int64_t { return r < kn ? vb + (key0 + r) * p.vs.st : -1; });
-
-  // dK / dV accumulators: warp owns keys [kw, kw + 16) x head dims [dw, dw + D/2).
-  const int kw = (warp & 3) * 16, dw = (warp >> 2) * DH;
-  // Scores: warp owns rows [rw, rw + 16) x keys [cw, cw + 32); dQ: rows [rw, rw + 16) x dims [dw, dw + D/2).
-  const int rw = (warp & 3) * 16, cw = (warp >> 2) * 32;
-  float dk[DH / 8][4], dv[DH / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < DH / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[nt][e] = dv[nt][e] = 0.f;
-
-  const int64_t Rlo = int64_t(first) * GB, Rhi = int64_t(last) * GB;
-  const int64_t qb = int64_t(b) * p.qs.sb, dob = int64_t(b) * p.dos.sb;
-  for (int64_t R0 = Rlo; R0 < Rhi; R0 += kBM) {
-    __syncthreads();  // the previous row tile is fully consumed
-    if (tid < kBM) {
-      const int64_t R = R0 + tid;
-      if (R < Rhi) {
-        const int bi = int(R / GB), rem = int(R % GB), g = rem / p.B, j = rem % p.B;
-        const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window);
-        const int tok = order[bi] * p.B + j, qh = h * p.G + g;
-        if (own) {
-          r_clo[tid] = -c0;
-          r_chi[tid] = int(rr.blk_hi) - c0;
-        } else {
-          r_clo[tid] = int(rr.ctx_lo - key0);
-          r_chi[tid] = int(rr.ctx_hi - key0);
-        }
-        r_tok[tid] = tok;
-        r_qh[tid] = qh;
-        const int64_t row = (int64_t(b) * p.Hq + qh) * p.Tq + tok;
-        r_lse[tid] = p.lse[row] * kLog2e;
-        r_delta[tid] = p.delta[row];
-      } else {
-        r_clo[tid] = r_chi[tid] = 0;
-        r_tok[tid] = -1;
-        r_qh[tid] = 0;
-        r_lse[tid] = 0.f;
-        r_delta[tid] = 0.f;
-      }
-    }
-    __syncthreads();
-    load_rows<D, LD, kBwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
-      return r_tok[r] < 0 ? -1 : qb + int64_t(r_tok[r]) * p.qs.st + int64_t(r_qh[r]) * p.qs.sh;
-    });
-    load_rows<D, LD, kBwdThreads>(sdO, p.dout, kBM, [&](int r) -> int64_t {
-      return r_tok[r] < 0 ? -1 : dob + int64_t(r_tok[r]) * p.dos.st + int64_t(r_qh[r]) * p.dos.sh;
-    });
-    __syncthreads();
-
-    // Phase 1: P = exp(scale QK^T - LSE) and dS = scale P (dO V^T - delta) for rows rw.., keys cw..
-    {
-      const int ra = rw + gid, rb = ra + 8;
-      const int clo_a = r_clo[ra], chi_a = r_chi[ra], clo_b = r_clo[rb], chi_b = r_chi[rb];
-      const bool vis = (max(clo_a, cw) < min(chi_a, cw + 32)) || (max(clo_b, cw) < min(chi_b, cw + 32));
-      float s[4][4], dp[4][4];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
-      if (__any_sync(kFull, vis)) {
-#pragma unroll
-        for (int kt = 0; kt < D / 16; ++kt) {
-          uint32_t aq[4], ag[4];
-          frag_a(aq, sQ, LD, rw, kt * 16, gid, tq);
-          frag_a(ag, sdO, LD, rw, kt * 16, gid, tq);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            uint32_t b0, b1;
-            frag_b_nmajor(b0, b1, sK, LD, kt * 16, cw + nt * 8, gid, tq);
-            Elem<T>::mma(s[nt], aq, b0, b1);
-            frag_b_nmajor(b0, b1, sV, LD, kt * 16, cw + nt * 8, gid, tq);
-            Elem<T>::mma(dp[nt], ag, b0, b1);
-          }
-        }
-        const float lse_a = r_lse[ra], lse_b = r_lse[rb], del_a = r_delta[ra], del_b = r_delta[rb];
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = cw + nt * 8 + 2 * tq + (e & 1);
-            const bool top = e < 2;
-            const bool v = top ? (c >= clo_a && c < chi_a) : (c >= clo_b && c < chi_b);
-            const float pr = v ? exp2f(s[nt][e] * p.scale_log2 - (top ? lse_a : lse_b)) : 0.f;
-            s[nt][e] = pr;
-            dp[nt][e] = pr * (dp[nt][e] - (top ? del_a : del_b)) * p.scale;
-          }
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int c = cw + nt * 8 + 2 * tq;
-        *reinterpret_cast<uint32_t*>(sP + ra * LDP + c) = Elem<T>::pack(s[nt][0], s[nt][1]);
-        *reinterpret_cast<uint32_t*>(sP + rb * LDP + c) = Elem<T>::pack(s[nt][2], s[nt][3]);
-        *reinterpret_cast<uint32_t*>(sdS + ra * LDP + c) = Elem<T>::pack(dp[nt][0], dp[nt][1]);
-        *reinterpret_cast<uint32_t*>(sdS + rb * LDP + c) = Elem<T>::pack(dp[nt][2], dp[nt][3]);
-      }
-    }
-    __syncthreads();
-
-    // Phase 2: dV += P^T dO and dK += dS^T Q over the tile's rows (the reduction dimension).
-#pragma unroll
-    for (int kt = 0; kt < kBM / 16; ++kt) {
-      uint32_t ap[4], ads[4];
-      frag_a_t(ap, sP, LDP, kw, kt * 16, gid, tq);
-      frag_a_t(ads, sdS, LDP, kw, kt * 16, gid, tq);
-#pragma unroll
-      for (int nt = 0; nt < DH / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b_kmajor(b0, b1, sdO, LD, kt * 16, dw + nt * 8, gid, tq);
-        Elem<T>::mma(dv[nt], ap, b0, b1);
-        frag_b_kmajor(b0, b1, sQ, LD, kt * 16, dw + nt * 8, gid, tq);
-        Elem<T>::mma(dk[nt], ads, b0, b1);
-      }
-    }
-
-    // Phase 3: dQ += dS K, added to the fp32 accumulator (other key tiles add to the same rows).
-    {
-      uint32_t ads[BN / 16][4];
-#pragma unroll
-      for (int kt = 0; kt < BN / 16; ++kt) frag_a(ads[kt], sdS, LDP, rw, kt * 16, gid, tq);
-      const int ra = rw + gid, rb = ra + 8;
-      const int tok_a = r_tok[ra], tok_b = r_tok[rb];
-      float* dq_a = tok_a < 0 ? nullptr : p.dq_acc + ((int64_t(b) * p.Hq + r_qh[ra]) * p.Tq + tok_a) * D;
-      float* dq_b = tok_b < 0 ? nullptr : p.dq_acc + ((int64_t(b) * p.Hq + r_qh[rb]) * p.Tq + tok_b) * D;
-#pragma unroll
-      for (int nt = 0; nt < DH / 8; ++nt) {
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int kt = 0; kt < BN / 16; ++kt) {
-          uint32_t b0, b1;
-          frag_b_kmajor(b0, b1, sK, LD, kt * 16, dw + nt * 8, gid, tq);
-          Elem<T>::mma(acc, ads[kt], b0, b1);
-        }
-        const int c = dw + nt * 8 + 2 * tq;
-        if (dq_a) {
-          atomicAdd(dq_a + c, acc[0]);
-          atomicAdd(dq_a + c + 1, acc[1]);
-        }
-        if (dq_b) {
-          atomicAdd(dq_b + c, acc[2]);
-          atomicAdd(dq_b + c + 1, acc[3]);
-        }
-      }
-    }
-  }
-
-  // Write dK / dV of this item's keys (each key belongs to exactly one item).
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = kw + gid + 8 * half;
-    if (r >= kn) continue;
-    uint16_t* kdst = p.dk + int64_t(b) * p.dks.sb + (key0 + r) * p.dks.st + int64_t(h) * p.dks.sh;
-    uint16_t* vdst = p.dv + int64_t(b) * p.dvs.sb + (key0 + r) * p.dvs.st + int64_t(h) * p.dvs.sh;
-#pragma unroll
-    for (int nt = 0; nt < DH / 8; ++nt) {
-      const int c = dw + nt * 8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(kdst + c) = Elem<T>::pack(dk[nt][2 * half], dk[nt][2 * half + 1]);
-      *reinterpret_cast<uint32_t*>(vdst + c) = Elem<T>::pack(dv[nt][2 * half], dv[nt][2 * half + 1]);
-    }
-  }
-}
-
 // ---- host side -----------------------------------------------------------------------------------
-Str str_of(const Strided& x) { return {x.sb, x.st, x.sh}; }
-Str str_of(const StridedOut& x) { return {x.sb, x.st, x.sh}; }
-
-Params make_params(const AnchorAttentionArgs& a, const AnchorAttentionCudaPlan& pl) {
-  const AnchorAttentionShape& s = a.shape;
-  Params p{};
-  p.q = static_cast<const uint16_t*>(a.q.data);
-  p.k = static_cast<const uint16_t*>(a.k.data);
-  p.v = static_cast<const uint16_t*>(a.v.data);
-  p.o = static_cast<const uint16_t*>(a.out.data);
-  p.dout = static_cast<const uint16_t*>(a.dout.data);
-  p.qs = str_of(a.q);
-  p.ks = str_of(a.k);
-  p.vs = str_of(a.v);
-  p.os = str_of(a.out);
-  p.dos = str_of(a.dout);
-  p.out = static_cast<uint16_t*>(a.out.data);
-  p.outs = str_of(a.out);
-  p.dk = static_cast<uint16_t*>(a.dk.data);
-  p.dks = str_of(a.dk);
-  p.dv = static_cast<uint16_t*>(a.dv.data);
-  p.dvs = str_of(a.dv);
-  p.lse = static_cast<float*>(a.lse);
-  p.order = pl.order;
-  p.sorted_anchor = pl.sorted_anchor;
-  p.nkept = pl.nkept;
-  p.N = int(s.num_blocks);
-  p.B = int(s.block_size);
-  p.S = int(s.context_len);
-  p.Hq = int(s.q_heads);
-  p.Hkv = int(s.kv_heads);
-  p.G = int(s.q_heads / s.kv_heads);
-  p.Tq = int(s.num_blocks * s.block_size);
-  p.window = s.window;
-  p.scale = float(s.scale);
-  p.scale_log2 = float(s.scale * 1.4426950408889634);
-  return p;
-}
-
 template <typename T, int D, int BN>
 cudaError_t launch_fwd(const Params& p, int batch, cudaStream_t stream) {
   constexpr int smem = fwd_smem_bytes<D, BN>();
   cudaError_t err = cudaFuncSetAttribute(fwd_kernel<T, D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const int64_t rows = int64_t(p.N) * p.G * p.B;
-  const dim3 grid(unsigned((rows + kBM - 1) / kBM), unsigned(p.Hkv), unsigned(batch));
+  const dim3 grid(unsigned(fwd_row_tiles(p)), unsigned(p.Hkv), unsigned(batch));
   fwd_kernel<T, D, BN><<<grid, kFwdThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
@@ -698,8 +65,7 @@ cudaError_t launch_bwd(const Params& p, int batch, cudaStream_t stream) {
   constexpr int smem = bwd_smem_bytes<D>();
   cudaError_t err = cudaFuncSetAttribute(bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const int items = (p.S + kBwdBN - 1) / kBwdBN + p.N * ((p.B + kBwdBN - 1) / kBwdBN);
-  const dim3 grid(unsigned(items), unsigned(p.Hkv), unsigned(batch));
+  const dim3 grid(unsigned(bwd_items(p)), unsigned(p.Hkv), unsigned(batch));
   bwd_kernel<T, D><<<grid, kBwdThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
@@ -707,9 +73,9 @@ cudaError_t launch_bwd(const Params& p, int batch, cudaStream_t stream) {
 template <typename T>
 cudaError_t forward_t(const Params& p, int batch, int D, cudaStream_t stream) {
   switch (D) {
-    case 64: return launch_fwd<T, 64, 64>(p, batch, stream);
-    case 128: return launch_fwd<T, 128, 64>(p, batch, stream);
-    case 256: return launch_fwd<T, 256, 32>(p, batch, stream);  // 32 keys keep O + S in registers
+    case 64: return launch_fwd<T, 64, fwd_keys_per_tile<64>()>(p, batch, stream);
+    case 128: return launch_fwd<T, 128, fwd_keys_per_tile<128>()>(p, batch, stream);
+    case 256: return launch_fwd<T, 256, fwd_keys_per_tile<256>()>(p, batch, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -720,8 +86,7 @@ cudaError_t backward_t(const Params& p, const AnchorAttentionArgs& a, cudaStream
   const int D = int(s.head_dim);
   const int64_t rows = s.batch * s.q_heads * s.num_blocks * s.block_size;
   if (rows > 0) {
-    const int warps = 8;
-    delta_kernel<T><<<unsigned((rows + warps - 1) / warps), warps * 32, 0, stream>>>(p, D, rows);
+    delta_kernel<T><<<unsigned((rows + kDeltaWarps - 1) / kDeltaWarps), kDeltaWarps * 32, 0, stream>>>(p, D, rows);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -734,8 +99,8 @@ cudaError_t backward_t(const Params& p, const AnchorAttentionArgs& a, cudaStream
   if (err != cudaSuccess) return err;
   const int64_t total = rows * D;
   if (total > 0) {
-    const int64_t blocks = (total + 255) / 256;
-    dq_convert_kernel<T><<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(
+    const int64_t blocks = (total + kConvertThreads - 1) / kConvertThreads;
+    dq_convert_kernel<T><<<unsigned(blocks < 65536 ? blocks : 65536), kConvertThreads, 0, stream>>>(
         p, D, static_cast<uint16_t*>(a.dq.data), str_of(a.dq), total);
     err = cudaGetLastError();
   }
@@ -772,9 +137,8 @@ cudaError_t anchor_attention_cuda_plan(const AnchorAttentionArgs& a, const Ancho
                                        cudaStream_t stream) {
   const AnchorAttentionShape& s = a.shape;
   if (s.batch == 0 || s.num_blocks == 0) return cudaSuccess;
-  const int threads = 256;
-  const dim3 grid(unsigned((s.num_blocks + threads - 1) / threads), unsigned(s.batch));
-  plan_kernel<<<grid, threads, 0, stream>>>(a.anchors, a.anchors_sb, a.keep, a.keep_sb, int(s.num_blocks),
+  const dim3 grid(unsigned((s.num_blocks + kPlanThreads - 1) / kPlanThreads), unsigned(s.batch));
+  plan_kernel<<<grid, kPlanThreads, 0, stream>>>(a.anchors, a.anchors_sb, a.keep, a.keep_sb, int(s.num_blocks),
                                             int(s.context_len), p.order, p.sorted_anchor, p.nkept);
   return cudaGetLastError();
 }
@@ -784,7 +148,7 @@ cudaError_t anchor_attention_cuda_forward(const AnchorAttentionArgs& a, const An
   const AnchorAttentionShape& s = a.shape;
   if (anchor_attention_cuda_unsupported(s)) return cudaErrorInvalidValue;
   if (s.batch == 0 || s.num_blocks == 0 || s.q_heads == 0) return cudaSuccess;
-  const Params p = make_params(a, pl);
+  const Params p = make_params(a, pl.order, pl.sorted_anchor, pl.nkept);
   if (!aligned16(p.q, p.qs) || !aligned16(p.k, p.ks) || !aligned16(p.v, p.vs)) return cudaErrorMisalignedAddress;
   const int D = int(s.head_dim);
   return s.dtype == ScalarType::BFloat16 ? forward_t<__nv_bfloat16>(p, int(s.batch), D, stream)
@@ -796,7 +160,7 @@ cudaError_t anchor_attention_cuda_backward(const AnchorAttentionArgs& a, const A
   const AnchorAttentionShape& s = a.shape;
   if (anchor_attention_cuda_unsupported(s)) return cudaErrorInvalidValue;
   if (s.batch == 0 || s.num_blocks == 0 || s.q_heads == 0) return cudaSuccess;
-  Params p = make_params(a, pl);
+  Params p = make_params(a, pl.order, pl.sorted_anchor, pl.nkept);
   p.delta = delta;
   p.dq_acc = dq_acc;
   if (!aligned16(p.q, p.qs) || !aligned16(p.k, p.ks) || !aligned16(p.v, p.vs) || !aligned16(p.dout, p.dos))
