@@ -96,7 +96,8 @@ class GGUFFile {
   // The raw bytes of a tensor inside the mapping (valid while this object lives).
   const uint8_t* tensor_data(const GGUFTensorInfo& t) const { return base_ + data_offset_ + t.offset; }
 
-  // Dequantises to float32 in memory order (numel() values); throws for unsupported types.
+  // Dequantises to float32 in memory order (numel() values): F32/F16/BF16/F64/I8-I64, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0,
+  // Q2_K..Q6_K; throws for the other (IQ*, TQ*, MXFP4, Q8_1/Q8_K) types.
   std::vector<float> dequantize(const GGUFTensorInfo& t) const;
 
  private:

@@ -1,4 +1,4 @@
-// Dequantisation of the ggml block formats to float32, following ggml's reference (scalar) code.
+// Dequantisation of the ggml block formats (legacy and K-quants) to float32, following ggml's reference (scalar) code.
 // Compiled with -ffp-contract=off so `q*d + m` rounds like NumPy's separate multiply and add.
 #include <cstring>
 #include <stdexcept>
@@ -119,6 +119,102 @@ void blocks(const uint8_t* src, float* dst, uint64_t n, uint32_t block_bytes) {
   for (uint64_t k = 0; k < n / 32; ++k) Block(src + k * block_bytes, dst + k * 32);
 }
 
+
+// ---- K-quants: super-blocks of 256; element order follows ggml (and gguf.quants' NumPy code). ----
+
+// Q2_K: {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}: 16 groups of 16, 2-bit q, (d*sc)*q - dmin*m.
+void q2_k(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* qs = b + 16;
+  float d = fp16_to_fp32(u16(b + 80)), dmin = fp16_to_fp32(u16(b + 82));
+  for (int i = 0; i < 256; ++i) {
+    int g = i / 16, c = i / 128, sh = 2 * ((i / 32) % 4), l = i % 32;
+    float dl = d * static_cast<float>(scales[g] & 0xF);
+    float ml = dmin * static_cast<float>(scales[g] >> 4);
+    y[i] = dl * static_cast<float>((qs[c * 32 + l] >> sh) & 3) - ml;
+  }
+}
+
+// Q3_K: {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}: 6-bit signed scales, 3-bit q (high bit inverted).
+void q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + 32;
+  const uint8_t* sc = b + 96;
+  float d = fp16_to_fp32(u16(b + 108));
+  float dl[16];
+  for (int j = 0; j < 16; ++j) {
+    int lo = (sc[j % 8] >> (4 * (j / 8))) & 0x0F;
+    int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 0x03;
+    dl[j] = d * static_cast<float>(static_cast<int8_t>(lo | (hi << 4)) - 32);
+  }
+  for (int i = 0; i < 256; ++i) {
+    int c = i / 128, sh = 2 * ((i / 32) % 4), l = i % 32;
+    int ql = (qs[c * 32 + l] >> sh) & 3;
+    int qh = ((hmask[l] >> (i / 32)) & 1) ^ 1;
+    y[i] = dl[i / 16] * static_cast<float>(ql - (qh << 2));
+  }
+}
+
+// The 6-bit scale and min of sub-block k (of 8) in Q4_K/Q5_K's 12 packed bytes.
+void k_scale_min(const uint8_t* s, int k, int& sc, int& mn) {
+  if (k < 4) {
+    sc = s[k] & 0x3F;
+    mn = s[k + 4] & 0x3F;
+  } else {
+    sc = (s[k + 4] & 0x0F) | ((s[k - 4] >> 2) & 0x30);
+    mn = (s[k + 4] >> 4) | ((s[k] >> 2) & 0x30);
+  }
+}
+
+// Q4_K: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}: 8 sub-blocks of 32, (d*sc)*q - dmin*m.
+void q4_k(const uint8_t* b, float* y) {
+  float d = fp16_to_fp32(u16(b)), dmin = fp16_to_fp32(u16(b + 2));
+  const uint8_t* scales = b + 4;
+  const uint8_t* qs = b + 16;
+  for (int k = 0; k < 8; ++k) {
+    int sc, mn;
+    k_scale_min(scales, k, sc, mn);
+    float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
+    for (int l = 0; l < 32; ++l) y[k * 32 + l] = d1 * static_cast<float>((qs[(k / 2) * 32 + l] >> (4 * (k % 2))) & 0xF) - m1;
+  }
+}
+
+// Q5_K: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: Q4_K plus a fifth bit from qh.
+void q5_k(const uint8_t* b, float* y) {
+  float d = fp16_to_fp32(u16(b)), dmin = fp16_to_fp32(u16(b + 2));
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int k = 0; k < 8; ++k) {
+    int sc, mn;
+    k_scale_min(scales, k, sc, mn);
+    float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
+    for (int l = 0; l < 32; ++l) {
+      int q = ((qs[(k / 2) * 32 + l] >> (4 * (k % 2))) & 0xF) | (((qh[l] >> k) & 1) << 4);
+      y[k * 32 + l] = d1 * static_cast<float>(q) - m1;
+    }
+  }
+}
+
+// Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: 16 groups of 16, 6-bit q - 32, (d*sc)*q.
+void q6_k(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  float d = fp16_to_fp32(u16(b + 208));
+  for (int i = 0; i < 256; ++i) {
+    int c = i / 128, e = i % 64, h = (i / 64) % 2, s = (i / 32) % 4, l = i % 32;
+    int lo = (ql[c * 64 + e] >> (4 * h)) & 0xF;
+    int hi = (qh[c * 32 + l] >> (2 * s)) & 3;
+    int q = static_cast<int8_t>(lo | (hi << 4)) - 32;
+    y[i] = (d * static_cast<float>(scales[i / 16])) * static_cast<float>(q);
+  }
+}
+
+template <void (*Block)(const uint8_t*, float*)>
+void super_blocks(const uint8_t* src, float* dst, uint64_t n, uint32_t block_bytes) {
+  for (uint64_t k = 0; k < n / 256; ++k) Block(src + k * block_bytes, dst + k * 256);
+}
 }  // namespace
 
 void ggml_dequantize(GGMLType type, const uint8_t* src, float* dst, uint64_t n) {
@@ -141,6 +237,11 @@ void ggml_dequantize(GGMLType type, const uint8_t* src, float* dst, uint64_t n) 
     case GGMLType::Q5_0: blocks<q5_0>(src, dst, n, ti->block_bytes); return;
     case GGMLType::Q5_1: blocks<q5_1>(src, dst, n, ti->block_bytes); return;
     case GGMLType::Q8_0: blocks<q8_0>(src, dst, n, ti->block_bytes); return;
+    case GGMLType::Q2_K: super_blocks<q2_k>(src, dst, n, ti->block_bytes); return;
+    case GGMLType::Q3_K: super_blocks<q3_k>(src, dst, n, ti->block_bytes); return;
+    case GGMLType::Q4_K: super_blocks<q4_k>(src, dst, n, ti->block_bytes); return;
+    case GGMLType::Q5_K: super_blocks<q5_k>(src, dst, n, ti->block_bytes); return;
+    case GGMLType::Q6_K: super_blocks<q6_k>(src, dst, n, ti->block_bytes); return;
     default: break;
   }
   throw std::runtime_error(std::string("ggml_dequantize: dequantising ") + ti->name + " is not implemented");

@@ -28,6 +28,7 @@ def run(dflash_bin, *args, ok=True):
 
 
 QUANTIZED = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.BF16]
+K_QUANTS = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,10 @@ def written(tmp_path_factory):
         x[0, :5] = [0.0, -0.0, 1e-8, 65504.0, -7.5]
         data = gguf.quants.quantize(x, q)
         w.add_tensor(f"q.{q.name}", data, raw_dtype=q)
+    for q in K_QUANTS:  # random blocks: every bit pattern of scales and quants is a valid block
+        block_bytes = gguf.GGML_QUANT_SIZES[q][1]
+        raw = rng.integers(0, 256, size=(2, 2 * block_bytes), dtype=np.uint8)
+        w.add_tensor(f"k.{q.name}", raw, raw_dtype=q)
     f16 = np.array([[0, 1, -1, 65504, -65504, 6.1e-5, 5.96e-8, np.inf], [-np.inf, np.nan, 0.333, 1e-7, 2, 3, 4, 5]],
                    dtype=np.float16)
     w.add_tensor("f.F16", f16)
