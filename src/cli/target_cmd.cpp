@@ -5,14 +5,18 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <optional>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "args.h"
+#include "chat_template.h"
 #include "safetensors.h"
 #include "target_loader.h"
 #include "target_model.h"
+#include "tokenizer.h"
 
 namespace dflash::cli {
 namespace {
@@ -103,12 +107,32 @@ int target_generate_main(const std::vector<std::string>& args) {
   Args a("target generate", "greedy generation with the target; prints the new token ids and tokens/s");
   common_options(a);
   a.option("prompt-ids", "IDS", "", "comma-separated prompt token ids");
+  a.option("prompt", "TEXT", "", "prompt text, sent as one user chat message (decoded reply printed)");
+  a.option("tokenizer", "PATH", "", "tokenizer .gguf or tokenizer.json (default: the model's GGUF or MODEL/tokenizer.json)");
+  a.flag("raw", "tokenize --prompt as plain text instead of a chat message");
   a.option("max-new", "N", "32", "maximum new tokens");
   a.option("eos", "IDS", "config", "stop ids: 'config' (from the model), 'none', or comma-separated ids");
   if (!a.parse(args)) return 0;
+  if (a.given("prompt") == a.given("prompt-ids"))
+    throw std::invalid_argument("target generate: give exactly one of --prompt and --prompt-ids");
+  std::optional<tok::Tokenizer> tokenizer;
+  std::vector<int64_t> prompt;
+  if (a.given("prompt")) {
+    std::string tpath = a.str("tokenizer");
+    if (tpath.empty())
+      tpath = std::filesystem::is_directory(a.str("model"))
+                  ? (std::filesystem::path(a.str("model")) / "tokenizer.json").string()
+                  : a.str("model");
+    tokenizer = tok::Tokenizer::load(tpath);
+    std::vector<int32_t> ids =
+        a.on("raw") ? tokenizer->encode(a.str("prompt"))
+                    : tok::ChatFormat::from_tokenizer(*tokenizer).encode(*tokenizer, {{"user", a.str("prompt")}}, true).ids;
+    prompt.assign(ids.begin(), ids.end());
+  } else {
+    prompt = a.i64_list("prompt-ids");
+  }
   models::TargetModel model = load_from_args(a);
-  std::vector<int64_t> prompt = a.i64_list("prompt-ids");
-  if (prompt.empty()) throw std::invalid_argument("target generate: --prompt-ids is required");
+  if (prompt.empty()) throw std::invalid_argument("target generate: the prompt is empty");
   for (auto t : prompt)
     if (t < 0 || t >= model.config().vocab_size)
       throw std::invalid_argument("target generate: prompt id " + std::to_string(t) + " outside the vocabulary [0, " +
@@ -120,7 +144,12 @@ int target_generate_main(const std::vector<std::string>& args) {
   std::vector<int64_t> ids = model.generate(prompt, a.i64("max-new"), eos, &st);
   std::string line;
   for (auto t : ids) line += (line.empty() ? "" : " ") + std::to_string(t);
-  std::printf("%s\n", line.c_str());
+  if (tokenizer) {
+    std::printf("%s\n", tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end()), true).c_str());
+    std::fprintf(stderr, "ids: %s\n", line.c_str());
+  } else {
+    std::printf("%s\n", line.c_str());
+  }
   std::fprintf(stderr, "prompt %lld tokens in %.3f s; %lld new tokens in %.3f s (%.1f tokens/s)\n",
                static_cast<long long>(st.prompt_tokens), st.prefill_seconds, static_cast<long long>(st.new_tokens),
                st.decode_seconds,

@@ -135,3 +135,10 @@ def test_smollm2_gguf_answers_a_chat_prompt(dflash_bin):
     # "The capital of France is Paris." then <|im_end|> (eos from the GGUF metadata stops generation).
     assert ids == [504, 3575, 282, 4649, 314, 7042, 30, 2]
     assert "tokens/s" in r.stderr
+    # The same through the GGUF's own tokenizer and chat template.
+    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(SMOLLM2), "--prompt",
+                        "What is the capital of France?", "--max-new", "12"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "The capital of France is Paris."
+    assert "ids: " + " ".join(map(str, ids)) in r.stderr
