@@ -88,7 +88,7 @@ ChatText ChatFormat::render(const std::vector<ChatMessage>& messages, bool add_g
     }
     if (add_generation_prompt) s += "<|im_start|>assistant\n";
   } else {
-    s += bos_;
+    if (!messages.empty()) s += bos_;  // the template writes it with the first message
     for (const auto& m : messages) {
       s += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
       size_t a = s.size();

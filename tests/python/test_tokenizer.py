@@ -278,6 +278,36 @@ def test_chat_template_matches_jinja(smollm2, dflash_bin, shared_dir, tmp_path):
     assert got[-3]["text"].startswith("<|im_start|>system\nBe brief.<|im_end|>")
 
 
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+def test_llama3_chat_template_matches_jinja(smollm2, dflash_bin, tmp_path):
+    """Llama-3.0's template (rendered with SmolLM2's vocabulary: the format, not the ids, is under test)."""
+    jinja2 = pytest.importorskip("jinja2")
+    d = tmp_path / "llama3"
+    d.mkdir()
+    (d / "tokenizer.json").write_text(smollm2["json"].read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": LLAMA3_TEMPLATE, "bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}))
+    convs = [
+        {"messages": [{"role": "user", "content": "  hi there \n\t"}]},
+        {"messages": [{"role": "system", "content": "\u3000sys\u2028"}, {"role": "user", "content": "q"},
+                      {"role": "assistant", "content": " a \x1c"}], "add_generation_prompt": False},
+        {"messages": []},
+    ]
+    got = run_tokenize(dflash_bin, tmp_path, d / "tokenizer.json", convs, "--chat")
+    tmpl = jinja2.Environment().from_string(LLAMA3_TEMPLATE)
+    for c, o in zip(convs, got):
+        text = tmpl.render(messages=c["messages"], add_generation_prompt=c.get("add_generation_prompt", True),
+                           bos_token="<|endoftext|>")
+        assert o["text"] == text
+        assert o["ids"] == smollm2["ref"].encode(text).ids
+
+
 def test_unicode_table_is_current():
     """The committed class table equals a fresh one from the engine HF tokenizers uses."""
     gen = ROOT / "src" / "tokenizer" / "gen_unicode_classes.py"
