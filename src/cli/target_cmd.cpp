@@ -32,7 +32,8 @@ at::ScalarType parse_dtype(const std::string& s) {
 void common_options(Args& a) {
   a.option("model", "PATH", "", "Hugging Face folder (config.json + safetensors) or a .gguf file");
   a.option("dtype", "TYPE", "f32", "compute dtype: f32, bf16, f16, f64");
-  a.option("stages", "N", "1", "pipeline stages (split layers evenly; all on CPU here)");
+  a.option("stages", "N", "1", "pipeline stages on CPU (split layers evenly)");
+  a.option("devices", "LIST", "", "one pipeline stage per device, e.g. cuda:0,cuda:1 (overrides --stages)");
   a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
 }
 
@@ -42,9 +43,15 @@ models::TargetModel load_from_args(const Args& a) {
   opts.dtype = parse_dtype(a.str("dtype"));
   const int64_t n = a.i64("stages");
   if (n < 1) throw std::invalid_argument("--stages must be >= 1");
-  if (n > 1)
+  std::vector<at::Device> devices(static_cast<size_t>(n), at::kCPU);
+  if (a.given("devices")) {
+    devices.clear();
+    for (const auto& d : a.str_list("devices")) devices.emplace_back(d);
+    if (devices.empty()) throw std::invalid_argument("--devices needs at least one device, e.g. cpu or cuda:0");
+  }
+  if (devices.size() > 1 || devices.front() != at::Device(at::kCPU))
     opts.stages = models::split_layers(static_cast<int>(models::read_target_config(a.str("model")).num_hidden_layers),
-                                       std::vector<at::Device>(static_cast<size_t>(n), at::kCPU));
+                                       devices);
   return models::load_target(a.str("model"), opts);
 }
 

@@ -195,6 +195,9 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
     throw std::invalid_argument("target forward: input_ids must be [batch, T], got " +
                                 std::to_string(input_ids.dim()) + " dims");
   if (input_ids.scalar_type() != at::kLong) throw std::invalid_argument("target forward: input_ids must be int64");
+  if (input_ids.size(0) < 1 || input_ids.size(1) < 1)
+    throw std::invalid_argument("target forward: input_ids must hold at least one token per row, got [" +
+                                std::to_string(input_ids.size(0)) + ", " + std::to_string(input_ids.size(1)) + "]");
   const int L = static_cast<int>(layers_.size());
   std::vector<bool> capture(L, false);
   for (int c : capture_layers) {

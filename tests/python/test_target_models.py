@@ -1,6 +1,7 @@
 """The C++ target forward (`dflash target run|generate`) against Hugging Face transformers on tiny random
 Llama and Qwen3 models: logits and captured hidden states, KV-cache decode, block verify with rollback,
 two pipeline stages, and greedy generation."""
+import copy
 import subprocess
 
 import pytest
@@ -87,13 +88,26 @@ def test_full_forward_matches_hf(dflash_bin, tiny, tmp_path):
                                   ["--prefill", "7", "--block", "5"],
                                   ["--prefill", "7", "--block", "5", "--rollback"],
                                   ["--stages", "2", "--prefill", "4", "--block", "8", "--rollback"],
-                                  ["--stages", "2"]],
-                         ids=["decode", "verify", "verify_rollback", "pipeline_rollback", "pipeline"])
+                                  ["--stages", "2"],
+                                  ["--devices", "cpu,cpu,cpu", "--prefill", "3", "--block", "16"]],
+                         ids=["decode", "verify", "verify_rollback", "pipeline_rollback", "pipeline", "devices"])
 def test_cached_paths_match_hf_full_forward(dflash_bin, tiny, tmp_path, mode):
     model, d = tiny
     ids = torch.randint(0, model.config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(2))
     capture = [0, model.config.num_hidden_layers - 2]
     _check(_run(dflash_bin, d, ids, tmp_path, capture, *mode), _hf_forward(model, ids), capture)
+
+
+def test_bf16_forward_is_close_to_hf_bf16(dflash_bin, tiny, tmp_path):
+    model, d = tiny
+    ids = torch.randint(0, model.config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(4))
+    ref = _hf_forward(copy.deepcopy(model).to(torch.bfloat16), ids)
+    got = _run(dflash_bin, d, ids, tmp_path, [1], "--dtype", "bf16", "--prefill", "8", "--block", "4")
+    assert got["hidden.1"].dtype == torch.bfloat16
+    scale = ref.logits.float().abs().max().item()
+    # bf16 rounding differs with op order; the two must still agree to a few bf16 ulps of the range.
+    assert _max_diff(got["logits"], ref.logits.float()) <= 0.05 * scale
+    assert (got["logits"].argmax(-1) == ref.logits.float().argmax(-1)).float().mean() >= 0.9
 
 
 def test_greedy_generation_matches_hf(dflash_bin, tiny):
