@@ -62,6 +62,16 @@ AWKWARD = [
 ]
 
 
+def fuzz_strings(n=600, seed=0):
+    """Random strings over the characters where the split regexes branch (fixed seed)."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = list(" \n\r\t'sStTrReEvVlLmMdDxy09½²٣é\u0301\u0308中文🙂\u200d\u3000\u00a0\u2028\x85.,!?-_ſK") + [
+        "<|im_end|>", "<|endoftext|>", "<|im_start", "  ", "\n\n", "'s", "'LL", "123", "\r\n"]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(n)]
+
+
 def load_prompts(shared_dir):
     data = pathlib.Path(shared_dir) / "data"
     texts = []
@@ -180,7 +190,7 @@ def test_reference_matches_transformers_gguf_tokenizer(smollm2):
 
 
 def test_all_prompts_match_hf(smollm2, dflash_bin, shared_dir, tmp_path):
-    texts = load_prompts(shared_dir) + AWKWARD
+    texts = load_prompts(shared_dir) + AWKWARD + fuzz_strings()
     want = [e.ids for e in smollm2["ref"].encode_batch(texts)]
     for model in (MODEL, smollm2["json"]):
         got = run_tokenize(dflash_bin, tmp_path, model, [{"text": t} for t in texts], "--decode")
@@ -233,7 +243,7 @@ def test_other_pre_tokenizers_match_hf(smollm2, dflash_bin, shared_dir, tmp_path
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(smollm2_tokenizer_json(smollm2["data"], pre_tokenizer=pre)))
     ref = tokenizers.Tokenizer.from_file(str(path))
-    texts = AWKWARD + load_prompts(shared_dir)[::40]
+    texts = AWKWARD + load_prompts(shared_dir)[::40] + fuzz_strings()
     want = [e.ids for e in ref.encode_batch(texts)]
     got = run_tokenize(dflash_bin, tmp_path, path, [{"text": t} for t in texts])
     assert first_mismatch(texts, [o["ids"] for o in got], want) is None
