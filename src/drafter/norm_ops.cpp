@@ -51,18 +51,19 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     const auto s = ctx->get_saved_variables();
     const at::Tensor &g = s[0], &u = s[1], &wd = s[2];
     const at::Tensor& dy = grads[0];
-    const at::Tensor sig = at::sigmoid(g);
-    const at::Tensor silu = g.mul(sig);
+    // At most four T x I buffers live at once (memory_planner.cpp counts four).
+    at::Tensor sig = at::sigmoid(g);
+    at::Tensor silu = g.mul(sig);
     at::Tensor dwd;
-    if (wd.requires_grad()) {
-      const at::Tensor m = silu.mul(u);
-      dwd = at::matmul(dy.reshape({-1, dy.size(-1)}).t(), m.reshape({-1, m.size(-1)}));
-    }
-    const at::Tensor dm = at::matmul(dy, wd);
-    const at::Tensor du = dm.mul(silu);
-    // d silu(g)/dg = sig * (1 + g * (1 - sig))
-    const at::Tensor dg = dm.mul_(sig.mul(g.mul(sig.neg().add_(1)).add_(1))).mul_(u);
-    return {dg, du, dwd};
+    if (wd.requires_grad())
+      dwd = at::matmul(dy.reshape({-1, dy.size(-1)}).t(), silu.mul(u).reshape({-1, g.size(-1)}));
+    at::Tensor dm = at::matmul(dy, wd);
+    at::Tensor du = dm.mul(silu);
+    // d silu(g)/dg = sig * (1 + g * (1 - sig)) = sig * (1 + g - silu), built in silu's buffer.
+    silu.neg_().add_(g).add_(1).mul_(sig);
+    sig.reset();
+    dm.mul_(silu).mul_(u);  // now d(gate)
+    return {dm, du, dwd};
   }
 };
 

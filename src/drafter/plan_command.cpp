@@ -1,0 +1,90 @@
+// `dflash plan`: predicted peak training memory of the drafter, with a breakdown, before any step runs.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "drafter_model.h"
+#include "memory_planner.h"
+
+namespace dflash::cli {
+
+int64_t dtype_bytes_of(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16" || s == "fp16" || s == "float16") return 2;
+  if (s == "fp32" || s == "float32") return 4;
+  if (s == "fp64" || s == "float64") return 8;
+  throw std::invalid_argument("--dtype: expected bf16, fp16, fp32 or fp64, got '" + s + "'");
+}
+
+int plan_main(const std::vector<std::string>& argv) {
+  Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget)");
+  a.option("config", "FILE", "", "drafter config.json (or use --preset)");
+  a.option("preset", "NAME", "", "qwen3-8b | qwen3.6-27b (SPEC.md scale: seq 8000, 1024 anchors, bf16, AdamW)");
+  a.option("seq-len", "S", "4096", "context tokens per sequence");
+  a.option("anchors", "N", "512", "blocks per sequence");
+  a.option("batch", "B", "1", "sequences per step");
+  a.option("block-size", "B", "", "override the config's block size");
+  a.option("dtype", "DTYPE", "bf16", "weight/activation dtype: bf16 | fp16 | fp32 | fp64");
+  a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
+  a.option("loss-chunk", "ROWS", "1024", "rows of logits per loss chunk");
+  a.option("kl-weight", "X", "0.15", "soft-label weight (0: hard labels only)");
+  a.option("optimizer", "NAME", "adamw", "adamw | sgd | none");
+  a.flag("no-master", "no fp32 master weights");
+  a.option("device", "NAME", "cuda", "cuda | cpu (attention backward workspace differs)");
+  a.option("budget", "SIZE", "", "pick the cheapest checkpoint policy and loss chunk that fit, e.g. 90GB");
+  a.flag("json", "print JSON instead of text");
+  if (!a.parse(argv)) return 0;
+
+  using namespace dflash::drafter;
+  PlanSettings s;
+  if (!a.str("preset").empty()) {
+    s = plan_preset(a.str("preset"));
+  } else if (!a.str("config").empty()) {
+    s.cfg = load_drafter_config(a.str("config"));
+  } else {
+    throw std::invalid_argument("plan: give --config FILE or --preset qwen3-8b|qwen3.6-27b");
+  }
+  const bool preset = !a.str("preset").empty();
+  auto pick = [&](const char* name) { return !preset || a.given(name); };
+  if (pick("seq-len")) s.seq_len = a.i64("seq-len");
+  if (pick("anchors")) s.num_anchors = a.i64("anchors");
+  if (pick("batch")) s.batch = a.i64("batch");
+  if (a.given("block-size")) s.cfg.block_size = a.i64("block-size");
+  if (pick("dtype")) s.dtype_bytes = dtype_bytes_of(a.str("dtype"));
+  if (pick("checkpoint")) s.checkpoint_every = CheckpointPolicy::parse(a.str("checkpoint")).every;
+  if (pick("loss-chunk")) s.loss_chunk_rows = a.i64("loss-chunk");
+  if (pick("kl-weight")) s.kl_weight = a.f64("kl-weight");
+  if (pick("optimizer")) s.optimizer = a.str("optimizer");
+  if (a.on("no-master")) s.master_fp32 = false;
+  if (pick("device")) s.device = a.str("device");
+
+  if (!a.str("budget").empty()) {
+    const double budget = parse_bytes(a.str("budget"));
+    const BudgetChoice c = plan_for_budget(s, budget);
+    if (a.on("json")) {
+      nlohmann::json j = plan_to_json(c.plan);
+      j["budget_bytes"] = budget;
+      j["fits"] = c.fits;
+      if (!c.fits) j["why"] = c.why;
+      std::cout << j.dump(2) << "\n";
+    } else {
+      if (c.fits)
+        std::cout << "fits in " << human_bytes(budget) << " with checkpoint "
+                  << CheckpointPolicy{c.plan.settings.checkpoint_every}.name() << ", loss chunk "
+                  << c.plan.settings.loss_chunk_rows << " rows\n\n";
+      else
+        std::cout << c.why << "\n\n";
+      std::cout << format_plan(c.plan);
+    }
+    return c.fits ? 0 : 3;
+  }
+  const MemoryPlan p = plan_memory(s);
+  if (a.on("json")) std::cout << plan_to_json(p).dump(2) << "\n";
+  else std::cout << format_plan(p);
+  return 0;
+}
+
+}  // namespace dflash::cli
