@@ -1,0 +1,232 @@
+// A small CPU emulation of the CUDA execution model, enough to run the anchor-attention kernels of
+// src/kernels/cuda/anchor_attention_cuda_kernels.cuh unchanged on a machine without a GPU.
+//
+// Every CUDA thread of a block is a ucontext coroutine on one OS thread; blocks run one after the
+// other. A thread runs until it reaches a synchronisation point:
+//   __syncthreads()              waits until every live thread of the block is there;
+//   warp collectives (shuffle, vote, and the mma.sync emulation of the includer) deposit the lane's
+//   words, wait until all 32 lanes of the warp have deposited, then read what they need.
+// The scheduler stops with an error when threads cannot all make progress (a warp split between a
+// collective and __syncthreads, lanes in different collectives, a collective with exited lanes),
+// i.e. the divergence bugs that would hang or corrupt a real GPU run. Shared memory starts as 0xff
+// bytes (NaN as bf16/fp16) so reads of unwritten shared memory show up in the results.
+#pragma once
+#include <ucontext.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint4 {
+  unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static  // blocks run one at a time, so a function-level static is per-block memory
+#define __align__(n) alignas(n)
+#define DFLASH_DYN_SMEM(name) unsigned char* name = ::cuda_emu::dynamic_smem()
+
+namespace cuda_emu {
+
+enum class State { Runnable, WarpWait, BlockWait, Done };
+constexpr int kWords = 8;  // words a lane deposits per collective; the last one tags the collective
+constexpr size_t kStackBytes = 192 * 1024;
+
+struct Thread {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  dim3 idx;
+  int warp = 0, lane = 0;
+  State state = State::Runnable;
+  unsigned coll = 0;  // collectives passed: selects one of two deposit buffers
+};
+
+struct Machine {
+  std::vector<Thread> threads;
+  ucontext_t sched;
+  int current = -1;
+  std::vector<uint32_t> deposits;  // [warp][parity][lane][kWords]
+  std::vector<unsigned char> smem;
+  const std::function<void()>* body = nullptr;
+  dim3 block_idx, block_dim, grid_dim;
+};
+inline Machine& machine() {
+  static Machine m;
+  return m;
+}
+inline Thread& cur() { return machine().threads[machine().current]; }
+inline unsigned char* dynamic_smem() { return machine().smem.data(); }
+
+inline void wait_as(State s) {
+  Thread& t = cur();
+  t.state = s;
+  swapcontext(&t.ctx, &machine().sched);
+}
+
+// Deposits this lane's words (words[kWords-1] is the collective's tag), waits for the warp, and
+// returns the 32 lanes' deposits ([lane][kWords]).
+inline const uint32_t* warp_exchange(const uint32_t (&words)[kWords]) {
+  Machine& m = machine();
+  Thread& t = cur();
+  uint32_t* slot = &m.deposits[(size_t(t.warp) * 2 + (t.coll & 1)) * 32 * kWords];
+  std::memcpy(slot + t.lane * kWords, words, sizeof(words));
+  wait_as(State::WarpWait);
+  ++t.coll;
+  return slot;
+}
+
+inline void thread_main() {
+  (*machine().body)();
+  cur().state = State::Done;  // returning resumes the scheduler through uc_link
+}
+
+inline std::string where(const Machine& m) {
+  return " in block (" + std::to_string(m.block_idx.x) + ", " + std::to_string(m.block_idx.y) + ", " +
+         std::to_string(m.block_idx.z) + ")";
+}
+
+inline void run_block(Machine& m) {
+  const int n = int(m.threads.size()), warps = (n + 31) / 32;
+  for (int i = 0; i < n; ++i) {
+    Thread& t = m.threads[i];
+    getcontext(&t.ctx);
+    t.ctx.uc_stack.ss_sp = t.stack.data();
+    t.ctx.uc_stack.ss_size = t.stack.size();
+    t.ctx.uc_link = &m.sched;
+    makecontext(&t.ctx, &thread_main, 0);
+    t.idx = dim3(unsigned(i));
+    t.warp = i / 32;
+    t.lane = i % 32;
+    t.state = State::Runnable;
+    t.coll = 0;
+  }
+  std::fill(m.smem.begin(), m.smem.end(), 0xff);
+  // Greedy schedule: one warp at a time runs as far as it can (through its collectives) before the
+  // next one starts; the warp order flips at every __syncthreads and between neighbouring blocks.
+  // A missing barrier then lets one warp read shared memory another has not written yet, or
+  // overwrite what another still needs, in some block of any grid with a few blocks.
+  for (int phase = 0;; ++phase) {
+    for (int wi = 0; wi < warps; ++wi) {
+      const bool reverse = ((phase + m.block_idx.x + m.block_idx.y + m.block_idx.z) & 1) != 0;
+      const int w = reverse ? warps - 1 - wi : wi;
+      const int lanes = std::min(32, n - w * 32);
+      for (;;) {
+        for (int l = 0; l < lanes; ++l)
+          if (m.threads[w * 32 + l].state == State::Runnable) {
+            m.current = w * 32 + l;
+            swapcontext(&m.sched, &m.threads[w * 32 + l].ctx);
+          }
+        int waiting = 0;
+        for (int l = 0; l < lanes; ++l) waiting += m.threads[w * 32 + l].state == State::WarpWait;
+        if (waiting == 0) break;  // the warp is at __syncthreads or done
+        if (waiting != 32)
+          throw std::runtime_error("cuda_emu: warp " + std::to_string(w) + " has " + std::to_string(waiting) +
+                                   " of 32 lanes in a collective, the rest at __syncthreads or exited" + where(m));
+        const Thread& t0 = m.threads[w * 32];
+        const uint32_t* slot = &m.deposits[(size_t(w) * 2 + (t0.coll & 1)) * 32 * kWords];
+        for (int l = 1; l < 32; ++l)
+          if (slot[l * kWords + kWords - 1] != slot[kWords - 1] || m.threads[w * 32 + l].coll != t0.coll)
+            throw std::runtime_error("cuda_emu: lanes of warp " + std::to_string(w) +
+                                     " are in different collectives" + where(m));
+        for (int l = 0; l < 32; ++l) m.threads[w * 32 + l].state = State::Runnable;
+      }
+    }
+    int at_barrier = 0, done = 0;
+    for (const Thread& t : m.threads) {
+      at_barrier += t.state == State::BlockWait;
+      done += t.state == State::Done;
+    }
+    if (done == n) return;
+    if (at_barrier + done != n) throw std::runtime_error("cuda_emu: deadlock" + where(m));
+    for (Thread& t : m.threads)
+      if (t.state == State::BlockWait) t.state = State::Runnable;
+  }
+}
+
+// Runs body() as every thread of every block of the grid (1-D blocks).
+inline void launch(dim3 grid, unsigned threads, size_t smem_bytes, const std::function<void()>& body) {
+  Machine& m = machine();
+  m.threads.resize(threads);
+  for (Thread& t : m.threads)
+    if (t.stack.size() != kStackBytes) t.stack.assign(kStackBytes, 0);
+  m.deposits.assign(size_t((threads + 31) / 32) * 2 * 32 * kWords, 0);
+  m.smem.assign(smem_bytes + 16, 0xff);
+  m.body = &body;
+  m.grid_dim = grid;
+  m.block_dim = dim3(threads);
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        m.block_idx = dim3(x, y, z);
+        run_block(m);
+      }
+  m.body = nullptr;
+}
+
+}  // namespace cuda_emu
+
+#define threadIdx (::cuda_emu::cur().idx)
+#define blockIdx (::cuda_emu::machine().block_idx)
+#define blockDim (::cuda_emu::machine().block_dim)
+#define gridDim (::cuda_emu::machine().grid_dim)
+
+inline void __syncthreads() { ::cuda_emu::wait_as(::cuda_emu::State::BlockWait); }
+
+inline float __shfl_xor_sync(unsigned, float x, int lane_mask) {
+  uint32_t w[::cuda_emu::kWords] = {};
+  std::memcpy(&w[0], &x, 4);
+  w[::cuda_emu::kWords - 1] = 0x5f000000u + unsigned(lane_mask);
+  const uint32_t* s = ::cuda_emu::warp_exchange(w);
+  float r;
+  std::memcpy(&r, &s[(::cuda_emu::cur().lane ^ lane_mask) * ::cuda_emu::kWords], 4);
+  return r;
+}
+inline bool emu_vote(bool pred, bool all) {
+  uint32_t w[::cuda_emu::kWords] = {};
+  w[0] = pred;
+  w[::cuda_emu::kWords - 1] = all ? 0xa11u : 0xa17u;
+  const uint32_t* s = ::cuda_emu::warp_exchange(w);
+  bool any_set = false, all_set = true;
+  for (int l = 0; l < 32; ++l) {
+    any_set |= s[l * ::cuda_emu::kWords] != 0;
+    all_set &= s[l * ::cuda_emu::kWords] != 0;
+  }
+  return all ? all_set : any_set;
+}
+inline bool __any_sync(unsigned, bool pred) { return emu_vote(pred, false); }
+inline bool __all_sync(unsigned, bool pred) { return emu_vote(pred, true); }
+
+// One OS thread runs everything and switches only at synchronisation points, so plain
+// read-modify-writes are atomic here.
+inline int atomicMin(int* a, int v) {
+  const int old = *a;
+  if (v < old) *a = v;
+  return old;
+}
+inline int atomicMax(int* a, int v) {
+  const int old = *a;
+  if (v > old) *a = v;
+  return old;
+}
+inline float atomicAdd(float* a, float v) {
+  const float old = *a;
+  *a = old + v;
+  return old;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
