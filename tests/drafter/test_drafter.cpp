@@ -1,0 +1,308 @@
+// Drafter unit tests: config parsing and errors, anchor sampler properties, block labels and loss weights by
+// hand, the chunked loss against a dense computation, weight I/O errors, checkpoint policy parsing.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "block_batch.h"
+#include "chunked_loss.h"
+#include "drafter_config.h"
+#include "drafter_model.h"
+#include "drafter_weights.h"
+
+using namespace dflash::drafter;
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json tiny_config_json() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 4,
+    "num_target_layers": 8, "num_hidden_layers": 2,
+    "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 5]},
+    "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8, "vocab_size": 32,
+    "tie_word_embeddings": true})");
+}
+
+std::string error_of(const nlohmann::json& j) {
+  try {
+    parse_drafter_config(j, "cfg.json");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+fs::path temp_file(const std::string& name) { return fs::temp_directory_path() / ("dflash_drafter_test_" + name); }
+
+}  // namespace
+
+TEST(DrafterConfig, DefaultTargetLayerIdsFollowSpec) {
+  EXPECT_EQ(default_target_layer_ids(36, 5), (std::vector<int64_t>{1, 9, 17, 25, 33}));
+  EXPECT_EQ(default_target_layer_ids(64, 5), (std::vector<int64_t>{1, 16, 31, 46, 61}));
+  EXPECT_EQ(default_target_layer_ids(30, 1), (std::vector<int64_t>{15}));
+  // round() of 1 + i*(L-4)/(n-1) with Python's ties-to-even: L=30, n=5 -> 1, 7.5->8, 14, 20.5->20, 27
+  EXPECT_EQ(default_target_layer_ids(30, 5), (std::vector<int64_t>{1, 8, 14, 20, 27}));
+}
+
+TEST(DrafterConfig, ParsesAndRoundTrips) {
+  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  EXPECT_EQ(c.block_size, 4);
+  EXPECT_EQ(c.mask_token_id, 31);
+  EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(c.window_for_layer(0), 8);
+  EXPECT_EQ(c.window_for_layer(1), 0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  const auto path = temp_file("config.json");
+  save_drafter_config(path.string(), c);
+  const DrafterConfig back = load_drafter_config(path.string());
+  EXPECT_EQ(drafter_config_to_json(back), drafter_config_to_json(c));
+  const auto j = drafter_config_to_json(c);
+  EXPECT_EQ(j["architectures"][0], "DFlashDraftModel");
+  EXPECT_EQ(j["dflash_config"]["mask_token_id"], 31);
+  fs::remove(path);
+}
+
+TEST(DrafterConfig, DefaultsWhenOptionalFieldsAreAbsent) {
+  auto j = tiny_config_json();
+  j["dflash_config"].erase("target_layer_ids");
+  j.erase("layer_types");
+  j.erase("sliding_window");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_theta", 5e5}, {"rope_type", "default"}};
+  const DrafterConfig c = parse_drafter_config(j, "cfg.json");
+  EXPECT_EQ(c.target_layer_ids, default_target_layer_ids(8, 2));
+  EXPECT_EQ(c.layer_types, (std::vector<std::string>{"full_attention", "full_attention"}));
+  EXPECT_DOUBLE_EQ(c.rope_theta, 5e5);
+}
+
+TEST(DrafterConfig, ErrorsNameFileFieldAndExpectation) {
+  auto j = tiny_config_json();
+  j.erase("hidden_size");
+  EXPECT_NE(error_of(j).find("cfg.json: field 'hidden_size': expected an integer, got nothing (missing)"), std::string::npos)
+      << error_of(j);
+  j = tiny_config_json();
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(error_of(j).find("'num_key_value_heads': expected a divisor of num_attention_heads (4)"), std::string::npos);
+  j = tiny_config_json();
+  j["layer_types"] = {"full_attention"};
+  EXPECT_NE(error_of(j).find("'layer_types': expected 2 entries"), std::string::npos);
+  j = tiny_config_json();
+  j["layer_types"][1] = "linear_attention";
+  EXPECT_NE(error_of(j).find("'layer_types[1]'"), std::string::npos);
+  j = tiny_config_json();
+  j.erase("sliding_window");
+  EXPECT_NE(error_of(j).find("'sliding_window': expected a positive integer"), std::string::npos);
+  j = tiny_config_json();
+  j["dflash_config"]["mask_token_id"] = 32;
+  EXPECT_NE(error_of(j).find("'dflash_config.mask_token_id': expected a token id in [0, vocab_size=32)"),
+            std::string::npos);
+  j = tiny_config_json();
+  j["dflash_config"]["target_layer_ids"] = {1, 8};
+  EXPECT_NE(error_of(j).find("'dflash_config.target_layer_ids[1]'"), std::string::npos);
+  j = tiny_config_json();
+  j["architectures"] = {"LlamaForCausalLM"};
+  EXPECT_NE(error_of(j).find("'architectures': expected [\"DFlashDraftModel\"]"), std::string::npos);
+  j = tiny_config_json();
+  j["hidden_size"] = "16";
+  EXPECT_NE(error_of(j).find("'hidden_size': expected an integer, got \"16\""), std::string::npos);
+
+  const auto path = temp_file("broken.json");
+  std::ofstream(path) << "{\"hidden_size\": 16,";
+  try {
+    load_drafter_config(path.string());
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(path.string() + ": not valid JSON"), std::string::npos);
+  }
+  fs::remove(path);
+  EXPECT_THROW(load_drafter_config("/nonexistent/config.json"), std::invalid_argument);
+}
+
+TEST(AnchorSampler, ValidSortedUniqueAndPadded) {
+  const int64_t S = 40, N = 12;
+  at::Tensor mask = at::zeros({3, S}, at::kBool);
+  mask[0].narrow(0, 10, 30).fill_(true);       // many candidates (29)
+  mask[1].narrow(0, 5, 4).fill_(true);         // 3 candidates: 5, 6, 7
+  mask[1][20] = true;                          // isolated: not a candidate
+  mask[2][S - 1] = true;                       // last position: a+1 out of range
+  std::mt19937_64 rng(7);
+  const AnchorSample s = sample_anchors(mask, N, rng);
+  ASSERT_EQ(s.anchors.sizes(), at::IntArrayRef({3, N}));
+  const std::vector<int64_t> expected_kept = {N, 3, 0};
+  for (int64_t b = 0; b < 3; ++b) {
+    int64_t kept = 0, prev = -1;
+    for (int64_t i = 0; i < N; ++i) {
+      const bool k = s.keep[b][i].item<bool>();
+      const int64_t a = s.anchors[b][i].item<int64_t>();
+      if (!k) {
+        EXPECT_EQ(a, 0);
+        continue;
+      }
+      EXPECT_EQ(i, kept) << "kept blocks come first";
+      ++kept;
+      EXPECT_TRUE(mask[b][a].item<bool>() && mask[b][a + 1].item<bool>()) << "anchor " << a;
+      EXPECT_GT(a, prev) << "sorted, no duplicates";
+      prev = a;
+    }
+    EXPECT_EQ(kept, expected_kept[size_t(b)]);
+  }
+  EXPECT_TRUE(at::equal(s.anchors[1].narrow(0, 0, 3), at::tensor({5, 6, 7}, at::kLong)));
+}
+
+TEST(AnchorSampler, SeededAndCoversEveryCandidate) {
+  at::Tensor mask = at::ones({1, 30}, at::kBool);
+  std::mt19937_64 a(3), b(3), c(4);
+  const auto sa = sample_anchors(mask, 5, a), sb = sample_anchors(mask, 5, b), sc = sample_anchors(mask, 5, c);
+  EXPECT_TRUE(at::equal(sa.anchors, sb.anchors));
+  EXPECT_FALSE(at::equal(sa.anchors, sc.anchors));
+  std::set<int64_t> seen;
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 200; ++i) {
+    const auto s = sample_anchors(mask, 5, rng);
+    for (int64_t k = 0; k < 5; ++k) seen.insert(s.anchors[0][k].item<int64_t>());
+  }
+  EXPECT_EQ(seen.size(), 29u);  // candidates 0..28 (a+1 must exist)
+  EXPECT_THROW(sample_anchors(at::ones({30}, at::kBool), 5, rng), std::invalid_argument);
+}
+
+TEST(BlockBatch, LabelsAndWeightsByHand) {
+  // S = 7, B = 4, gamma = 2. Block 0 at a=1, block 1 at a=4 (runs past the end), block 2 dropped.
+  const at::Tensor ids = at::tensor({10, 11, 12, 13, 14, 15, 16}, at::kLong).unsqueeze(0);
+  const at::Tensor lm = at::tensor({0, 1, 1, 0, 1, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0);
+  const AnchorSample s{at::tensor({1, 4, 2}, at::kLong).unsqueeze(0), at::tensor({1, 1, 0}, at::kLong).to(at::kBool).unsqueeze(0)};
+  const BlockBatch bb = build_block_batch(ids, lm, s, 4, 99, 2.0);
+  EXPECT_TRUE(at::equal(bb.block_ids[0], at::tensor({11, 99, 99, 99, 14, 99, 99, 99, 12, 99, 99, 99}, at::kLong)));
+  // labels: token[a+k] at slot k (same position, no shift); 0 past the end
+  EXPECT_TRUE(at::equal(bb.labels[0], at::tensor({11, 12, 13, 14, 14, 15, 16, 0, 12, 13, 14, 15}, at::kLong)));
+  const double w1 = 1.0, w2 = std::exp(-0.5), w3 = std::exp(-1.0);
+  // block 0: slot1 -> pos 2 (mask 1), slot2 -> pos 3 (mask 0), slot3 -> pos 4 (mask 1)
+  // block 1: slot1 -> pos 5, slot2 -> pos 6, slot3 -> pos 7 (past the end); block 2: dropped
+  const std::vector<double> want = {0, w1, 0, w3, 0, w1, w2, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(bb.weights[0][int64_t(i)].item<double>(), want[i], 1e-15) << i;
+  // teacher rows: the target's last hidden state at a+k-1
+  EXPECT_EQ(bb.teacher_index[0][1].item<int64_t>(), 1);
+  EXPECT_EQ(bb.teacher_index[0][6].item<int64_t>(), 5);
+  EXPECT_NEAR(slot_decay_weights(16, 7.0)[15].item<double>(), std::exp(-14.0 / 7.0), 1e-15);
+  EXPECT_EQ(slot_decay_weights(16, 7.0)[0].item<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(default_loss_gamma(16), 7.0);
+  EXPECT_DOUBLE_EQ(default_loss_gamma(10), 5.0);
+  EXPECT_DOUBLE_EQ(default_loss_gamma(8), 4.0);
+}
+
+TEST(ChunkedLoss, MatchesDenseLossAndGradientForAnyChunkSize) {
+  at::manual_seed(0);
+  const int64_t R = 23, H = 8, V = 37, M = 30;
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor lm_head = at::randn({V, H}, opts);
+  const at::Tensor labels = at::randint(0, V, {R}, at::kLong);
+  at::Tensor w = at::rand({R}, opts);
+  w.narrow(0, 3, 4).zero_();
+  const at::Tensor teacher = at::randn({M, H}, opts);
+  const at::Tensor tidx = at::randint(0, M, {R}, at::kLong);
+  for (double kl : {0.0, 0.15}) {
+    const at::Tensor h0 = at::randn({R, H}, opts);
+    // dense reference with autograd
+    const at::Tensor hd = h0.clone().requires_grad_(true);
+    const at::Tensor logp = at::log_softmax(at::matmul(hd, lm_head.t()), -1);
+    const at::Tensor ce = -logp.gather(1, labels.unsqueeze(1)).squeeze(1);
+    const at::Tensor logq = at::log_softmax(at::matmul(teacher.index_select(0, tidx), lm_head.t()), -1);
+    const at::Tensor klr = (logq.exp() * (logq - logp)).sum(-1);
+    const at::Tensor dense = ((ce * (1 - kl) + klr * kl) * w).sum() / w.sum();
+    dense.backward();
+    for (int64_t chunk : {1, 4, 100}) {
+      const at::Tensor h = h0.clone().requires_grad_(true);
+      auto [loss, row_ce, correct] = chunked_lm_loss(h, lm_head, labels, w, teacher, tidx, {chunk, kl});
+      loss.backward();
+      EXPECT_NEAR(loss.item<double>(), dense.item<double>(), 1e-12) << "chunk " << chunk << " kl " << kl;
+      EXPECT_LT((h.grad() - hd.grad()).abs().max().item<double>(), 1e-12);
+      EXPECT_EQ(h.grad()[4].abs().max().item<double>(), 0.0) << "rows with weight 0 get no gradient";
+      EXPECT_NEAR(row_ce[0].item<double>(), ce[0].item<double>(), 1e-12);
+      EXPECT_EQ(correct[0].item<bool>(), logp[0].argmax().item<int64_t>() == labels[0].item<int64_t>());
+    }
+  }
+}
+
+TEST(DrafterWeights, NamesShapesAndLoadErrors) {
+  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1);
+  const auto named = w.named();
+  ASSERT_EQ(named.size(), 3u + 2 * 11);
+  EXPECT_EQ(named[0].first, "fc.weight");
+  EXPECT_EQ(named[0].second.sizes(), at::IntArrayRef({16, 32}));
+  EXPECT_EQ(named[3].first, "layers.0.input_layernorm.weight");
+  EXPECT_EQ(named[4].first, "layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(named[4].second.sizes(), at::IntArrayRef({16, 16}));
+  EXPECT_EQ(named[6].second.sizes(), at::IntArrayRef({8, 16}));  // v_proj: 2 kv heads x 4
+
+  // safetensors round trip in bf16 and fp32
+  const auto path = temp_file("model.safetensors").string();
+  for (auto dt : {at::kBFloat16, at::kFloat}) {
+    save_drafter_weights(path, w, dt);
+    const DrafterWeights back = load_drafter_weights(c, path, at::kFloat);
+    for (size_t i = 0; i < named.size(); ++i)
+      EXPECT_TRUE(at::allclose(back.named()[i].second, named[i].second.to(dt).to(at::kFloat))) << named[i].first;
+  }
+  // a config with more layers than the file: the missing tensor is named
+  DrafterConfig c3 = c;
+  c3.num_hidden_layers = 3;
+  c3.layer_types.push_back("full_attention");
+  try {
+    load_drafter_weights(c3, path, at::kFloat);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": tensor 'layers.2.input_layernorm.weight' is missing"), std::string::npos)
+        << e.what();
+  }
+  // a config with a different width: the shape mismatch is named
+  DrafterConfig cw = c;
+  cw.intermediate_size = 20;
+  try {
+    load_drafter_weights(cw, path, at::kFloat);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'layers.0.mlp.gate_proj.weight' has shape [24, 16], expected [20, 16]"),
+              std::string::npos) << e.what();
+  }
+  // a truncated file is refused by the reader with the path in the message
+  const auto size = fs::file_size(path);
+  fs::resize_file(path, size - 10);
+  try {
+    load_drafter_weights(c, path, at::kFloat);
+    FAIL();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  fs::remove(path);
+  // unexpected extra tensors (e.g. an embedding) are rejected
+  std::map<std::string, at::Tensor> m;
+  std::vector<std::string> names;
+  for (auto& [n, t] : named) {
+    m[n] = t;
+    names.push_back(n);
+  }
+  names.push_back("embed_tokens.weight");
+  m["embed_tokens.weight"] = at::zeros({32, 16});
+  EXPECT_THROW(drafter_weights_from(c, names, [&](const std::string& n) { return m.at(n); }, at::kFloat, "mem"),
+               std::invalid_argument);
+}
+
+TEST(CheckpointPolicy, Parses) {
+  EXPECT_EQ(CheckpointPolicy::parse("none").every, 0);
+  EXPECT_EQ(CheckpointPolicy::parse("layer").every, 1);
+  EXPECT_EQ(CheckpointPolicy::parse("every:3").every, 3);
+  EXPECT_TRUE(CheckpointPolicy{2}.applies(0));
+  EXPECT_FALSE(CheckpointPolicy{2}.applies(1));
+  EXPECT_FALSE(CheckpointPolicy{0}.applies(0));
+  EXPECT_THROW(CheckpointPolicy::parse("sometimes"), std::invalid_argument);
+}
