@@ -6,6 +6,9 @@
 namespace dflash::cli {
 
 int bench_attention_main(const std::vector<std::string>& args);
+int drafter_selftest_main(const std::vector<std::string>& args);
+int plan_main(const std::vector<std::string>& args);
+int bench_step_main(const std::vector<std::string>& args);
 int safetensors_info_main(const std::vector<std::string>& args);
 int safetensors_copy_main(const std::vector<std::string>& args);
 int gguf_info_main(const std::vector<std::string>& args);
@@ -16,6 +19,9 @@ int target_generate_main(const std::vector<std::string>& args);
 
 const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
+      {{"drafter", "selftest"}, "internal: one drafter training step on a saved batch (tests)", &drafter_selftest_main},
+      {{"plan"}, "predicted peak training memory of the drafter (breakdown, --budget, presets)", &plan_main},
+      {{"bench", "step"}, "drafter forward+backward per checkpoint policy: time, measured vs planned memory", &bench_step_main},
       {{"bench", "attention"}, "fused anchor-block attention vs dense / per-block SDPA / flex, time and memory",
        &bench_attention_main},
       {{"safetensors", "info"}, "validate a safetensors file and list its tensors", &safetensors_info_main},
