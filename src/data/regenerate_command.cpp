@@ -1,0 +1,136 @@
+// `dflash data regenerate`: the target writes its own replies to prompts; each sample is the chat-formatted
+// prompt plus the reply as input_ids, with loss_mask = 1 on the reply only. Output is resumable JSONL
+// (sample_store.h) with a sidecar <output>.meta.json that pins the settings a resume must share.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "args.h"
+#include "held_out.h"
+#include "progress.h"
+#include "prompt_sources.h"
+#include "response_generator.h"
+#include "sample_store.h"
+#include "target_io.h"
+#include "target_loader.h"
+
+namespace dflash::cli {
+
+int data_regenerate_main(const std::vector<std::string>& args) {
+  Args a("data regenerate", "the target's own replies to prompts, as training samples (resumable JSONL)");
+  a.option("model", "PATH", "", "target: a .gguf file or a Hugging Face folder");
+  a.option("tokenizer", "PATH", "", "tokenizer (.gguf or tokenizer.json); default: from --model");
+  a.option("input", "PATH", "", "prompts JSONL(.gz): messages / prompt_ids / turns / question / prompt per line");
+  a.option("output", "PATH", "", "samples JSONL (appended to; rerun to resume)");
+  a.option("split", "NAME", "train", "train (refuses evaluation sets) or eval");
+  a.option("held-out-dir", "DIR", "input's folder", "evaluation sets here are never used for training: prompts "
+           "with the same text are dropped ('' to skip)");
+  a.option("limit", "N", "-1", "use the first N prompts (-1: all)");
+  a.option("max-new", "N", "256", "maximum reply tokens");
+  a.option("temperature", "T", "0", "0: greedy; > 0: sample from softmax(logits / T)");
+  a.option("seed", "S", "0", "sampling seed (each prompt draws from its own stream)");
+  a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
+  if (!a.parse(args)) return 0;
+  for (const char* req : {"model", "input", "output"})
+    if (a.str(req).empty()) throw std::invalid_argument(std::string("data regenerate: --") + req + " is required");
+  if (a.i64("threads") > 0) at::set_num_threads(static_cast<int>(a.i64("threads")));
+  const std::string input = a.str("input"), output = a.str("output"), split = a.str("split");
+  data::check_split_allowed(input, split);
+  if (a.f64("temperature") < 0) throw std::invalid_argument("--temperature must be >= 0");
+  if (a.i64("max-new") < 1) throw std::invalid_argument("--max-new must be >= 1");
+
+  // Settings a resumed run must share with the first one (the limit may grow).
+  nlohmann::json meta = {{"model", std::filesystem::absolute(a.str("model")).string()},
+                         {"input", std::filesystem::absolute(input).string()},
+                         {"split", split},
+                         {"max_new", a.i64("max-new")},
+                         {"temperature", a.f64("temperature")},
+                         {"seed", a.i64("seed")}};
+  const std::string meta_path = output + ".meta.json";
+  if (std::filesystem::exists(meta_path)) {
+    std::ifstream in(meta_path);
+    nlohmann::json old;
+    try {
+      old = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(meta_path + ": invalid JSON (" + e.what() + ")");
+    }
+    for (const auto& [k, v] : meta.items())
+      if (!old.contains(k) || old[k] != v)
+        throw std::runtime_error(output + ": was written with " + k + " = " + (old.contains(k) ? old[k].dump() : "?") +
+                                 ", this run has " + v.dump() + "; use another --output or the same settings");
+  } else {
+    std::ofstream(meta_path) << meta.dump(2) << "\n";
+  }
+
+  std::vector<data::Prompt> prompts = data::read_prompts(input, a.i64("limit"));
+  std::set<std::string> held;
+  if (split == "train") {
+    const std::string dir = a.given("held-out-dir") ? a.str("held-out-dir")
+                                                     : std::filesystem::absolute(input).parent_path().string();
+    held = data::held_out_texts(dir);
+  }
+  data::SampleStore store(output);
+  if (store.dropped_torn_line()) std::fprintf(stderr, "%s: dropped a torn last line (interrupted write)\n", output.c_str());
+
+  models::TargetModel model = models::load_target(a.str("model"));
+  auto tokenizer = data::load_tokenizer_for(a.str("model"), a.str("tokenizer"));
+  std::unique_ptr<tok::ChatFormat> chat;
+  if (tokenizer) chat = std::make_unique<tok::ChatFormat>(tok::ChatFormat::from_tokenizer(*tokenizer));
+  data::GenerationOptions gen;
+  gen.max_new = a.i64("max-new");
+  gen.temperature = a.f64("temperature");
+  gen.seed = static_cast<uint64_t>(a.i64("seed"));
+  gen.eos_ids = data::stop_ids(model, tokenizer.get());
+
+  int64_t dropped = 0, already = 0;
+  for (const auto& p : prompts) already += store.has(p.index) ? 1 : 0;
+  const std::string source = std::filesystem::path(input).filename().string();
+  data::Progress bar("regenerate", static_cast<int64_t>(prompts.size()), already);
+  int64_t done = already, new_tokens = 0;
+  double decode_s = 0;
+  int64_t decode_tokens = 0;
+  for (const auto& p : prompts) {
+    if (store.has(p.index)) continue;
+    if (!held.empty() && held.count(data::prompt_user_text(p))) {
+      ++dropped;
+      ++done;
+      continue;
+    }
+    const std::string where = input + ": prompt " + std::to_string(p.index);
+    std::vector<int64_t> ids = data::prompt_token_ids(p, tokenizer.get(), chat.get(), where);
+    const auto r = data::generate_response(model, ids, gen, static_cast<uint64_t>(p.index));
+    std::vector<int> mask(ids.size(), 0);
+    const int64_t prompt_len = static_cast<int64_t>(ids.size());
+    ids.insert(ids.end(), r.tokens.begin(), r.tokens.end());
+    mask.resize(ids.size(), 1);
+    store.append({{"index", p.index},
+                  {"source", source},
+                  {"split", split},
+                  {"input_ids", ids},
+                  {"loss_mask", mask},
+                  {"prompt_tokens", prompt_len},
+                  {"response_tokens", r.tokens.size()},
+                  {"finish", r.hit_eos ? "eos" : "length"}});
+    new_tokens += static_cast<int64_t>(r.tokens.size());
+    decode_s += r.decode_seconds;
+    decode_tokens += static_cast<int64_t>(r.tokens.size()) - 1;
+    bar.update(++done, new_tokens);
+  }
+  bar.finish();
+  const double el = bar.seconds();
+  std::fprintf(stderr,
+               "regenerated %lld new samples (%lld already present, %lld dropped as held-out overlaps): "
+               "%lld tokens in %.1f s = %.1f tokens/s overall, decode %.1f tokens/s\n",
+               static_cast<long long>(done - already - dropped), static_cast<long long>(already),
+               static_cast<long long>(dropped), static_cast<long long>(new_tokens), el, el > 0 ? new_tokens / el : 0.0,
+               decode_s > 0 ? decode_tokens / decode_s : 0.0);
+  return 0;
+}
+
+}  // namespace dflash::cli

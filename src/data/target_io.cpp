@@ -1,0 +1,38 @@
+#include "target_io.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "prompt_sources.h"
+
+namespace dflash::data {
+
+std::unique_ptr<tok::Tokenizer> load_tokenizer_for(const std::string& model_path, const std::string& explicit_path) {
+  namespace fs = std::filesystem;
+  std::string path = explicit_path;
+  if (path.empty()) {
+    if (fs::is_regular_file(model_path)) path = model_path;  // a GGUF carries its vocabulary
+    else if (fs::exists(fs::path(model_path) / "tokenizer.json")) path = (fs::path(model_path) / "tokenizer.json").string();
+  }
+  if (path.empty()) return nullptr;
+  return std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(path));
+}
+
+std::vector<int64_t> stop_ids(const models::TargetModel& model, const tok::Tokenizer* t) {
+  std::vector<int64_t> ids = model.config().eos_token_ids;
+  if (t && t->eos_id() >= 0 && std::find(ids.begin(), ids.end(), t->eos_id()) == ids.end()) ids.push_back(t->eos_id());
+  return ids;
+}
+
+std::vector<int64_t> prompt_token_ids(const Prompt& p, const tok::Tokenizer* t, const tok::ChatFormat* chat,
+                                      const std::string& where) {
+  if (!p.prompt_ids.empty()) return p.prompt_ids;
+  if (!t || !chat)
+    throw std::runtime_error(where + ": text prompts need a tokenizer (--tokenizer, or a GGUF / HF folder with "
+                             "tokenizer.json as --model)");
+  const auto enc = chat->encode(*t, p.messages, /*add_generation_prompt=*/true);
+  return std::vector<int64_t>(enc.ids.begin(), enc.ids.end());
+}
+
+}  // namespace dflash::data

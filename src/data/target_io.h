@@ -1,0 +1,25 @@
+// Loading what data and eval commands need from a --model path: the target, its tokenizer (GGUF metadata or
+// tokenizer.json beside an HF folder) and the stop ids.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat_template.h"
+#include "target_model.h"
+#include "tokenizer.h"
+
+namespace dflash::data {
+
+// nullptr when `path` is empty and the model has no tokenizer next to it; `explicit_path` overrides.
+std::unique_ptr<tok::Tokenizer> load_tokenizer_for(const std::string& model_path, const std::string& explicit_path);
+
+// The model's eos ids plus the tokenizer's eos (when given): any of them ends a reply.
+std::vector<int64_t> stop_ids(const models::TargetModel& model, const tok::Tokenizer* t);
+
+// Token ids of a prompt: prompt_ids as they are, or the chat template with the generation prompt.
+struct Prompt;
+std::vector<int64_t> prompt_token_ids(const Prompt& p, const tok::Tokenizer* t, const tok::ChatFormat* chat,
+                                      const std::string& where);
+
+}  // namespace dflash::data
