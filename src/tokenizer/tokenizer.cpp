@@ -5,6 +5,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "normalizer_nfc.h"
 #include "unicode.h"
 
 namespace dflash::tok {
@@ -127,22 +128,47 @@ void Tokenizer::encode_plain(const std::vector<CodePoint>& cps, std::string_view
 
 Encoding Tokenizer::encode_with_offsets(std::string_view text, bool add_special_tokens) const {
   std::vector<CodePoint> cps = decode_utf8(text);
-  std::vector<Span> spans{{0, cps.size(), -1}};
-  spans = match_added(cps, text, spans, added_, false);
-  spans = match_added(cps, text, spans, added_, true);
+  auto byte_at = [&](size_t k) { return k < cps.size() ? cps[k].byte_pos : text.size(); };
   Encoding out;
   if (add_special_tokens)
     for (int32_t id : prefix_ids_) {
       out.ids.push_back(id);
       out.offsets.emplace_back(0, 0);
     }
-  auto byte_at = [&](size_t k) { return k < cps.size() ? cps[k].byte_pos : text.size(); };
-  for (const Span& s : spans) {
+  // Added tokens that skip normalization are matched on the raw text first (as HF does); the rest
+  // is normalized, then split on the normalized added tokens, then pre-tokenized and BPE-encoded.
+  for (const Span& s : match_added(cps, text, {{0, cps.size(), -1}}, added_, false)) {
+    size_t b0 = byte_at(s.begin), b1 = byte_at(s.end);
     if (s.added >= 0) {
       out.ids.push_back(added_[s.added].id);
-      out.offsets.emplace_back(byte_at(s.begin), byte_at(s.end));
-    } else if (s.begin < s.end) {
-      encode_plain(cps, text, s.begin, s.end, out);
+      out.offsets.emplace_back(b0, b1);
+      continue;
+    }
+    if (s.begin == s.end) continue;
+    if (nfc_) {
+      std::string norm = nfc(text.substr(b0, b1 - b0));
+      if (norm != text.substr(b0, b1 - b0)) {
+        // Changed by normalization: encode the normalized text; its tokens all point at the span.
+        std::vector<CodePoint> ncps = decode_utf8(norm);
+        Encoding part;
+        for (const Span& t : match_added(ncps, norm, {{0, ncps.size(), -1}}, added_, true)) {
+          if (t.added >= 0) part.ids.push_back(added_[t.added].id);
+          else if (t.begin < t.end) encode_plain(ncps, norm, t.begin, t.end, part);
+        }
+        for (int32_t id : part.ids) {
+          out.ids.push_back(id);
+          out.offsets.emplace_back(b0, b1);
+        }
+        continue;
+      }
+    }
+    for (const Span& t : match_added(cps, text, {s}, added_, true)) {
+      if (t.added >= 0) {
+        out.ids.push_back(added_[t.added].id);
+        out.offsets.emplace_back(byte_at(t.begin), byte_at(t.end));
+      } else if (t.begin < t.end) {
+        encode_plain(cps, text, t.begin, t.end, out);
+      }
     }
   }
   if (add_special_tokens)

@@ -62,6 +62,7 @@ class Tokenizer {
   const std::vector<AddedToken>& added_tokens() const { return added_; }
   const PreTokenizer& pre_tokenizer() const { return pre_; }
   const std::string& source() const { return source_; }
+  bool normalizes_nfc() const { return nfc_; }
 
  private:
   void finish();  // indexes the added tokens
@@ -72,6 +73,7 @@ class Tokenizer {
   BPE bpe_;
   PreTokenizer pre_;
   std::vector<AddedToken> added_;
+  bool nfc_ = false;  // tokenizer.json normalizer NFC (Qwen)
   std::vector<int32_t> prefix_ids_, suffix_ids_;  // added around the text when add_special_tokens
   int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;
   std::string chat_template_;

@@ -103,8 +103,15 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(k) && !m[k].is_null() && m[k] != "") bad(path, std::string("model.") + k, "is not supported");
     if (m.contains("dropout") && !m["dropout"].is_null()) bad(path, "model.dropout", "BPE dropout is not supported");
-    if (j.contains("normalizer") && !j["normalizer"].is_null())
-      bad(path, "normalizer", "type '" + type_of(j["normalizer"]) + "' is not supported (expected null)");
+    bool nfc = false;
+    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+      const json& n = j["normalizer"];
+      bool ok = type_of(n) == "NFC";
+      if (type_of(n) == "Sequence" && n.contains("normalizers") && n["normalizers"].size() == 1)
+        ok = type_of(n["normalizers"][0]) == "NFC";
+      if (!ok) bad(path, "normalizer", "type '" + type_of(n) + "' is not supported (expected null or NFC)");
+      nfc = true;
+    }
 
     const json& vocab_j = m.at("vocab");
     std::vector<std::string> vocab(vocab_j.size());
@@ -138,6 +145,7 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
     }
     Tokenizer t;
     t.source_ = path;
+    t.nfc_ = nfc;
     t.bpe_ = BPE(std::move(vocab), merges, m.value("ignore_merges", false), path + ": model.merges");
 
     std::vector<PreTokenizerStep> steps;

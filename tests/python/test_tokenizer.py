@@ -288,6 +288,35 @@ def test_chat_template_matches_jinja(smollm2, dflash_bin, shared_dir, tmp_path):
     assert got[-3]["text"].startswith("<|im_start|>system\nBe brief.<|im_end|>")
 
 
+def test_nfc_normalizer_matches_hf(smollm2, dflash_bin, tmp_path):
+    """Qwen-style tokenizer.json: NFC normalizer + Qwen2 split, on strings full of combining marks and jamo."""
+    import random
+
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+
+    pre = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": GGUF_PRE_TOKENIZER_SPLITS["qwen2"]}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    j = smollm2_tokenizer_json(smollm2["data"], pre_tokenizer=pre)
+    j["normalizer"] = {"type": "NFC"}
+    path = tmp_path / "nfc.json"
+    path.write_text(json.dumps(j))
+    ref = tokenizers.Tokenizer.from_file(str(path))
+    rng = random.Random(3)
+    pool = ([chr(c) for c in range(0x300, 0x370)] + list("aeiouAEIOUnNcCsSzZ 1'") + [chr(c) for c in range(0x1100, 0x1113)]
+            + [chr(c) for c in range(0x1161, 0x1176)] + [chr(c) for c in range(0x11A8, 0x11C3)]
+            + ["\u0f73", "\u0344", "\u212b", "\u2126", "\u1e9b\u0323", "\u0958", "가", "\u0915\u093c", "<|im_end|>"])
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randrange(0, 12))) for _ in range(3000)]
+    texts += AWKWARD + ["".join(chr(c) for c in range(0xC0, 0x3000, 7))]
+    want = [e.ids for e in ref.encode_batch(texts)]
+    got = run_tokenize(dflash_bin, tmp_path, path, [{"text": t} for t in texts], "--decode")
+    assert first_mismatch(texts, [o["ids"] for o in got], want) is None
+    hf_decoded = [ref.decode(ids, skip_special_tokens=False) for ids in want]
+    bad = [t for t, o, h in zip(texts, got, hf_decoded) if o["decoded"] != h]
+    assert not bad, f"decode differs for {bad[0]!r}"
+
+
 LLAMA3_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
     "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
@@ -318,18 +347,20 @@ def test_llama3_chat_template_matches_jinja(smollm2, dflash_bin, tmp_path):
         assert o["ids"] == smollm2["ref"].encode(text).ids
 
 
-def test_unicode_table_is_current():
-    """The committed class table equals a fresh one from the engine HF tokenizers uses."""
-    gen = ROOT / "src" / "tokenizer" / "gen_unicode_classes.py"
-    fresh = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, check=True, timeout=120).stdout
-    assert fresh == (ROOT / "src" / "tokenizer" / "unicode_classes_table.inc").read_text()
+@pytest.mark.parametrize("gen,table", [("gen_unicode_classes.py", "unicode_classes_table.inc"),
+                                       ("gen_unicode_nfc.py", "unicode_nfc_table.inc")])
+def test_unicode_tables_are_current(gen, table):
+    """The committed tables equal fresh ones (the class table comes from the engine HF tokenizers uses)."""
+    src = ROOT / "src" / "tokenizer"
+    fresh = subprocess.run([sys.executable, str(src / gen)], capture_output=True, text=True, check=True, timeout=120).stdout
+    assert fresh == (src / table).read_text()
 
 
 @pytest.mark.parametrize("content,err", [
     ('{"model": {"type": "WordPiece", "vocab": {}}}', "model.type"),
     ('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}, "decoder": {"type": "ByteLevel"}}',
      "is not in the vocabulary"),
-    ('{"model": {"type": "BPE", "vocab": {"a": 0}}, "normalizer": {"type": "NFC"}}', "normalizer"),
+    ('{"model": {"type": "BPE", "vocab": {"a": 0}}, "normalizer": {"type": "NFKC"}}', "normalizer"),
     ('{"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "x+"},'
      ' "behavior": "Isolated"}, "decoder": {"type": "ByteLevel"}}', "pre_tokenizer.pattern"),
     ('{"model": {"type": "BPE", "vocab": {"a": 5}}}', "model.vocab"),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bpe.h"
+#include "normalizer_nfc.h"
 #include "pretokenizer.h"
 #include "unicode.h"
 
@@ -107,4 +108,12 @@ TEST(BPE, MergesByRankLeftmostFirst) {
   bpe.encode_word(" a", ids, lens);
   EXPECT_EQ(ids, (std::vector<int32_t>{7}));
   EXPECT_THROW(BPE(vocab, {{"c", "a"}}, false, "test"), std::runtime_error);  // "ca" not in the vocabulary
+}
+
+TEST(Normalizer, Nfc) {
+  EXPECT_EQ(nfc("plain ascii"), "plain ascii");
+  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                          // e + acute -> é
+  EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                       // Angstrom sign -> Å (singleton)
+  EXPECT_EQ(nfc("a\xCC\xA3\xCC\x81"), nfc("a\xCC\x81\xCC\xA3"));     // canonical order
 }
