@@ -3,12 +3,20 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace dflash::models {
 
 at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
   at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
   at::Tensor inv_freq = 1.0 / at::pow(rope.theta, exponent);
+  if (!rope.freq_divisors.empty()) {
+    if (static_cast<int64_t>(rope.freq_divisors.size()) != head_dim / 2)
+      throw std::invalid_argument("rope: " + std::to_string(rope.freq_divisors.size()) +
+                                  " frequency divisors, expected head_dim / 2 = " + std::to_string(head_dim / 2));
+    inv_freq = inv_freq / at::tensor(rope.freq_divisors, at::kDouble).to(at::kFloat);
+  }
   if (rope.type != "llama3") return inv_freq;
   // Llama 3.1: keep high frequencies, divide low ones by `factor`, blend smoothly in between.
   const double old_len = static_cast<double>(rope.original_max_position_embeddings);

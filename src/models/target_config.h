@@ -12,6 +12,8 @@ struct RopeConfig {
   // llama3 frequency scaling (only read when type == "llama3").
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // Per-frequency divisors (llama.cpp's `rope_freqs.weight`, how GGUF stores llama3 scaling); empty: none.
+  std::vector<double> freq_divisors;
 };
 
 struct TargetConfig {

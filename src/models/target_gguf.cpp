@@ -70,8 +70,16 @@ TargetConfig gguf_target_config(const io::GGUFFile& f) {
   if (f.has(key("rope.scaling.type")) && f.get_string(key("rope.scaling.type")) != "none")
     throw std::runtime_error(what + ": " + key("rope.scaling.type") + " '" + f.get_string(key("rope.scaling.type")) +
                              "' is not supported");
-  if (f.find_tensor("rope_freqs.weight"))
-    throw std::runtime_error(what + ": tensor 'rope_freqs.weight' (llama3 rope scaling) is not supported");
+  if (const io::GGUFTensorInfo* rf = f.find_tensor("rope_freqs.weight")) {
+    // llama3 scaling, precomputed by the converter as one divisor per rotary frequency.
+    if (rf->numel() != static_cast<uint64_t>(c.head_dim / 2))
+      throw std::runtime_error(what + ": tensor 'rope_freqs.weight' has " + std::to_string(rf->numel()) +
+                               " values, expected head_dim / 2 = " + std::to_string(c.head_dim / 2));
+    for (float v : f.dequantize(*rf)) {
+      if (!(v > 0)) throw std::runtime_error(what + ": tensor 'rope_freqs.weight' holds a non-positive divisor");
+      c.rope.freq_divisors.push_back(v);
+    }
+  }
   const io::GGUFTensorInfo& embd = f.tensor("token_embd.weight");
   c.vocab_size = f.has(key("vocab_size")) ? f.get_int(key("vocab_size")) : embd.shape()[0];
   c.max_position_embeddings = f.has(key("context_length")) ? f.get_int(key("context_length")) : 0;

@@ -28,6 +28,26 @@ def llama_cpp_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def llama_cpp_rope_factors(rope, head_dim):
+    """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors for llama3 rope scaling."""
+    base, factor = rope["rope_theta"], rope["factor"]
+    low, high = rope["low_freq_factor"], rope["high_freq_factor"]
+    old_len = rope["original_max_position_embeddings"]
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    factors = []
+    for f in freqs:
+        wavelen = 2 * np.pi / f
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
 def gguf_name(hf):
     if hf == "model.embed_tokens.weight":
         return "token_embd.weight"
@@ -56,6 +76,9 @@ def write_gguf(model, path, arch, dtype):
         w.add_key_length(c.head_dim)
         w.add_value_length(c.head_dim)
     w.add_vocab_size(c.vocab_size)
+    rope = c.rope_parameters
+    if rope.get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", llama_cpp_rope_factors(rope, c.head_dim))
     w.add_eos_token_id(2)
     for name, t in model.state_dict().items():
         if name == "lm_head.weight" and c.tie_word_embeddings:
@@ -89,6 +112,11 @@ CASES = {
     "llama_untied": ("llama", lambda: LlamaForCausalLM(LlamaConfig(
         vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
         num_key_value_heads=8, tie_word_embeddings=False, max_position_embeddings=128))),
+    "llama3_rope": ("llama", lambda: LlamaForCausalLM(LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, tie_word_embeddings=True, max_position_embeddings=128, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 16}))),
     "qwen3": ("qwen3", lambda: Qwen3ForCausalLM(Qwen3Config(
         vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, tie_word_embeddings=False, max_position_embeddings=128))),
