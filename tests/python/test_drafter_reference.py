@@ -130,3 +130,18 @@ def test_drafter_matches_reference(tmp_path, build_dir, dtype, rtol, kl_weight, 
         g = expect["grad." + n]
         assert g is not None and g.abs().max() > 0, f"reference gradient of {n} is zero: the test would be blind"
         assert_close("grad." + n, got["grad." + n], g, rtol)
+
+
+def test_bf16_error_is_within_twice_the_reference_bf16_error(tmp_path, build_dir):
+    """bf16: our relative L2 error vs the fp64 reference is at most 2x the plain-PyTorch bf16 reference's own
+    (bf16 rounding differs in order, so exact agreement is not expected; a real bug is far outside 2x)."""
+    cfg = make_config()
+    weights, batch = make_case(tmp_path, cfg, seed=1)
+    exact = run_reference(cfg, weights, batch, torch.float64, 0.15)
+    low = run_reference(cfg, weights, batch, torch.bfloat16, 0.15)
+    got = run_ours(build_dir, tmp_path, "bfloat16", 0.15, "layer")
+    for name in ["loss", "logits"] + ["grad." + n for n in ref.weight_names(cfg["num_hidden_layers"])]:
+        truth = exact[name].double()
+        ours_err = (got[name].double().reshape(truth.shape) - truth).norm().item() / truth.norm().item()
+        ref_err = (low[name].double() - truth).norm().item() / truth.norm().item()
+        assert ours_err <= 2 * ref_err + 1e-3, f"{name}: bf16 relative error {ours_err:.3g} vs reference bf16 {ref_err:.3g}"
