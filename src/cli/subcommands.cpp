@@ -15,6 +15,7 @@ int gguf_info_main(const std::vector<std::string>& args);
 int gguf_dequant_main(const std::vector<std::string>& args);
 int tokenize_main(const std::vector<std::string>& args);
 int data_regenerate_main(const std::vector<std::string>& args);
+int eval_main(const std::vector<std::string>& args);
 int target_run_main(const std::vector<std::string>& args);
 int target_generate_main(const std::vector<std::string>& args);
 
@@ -33,6 +34,7 @@ const std::vector<Subcommand>& subcommands() {
       {{"target", "run"}, "run the target on token ids, save logits and hidden states (tests)", &target_run_main},
       {{"target", "generate"}, "greedy generation with the target model, reports tokens/s", &target_generate_main},
       {{"data", "regenerate"}, "the target's own replies to prompts as training samples (resumable)", &data_regenerate_main},
+      {{"eval"}, "speculative decoding with a drafter: tau, speedup, lossless check per dataset", &eval_main},
   };
   return table;
 }

@@ -34,6 +34,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   a.option("max-new", "N", "256", "maximum reply tokens");
   a.option("temperature", "T", "0", "0: greedy; > 0: sample from softmax(logits / T)");
   a.option("seed", "S", "0", "sampling seed (each prompt draws from its own stream)");
+  a.option("eos", "IDS", "config", "stop ids: config (model + tokenizer), none, or comma-separated ids");
   a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
   if (!a.parse(args)) return 0;
   for (const char* req : {"model", "input", "output"})
@@ -50,7 +51,8 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                          {"split", split},
                          {"max_new", a.i64("max-new")},
                          {"temperature", a.f64("temperature")},
-                         {"seed", a.i64("seed")}};
+                         {"seed", a.i64("seed")},
+                         {"eos", a.str("eos")}};
   const std::string meta_path = output + ".meta.json";
   if (std::filesystem::exists(meta_path)) {
     std::ifstream in(meta_path);
@@ -86,7 +88,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   gen.max_new = a.i64("max-new");
   gen.temperature = a.f64("temperature");
   gen.seed = static_cast<uint64_t>(a.i64("seed"));
-  gen.eos_ids = data::stop_ids(model, tokenizer.get());
+  gen.eos_ids = data::parse_stop_ids(a.str("eos"), model, tokenizer.get());
 
   int64_t dropped = 0, already = 0;
   for (const auto& p : prompts) already += store.has(p.index) ? 1 : 0;

@@ -25,6 +25,31 @@ std::vector<int64_t> stop_ids(const models::TargetModel& model, const tok::Token
   return ids;
 }
 
+std::vector<int64_t> parse_stop_ids(const std::string& spec, const models::TargetModel& model, const tok::Tokenizer* t) {
+  if (spec == "config") return stop_ids(model, t);
+  std::vector<int64_t> ids;
+  if (spec == "none") return ids;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(pos, end - pos);
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 0 || v >= model.config().vocab_size)
+      throw std::invalid_argument("--eos expects 'config', 'none' or comma-separated token ids in [0, " +
+                                  std::to_string(model.config().vocab_size) + "); got '" + spec + "'");
+    ids.push_back(v);
+    pos = end + 1;
+  }
+  return ids;
+}
+
 std::vector<int64_t> prompt_token_ids(const Prompt& p, const tok::Tokenizer* t, const tok::ChatFormat* chat,
                                       const std::string& where) {
   if (!p.prompt_ids.empty()) return p.prompt_ids;

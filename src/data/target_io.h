@@ -16,6 +16,8 @@ std::unique_ptr<tok::Tokenizer> load_tokenizer_for(const std::string& model_path
 
 // The model's eos ids plus the tokenizer's eos (when given): any of them ends a reply.
 std::vector<int64_t> stop_ids(const models::TargetModel& model, const tok::Tokenizer* t);
+// An --eos flag: "config" (stop_ids above), "none", or comma-separated ids.
+std::vector<int64_t> parse_stop_ids(const std::string& spec, const models::TargetModel& model, const tok::Tokenizer* t);
 
 // Token ids of a prompt: prompt_ids as they are, or the chat template with the generation prompt.
 struct Prompt;

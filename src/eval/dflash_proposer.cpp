@@ -1,0 +1,83 @@
+#include "dflash_proposer.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <stdexcept>
+
+namespace dflash::eval {
+
+std::string resolve_drafter_dir(const std::string& path) {
+  namespace fs = std::filesystem;
+  auto is_export = [](const fs::path& p) {
+    return fs::is_regular_file(p / "config.json") && fs::is_regular_file(p / "model.safetensors");
+  };
+  if (is_export(path)) return path;
+  // A training run directory: its exported drafter (docs/TRAINING.md).
+  for (const char* sub : {"export", "drafter", "final"})
+    if (is_export(fs::path(path) / sub)) return (fs::path(path) / sub).string();
+  throw std::runtime_error("drafter '" + path +
+                           "': expected a folder with config.json + model.safetensors, or a run directory with "
+                           "export/config.json + export/model.safetensors");
+}
+
+LoadedDrafter load_drafter(const std::string& path) {
+  LoadedDrafter d;
+  d.dir = resolve_drafter_dir(path);
+  d.config = drafter::load_drafter_config(d.dir + "/config.json");
+  d.weights = drafter::load_drafter_weights(d.config, d.dir + "/model.safetensors", at::kFloat);
+  return d;
+}
+
+DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target)
+    : d_(d), target_(target), cache_(d_.config, d_.weights) {
+  const auto& tc = target.config();
+  const auto& c = d.config;
+  auto fail = [&](const std::string& what) {
+    throw std::runtime_error("drafter " + d.dir + "/config.json does not fit the target: " + what);
+  };
+  if (c.hidden_size != tc.hidden_size)
+    fail("hidden_size " + std::to_string(c.hidden_size) + " vs target " + std::to_string(tc.hidden_size));
+  if (c.num_target_layers != tc.num_hidden_layers)
+    fail("num_target_layers " + std::to_string(c.num_target_layers) + " vs target " +
+         std::to_string(tc.num_hidden_layers));
+  if (c.mask_token_id < 0 || c.mask_token_id >= tc.vocab_size)
+    fail("mask_token_id " + std::to_string(c.mask_token_id) + " outside the target vocabulary");
+  for (auto id : c.target_layer_ids)
+    if (id < 0 || id >= tc.num_hidden_layers) fail("target_layer_ids has " + std::to_string(id));
+}
+
+std::vector<int> DFlashProposer::target_layers() const {
+  std::vector<int> out;
+  for (auto id : d_.config.target_layer_ids) out.push_back(static_cast<int>(id));
+  return out;
+}
+
+at::Tensor DFlashProposer::features(const models::TargetOutput& out, int64_t n) const {
+  std::vector<at::Tensor> parts;
+  for (auto id : d_.config.target_layer_ids) parts.push_back(out.hidden.at(static_cast<int>(id)).narrow(1, 0, n).to(at::kCPU));
+  return at::cat(parts, -1);
+}
+
+void DFlashProposer::start(const std::vector<int64_t>& prompt, const models::TargetOutput& prefill) {
+  cache_.reset();
+  cache_.append(features(prefill, static_cast<int64_t>(prompt.size())));
+}
+
+std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
+  if (pos != cache_.length())
+    throw std::logic_error("DFlashProposer: anchor " + std::to_string(pos) + " but context holds " +
+                           std::to_string(cache_.length()) + " positions");
+  const int64_t B = block_size();
+  std::vector<int64_t> ids(static_cast<size_t>(B), d_.config.mask_token_id);
+  ids[0] = last_token;
+  const at::Tensor emb = target_.embed(at::tensor(ids, at::kLong).view({1, B}).to(target_.input_device()));
+  const at::Tensor h = cache_.block_hidden(emb.to(at::kCPU));
+  const at::Tensor logits = target_.lm_head(h.narrow(1, 1, B - 1).to(target_.dtype()));
+  const at::Tensor best = logits.argmax(-1).reshape({-1}).to(at::kCPU).contiguous();
+  return std::vector<int64_t>(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
+}
+
+void DFlashProposer::commit(const models::TargetOutput& verify, int64_t n) { cache_.append(features(verify, n)); }
+
+}  // namespace dflash::eval

@@ -1,0 +1,41 @@
+// The real drafter as a Proposer: context features (the target's hidden states at target_layer_ids for every
+// committed token) go into a DrafterContextCache; each cycle the block [last, MASK x (B-1)] runs once and the
+// proposals are the argmax of the target's LM head on slots 1..B-1.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "drafter_config.h"
+#include "drafter_context_cache.h"
+#include "drafter_weights.h"
+#include "proposer.h"
+
+namespace dflash::eval {
+
+// An exported DFlash folder (config.json + model.safetensors), or a run directory holding one (see
+// resolve_drafter_dir).
+struct LoadedDrafter {
+  std::string dir;
+  drafter::DrafterConfig config;
+  drafter::DrafterWeights weights;
+};
+std::string resolve_drafter_dir(const std::string& path);
+LoadedDrafter load_drafter(const std::string& path);
+
+class DFlashProposer : public Proposer {
+ public:
+  DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target);
+  int64_t block_size() const override { return d_.config.block_size; }
+  std::vector<int> target_layers() const override;
+  void start(const std::vector<int64_t>& prompt, const models::TargetOutput& prefill) override;
+  std::vector<int64_t> propose(int64_t last_token, int64_t pos) override;
+  void commit(const models::TargetOutput& verify, int64_t n) override;
+
+ private:
+  at::Tensor features(const models::TargetOutput& out, int64_t n) const;
+  const LoadedDrafter& d_;
+  const models::TargetModel& target_;
+  DrafterContextCache cache_;
+};
+
+}  // namespace dflash::eval

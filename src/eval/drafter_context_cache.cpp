@@ -1,0 +1,94 @@
+#include "drafter_context_cache.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "norm_ops.h"
+
+namespace dflash::eval {
+
+using drafter::apply_rope;
+using drafter::rms_norm;
+using drafter::rope_tables;
+
+void DrafterContextCache::reset() {
+  length_ = 0;
+  k_.clear();
+  v_.clear();
+}
+
+void DrafterContextCache::crop(int64_t n) {
+  if (n < 0 || n > length_) throw std::invalid_argument("DrafterContextCache::crop: bad length");
+  for (size_t l = 0; l < k_.size(); ++l) {
+    k_[l] = k_[l].narrow(2, 0, n);
+    v_[l] = v_[l].narrow(2, 0, n);
+  }
+  length_ = n;
+}
+
+void DrafterContextCache::append(const at::Tensor& features) {
+  const int64_t n = features.size(1);
+  if (n == 0) return;
+  const at::ScalarType dt = w_.fc.scalar_type();
+  const at::Tensor ctx = rms_norm(at::linear(features.to(dt), w_.fc), w_.hidden_norm, c_.rms_norm_eps);
+  const at::Tensor pos = at::arange(length_, length_ + n, at::kLong).view({1, n});
+  auto [cos, sin] = rope_tables(pos, c_.head_dim, c_.rope_theta, dt);
+  const int64_t L = c_.num_hidden_layers;
+  if (k_.empty()) k_.resize(static_cast<size_t>(L)), v_.resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    const auto& w = w_.layers[static_cast<size_t>(l)];
+    at::Tensor k = at::linear(ctx, w[drafter::kKProj]).view({1, n, c_.num_key_value_heads, c_.head_dim});
+    k = apply_rope(rms_norm(k, w[drafter::kKNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
+    at::Tensor v = at::linear(ctx, w[drafter::kVProj]).view({1, n, c_.num_key_value_heads, c_.head_dim}).transpose(1, 2);
+    auto& K = k_[static_cast<size_t>(l)];
+    auto& V = v_[static_cast<size_t>(l)];
+    K = K.defined() ? at::cat({K, k}, 2) : k.contiguous();
+    V = V.defined() ? at::cat({V, v}, 2) : v.contiguous();
+  }
+  length_ += n;
+}
+
+at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) const {
+  const int64_t B = block_embeds.size(1), a = length_, D = c_.head_dim;
+  const int64_t qh = c_.num_attention_heads, kvh = c_.num_key_value_heads;
+  const at::ScalarType dt = w_.fc.scalar_type();
+  at::Tensor x = block_embeds.to(dt);
+  const at::Tensor pos = at::arange(a, a + B, at::kLong).view({1, B});
+  auto [cos, sin] = rope_tables(pos, D, c_.rope_theta, dt);
+  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    const auto& w = w_.layers[static_cast<size_t>(l)];
+    const at::Tensor h1 = rms_norm(x, w[drafter::kInputNorm], c_.rms_norm_eps);
+    at::Tensor q = at::linear(h1, w[drafter::kQProj]).view({1, B, qh, D});
+    q = apply_rope(rms_norm(q, w[drafter::kQNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
+    at::Tensor kb = at::linear(h1, w[drafter::kKProj]).view({1, B, kvh, D});
+    kb = apply_rope(rms_norm(kb, w[drafter::kKNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
+    const at::Tensor vb = at::linear(h1, w[drafter::kVProj]).view({1, B, kvh, D}).transpose(1, 2);
+    at::Tensor K = kb, V = vb;
+    if (a > 0) {
+      K = at::cat({k_[static_cast<size_t>(l)], kb}, 2);
+      V = at::cat({v_[static_cast<size_t>(l)], vb}, 2);
+    }
+    // GQA: each KV head serves qh / kvh query heads (a block is small; expanding is cheap here).
+    K = K.repeat_interleave(qh / kvh, 1);
+    V = V.repeat_interleave(qh / kvh, 1);
+    std::optional<at::Tensor> mask;
+    const int64_t window = c_.window_for_layer(l);
+    if (window > 0) {
+      // Query slot j sees context c with c >= a + j - (window - 1), and block slots <= j.
+      const at::Tensor j = at::arange(B, at::kLong).view({B, 1});
+      const at::Tensor kv = at::arange(a + B, at::kLong).view({1, a + B});
+      const at::Tensor ctx_ok = (kv < a) & (kv >= a + j - (window - 1));
+      const at::Tensor blk_ok = (kv >= a) & (kv - a <= j);
+      mask = (ctx_ok | blk_ok).view({1, 1, B, a + B});
+    }
+    const at::Tensor attn = at::scaled_dot_product_attention(q, K, V, mask);
+    x = x + at::linear(attn.transpose(1, 2).reshape({1, B, qh * D}), w[drafter::kOProj]);
+    const at::Tensor h2 = rms_norm(x, w[drafter::kPostNorm], c_.rms_norm_eps);
+    x = x + drafter::swiglu_down(at::linear(h2, w[drafter::kGateProj]), at::linear(h2, w[drafter::kUpProj]),
+                                 w[drafter::kDownProj]);
+  }
+  return rms_norm(x, w_.norm, c_.rms_norm_eps);
+}
+
+}  // namespace dflash::eval

@@ -1,0 +1,83 @@
+#include "eval_report.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace dflash::eval {
+
+DatasetReport::DatasetReport(std::string n, int64_t B)
+    : name(std::move(n)), block_size(B), accept_hist(static_cast<size_t>(B + 1), 0),
+      slot_reached(static_cast<size_t>(B - 1), 0), slot_accepted(static_cast<size_t>(B - 1), 0) {}
+
+void DatasetReport::add(const SpecResult& s, double base_s, int64_t base_tokens) {
+  ++prompts;
+  new_tokens += static_cast<int64_t>(s.tokens.size());
+  baseline_tokens += base_tokens;
+  seconds += s.seconds;
+  baseline_seconds += base_s;
+  for (auto k : s.accept_lengths) {
+    ++cycles;
+    accepted_sum += k;
+    if (k >= 0 && k < static_cast<int64_t>(accept_hist.size())) ++accept_hist[static_cast<size_t>(k)];
+  }
+  for (size_t i = 0; i < slot_reached.size() && i < s.slot_reached.size(); ++i) {
+    slot_reached[i] += s.slot_reached[i];
+    slot_accepted[i] += s.slot_accepted[i];
+  }
+}
+
+double DatasetReport::tau() const { return cycles > 0 ? static_cast<double>(accepted_sum) / cycles : 0.0; }
+double DatasetReport::tokens_per_s() const { return seconds > 0 ? new_tokens / seconds : 0.0; }
+double DatasetReport::baseline_tokens_per_s() const {
+  return baseline_seconds > 0 ? baseline_tokens / baseline_seconds : 0.0;
+}
+
+nlohmann::json DatasetReport::to_json() const {
+  std::vector<double> slot_rate;
+  for (size_t i = 0; i < slot_reached.size(); ++i)
+    slot_rate.push_back(slot_reached[i] > 0 ? static_cast<double>(slot_accepted[i]) / slot_reached[i] : 0.0);
+  nlohmann::json mm = nlohmann::json::array();
+  for (const auto& m : mismatches)
+    mm.push_back({{"prompt", m.prompt_index}, {"position", m.position}, {"expected", m.expected}, {"got", m.got}});
+  const double base = baseline_tokens_per_s();
+  return {{"name", name},
+          {"prompts", prompts},
+          {"block_size", block_size},
+          {"tau", tau()},
+          {"accept_hist", accept_hist},
+          {"slot_acceptance", slot_rate},
+          {"cycles", cycles},
+          {"new_tokens", new_tokens},
+          {"tokens_per_s", tokens_per_s()},
+          {"baseline_tokens_per_s", base},
+          {"speedup", base > 0 ? tokens_per_s() / base : 0.0},
+          {"lossless", lossless_checked ? nlohmann::json(mismatches.empty()) : nlohmann::json(nullptr)},
+          {"mismatches", mm}};
+}
+
+bool compare_tokens(const std::vector<int64_t>& expected, const std::vector<int64_t>& got, int64_t prompt_index,
+                    Mismatch* out) {
+  const size_t n = std::max(expected.size(), got.size());
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t e = i < expected.size() ? expected[i] : -1, g = i < got.size() ? got[i] : -1;
+    if (e != g) {
+      *out = {prompt_index, static_cast<int64_t>(i), e, g};
+      return false;
+    }
+  }
+  return true;
+}
+
+void print_table(const std::vector<DatasetReport>& reports) {
+  std::printf("%-14s %7s %6s %9s %12s %12s %9s\n", "dataset", "prompts", "tau", "speedup", "spec tok/s", "target tok/s",
+              "lossless");
+  for (const auto& r : reports) {
+    const double base = r.baseline_tokens_per_s();
+    std::printf("%-14s %7lld %6.2f %8.2fx %12.1f %12.1f %9s\n", r.name.c_str(), static_cast<long long>(r.prompts),
+                r.tau(), base > 0 ? r.tokens_per_s() / base : 0.0, r.tokens_per_s(), base,
+                !r.lossless_checked ? "n/a" : r.mismatches.empty() ? "yes" : "NO");
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace dflash::eval

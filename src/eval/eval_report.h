@@ -1,0 +1,42 @@
+// Per-dataset results of an evaluation run: acceptance (tau, histogram, per-slot rates), speed with and
+// without speculation, and the lossless check; printed as a table and written as JSON.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "speculative_decoder.h"
+
+namespace dflash::eval {
+
+struct Mismatch {
+  int64_t prompt_index = 0, position = 0, expected = -1, got = -1;  // -1: that side ended earlier
+};
+
+struct DatasetReport {
+  std::string name;
+  int64_t block_size = 0;
+  int64_t prompts = 0, new_tokens = 0, baseline_tokens = 0, cycles = 0, accepted_sum = 0;
+  double seconds = 0, baseline_seconds = 0;
+  std::vector<int64_t> accept_hist;                  // [B + 1]: cycles that committed k tokens (k = 1..B)
+  std::vector<int64_t> slot_reached, slot_accepted;  // per draft slot
+  bool lossless_checked = false;
+  std::vector<Mismatch> mismatches;
+
+  explicit DatasetReport(std::string n, int64_t B);
+  void add(const SpecResult& spec, double baseline_seconds, int64_t baseline_tokens);
+  double tau() const;
+  double tokens_per_s() const;
+  double baseline_tokens_per_s() const;
+  nlohmann::json to_json() const;
+};
+
+// First differing position between the target's own decode and the speculative one (or none).
+bool compare_tokens(const std::vector<int64_t>& expected, const std::vector<int64_t>& got, int64_t prompt_index,
+                    Mismatch* out);
+
+void print_table(const std::vector<DatasetReport>& reports);
+
+}  // namespace dflash::eval

@@ -1,0 +1,197 @@
+"""`dflash eval` on tiny random HF Llama targets: an oracle proposer (the target's own continuation) gives
+tau = B and a lossless decode; a random proposer gives tau ~ 1 and is still lossless; a random DFlash drafter
+folder runs through the real drafter path losslessly; speculative sampling reproduces the target's own
+token distribution (chi-square over many samples against exact probabilities from transformers)."""
+import json
+import math
+import os
+import subprocess
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+
+
+def _tiny(vocab, layers=2, seed=0, scale=1.0):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                      max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
+    m = LlamaForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "norm" not in name:
+                p.normal_(0, scale / p.shape[-1] ** 0.5)
+    return m
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    m = _tiny(300, layers=4)
+    d = tmp_path_factory.mktemp("target")
+    m.save_pretrained(str(d))
+    return m, d
+
+
+def _prompts(path, n, vocab, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"prompt_ids": torch.randint(3, vocab, (4 + 3 * i,), generator=g).tolist()}) + "\n")
+    return path
+
+
+def _eval(dflash_bin, target_dir, data, tmp_path, *extra):
+    out, toks = tmp_path / "eval.json", tmp_path / "tokens.jsonl"
+    cmd = [dflash_bin, "eval", "--target", str(target_dir), "--data", f"tiny={data}", "--json", str(out),
+           "--tokens-out", str(toks), "--threads", "1", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.load(open(out)), [json.loads(l) for l in open(toks)], r.stdout
+
+
+def _hf_greedy(model, prompt, max_new, eos=2):
+    ids = torch.tensor([prompt])
+    out = []
+    with torch.no_grad():
+        for _ in range(max_new):
+            t = int(model(ids).logits[0, -1].argmax())
+            out.append(t)
+            if t == eos:
+                break
+            ids = torch.cat([ids, torch.tensor([[t]])], 1)
+    return out
+
+
+def test_oracle_gives_tau_b_and_lossless(dflash_bin, target, tmp_path):
+    model, d = target
+    data = _prompts(tmp_path / "p.jsonl", 3, 300)
+    B, max_new = 4, 25
+    res, toks, table = _eval(dflash_bin, d, data, tmp_path, "--proposer", "oracle", "--block-size", str(B),
+                             "--max-new", str(max_new))
+    ds = res["datasets"][0]
+    assert ds["name"] == "tiny" and ds["prompts"] == 3 and ds["lossless"] is True
+    prompts = [json.loads(l)["prompt_ids"] for l in open(data)]
+    for rec, p in zip(toks, prompts):
+        assert rec["baseline"] == _hf_greedy(model, p, max_new)  # the baseline is the target's greedy decode
+        assert rec["tokens"] == rec["baseline"]
+        # Every cycle but a last one cut short by eos / max_new commits all B tokens.
+        assert all(k == B for k in rec["accept_lengths"][:-1]), rec["accept_lengths"]
+    full = sum(len(r["tokens"]) - 1 == B * len(r["accept_lengths"]) for r in toks)
+    assert full >= 1  # 25 = 1 + 6 * 4: an uninterrupted prompt has tau exactly B
+    assert ds["tau"] > B - 1
+    assert ds["slot_acceptance"] == [1.0] * (B - 1)
+    assert sum(ds["accept_hist"]) == ds["cycles"] and len(ds["accept_hist"]) == B + 1
+    for key in ["tokens_per_s", "baseline_tokens_per_s", "speedup"]:
+        assert ds[key] > 0
+    assert "tiny" in table and "tau" in table
+
+
+def test_random_proposer_tau_near_one_and_lossless(dflash_bin, target, tmp_path):
+    _, d = target
+    data = _prompts(tmp_path / "p.jsonl", 3, 300)
+    res, toks, _ = _eval(dflash_bin, d, data, tmp_path, "--proposer", "random", "--block-size", "8",
+                         "--max-new", "24")
+    ds = res["datasets"][0]
+    assert ds["lossless"] is True and ds["mismatches"] == []
+    assert 1.0 <= ds["tau"] < 1.3
+    for rec in toks:
+        assert rec["tokens"] == rec["baseline"]
+
+
+def _random_drafter(path, target_cfg, B=4, seed=0):
+    torch.manual_seed(seed)
+    H, L = target_cfg.hidden_size, 2
+    ids = [0, 3]
+    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": B,
+           "num_target_layers": target_cfg.num_hidden_layers, "num_hidden_layers": L,
+           "hidden_size": H, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 8, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": target_cfg.vocab_size,
+           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 3,
+           "tie_word_embeddings": True,
+           "dflash_config": {"mask_token_id": target_cfg.vocab_size - 1, "target_layer_ids": ids}}
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg))
+    w = {"fc.weight": torch.randn(H, len(ids) * H) * 0.1, "hidden_norm.weight": torch.ones(H),
+         "norm.weight": torch.ones(H)}
+    for i in range(L):
+        p = f"layers.{i}."
+        w[p + "self_attn.q_proj.weight"] = torch.randn(32, H) * 0.1
+        w[p + "self_attn.k_proj.weight"] = torch.randn(16, H) * 0.1
+        w[p + "self_attn.v_proj.weight"] = torch.randn(16, H) * 0.1
+        w[p + "self_attn.o_proj.weight"] = torch.randn(H, 32) * 0.1
+        w[p + "self_attn.q_norm.weight"] = torch.ones(8)
+        w[p + "self_attn.k_norm.weight"] = torch.ones(8)
+        w[p + "mlp.gate_proj.weight"] = torch.randn(48, H) * 0.1
+        w[p + "mlp.up_proj.weight"] = torch.randn(48, H) * 0.1
+        w[p + "mlp.down_proj.weight"] = torch.randn(H, 48) * 0.1
+        w[p + "input_layernorm.weight"] = torch.ones(H)
+        w[p + "post_attention_layernorm.weight"] = torch.ones(H)
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, str(path / "model.safetensors"))
+    return path
+
+
+def test_dflash_drafter_path_is_lossless(dflash_bin, target, tmp_path):
+    model, d = target
+    drafter = _random_drafter(tmp_path / "drafter", model.config)
+    data = _prompts(tmp_path / "p.jsonl", 2, 300)
+    res, toks, _ = _eval(dflash_bin, d, data, tmp_path, "--drafter", str(drafter), "--max-new", "20")
+    ds = res["datasets"][0]
+    assert ds["lossless"] is True and ds["block_size"] == 4 and ds["tau"] >= 1.0
+    assert res["drafter"] == str(drafter)
+    # A run directory holding export/ works too; a folder without a drafter is a clear error.
+    run = tmp_path / "run"
+    run.mkdir()
+    (drafter).rename(run / "export")
+    _eval(dflash_bin, d, data, tmp_path, "--drafter", str(run), "--max-new", "5")
+    r = subprocess.run([dflash_bin, "eval", "--target", str(d), "--data", str(data), "--drafter", str(tmp_path)],
+                       capture_output=True, text=True, env=ENV)
+    assert r.returncode != 0 and "config.json + model.safetensors" in r.stderr
+
+
+def _chi2_crit(df, z=3.29):  # Wilson-Hilferty, upper tail p ~ 5e-4
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
+    V, T, N = 8, 1.0, 4000
+    m = _tiny(V, seed=4, scale=3.0)
+    d = tmp_path / "t8"
+    m.save_pretrained(str(d))
+    prompt = [3, 5, 4]
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"prompt_ids": prompt}) + "\n")
+    # Oracle without a reference proposes the last token again: accepted with probability p(last), so
+    # both the accept and the reject/resample paths (and the bonus token) are exercised.
+    res, toks, _ = _eval(dflash_bin, d, data, tmp_path, "--proposer", "oracle", "--block-size", "3",
+                         "--max-new", "3", "--temperature", str(T), "--repeats", str(N), "--baseline", "0",
+                         "--eos", "none")
+    seqs = [tuple(r["tokens"]) for r in toks]
+    assert len(seqs) == N and all(len(s) == 3 for s in seqs)
+    acc = res["datasets"][0]["slot_acceptance"]
+    assert 0.05 < acc[0] < 0.95  # both paths taken often
+    # Exact joint distribution of the first three sampled tokens under the target alone.
+    with torch.no_grad():
+        p1 = torch.softmax(m(torch.tensor([prompt])).logits[0, -1].double() / T, -1)
+        pre2 = torch.tensor([prompt + [a] for a in range(V)])
+        p2 = torch.softmax(m(pre2).logits[:, -1].double() / T, -1)  # [V, V]
+        pre3 = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
+        p3 = torch.softmax(m(pre3).logits[:, -1].double() / T, -1).view(V, V, V)
+    joint = p1[:, None, None] * p2[:, :, None] * p3
+    counts = torch.zeros(V, V, V, dtype=torch.float64)
+    for a, b, c in seqs:
+        counts[a, b, c] += 1
+    exp = (joint * N).flatten()
+    obs = counts.flatten()
+    order = torch.argsort(exp, descending=True)
+    exp, obs = exp[order], obs[order]
+    big = exp >= 5
+    e = torch.cat([exp[big], exp[~big].sum().view(1)])
+    o = torch.cat([obs[big], obs[~big].sum().view(1)])
+    chi2 = float(((o - e) ** 2 / e).sum())
+    df = int(big.sum())
+    assert df >= 10
+    assert chi2 < _chi2_crit(df), (chi2, df)
