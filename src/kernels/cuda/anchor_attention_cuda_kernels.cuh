@@ -2,12 +2,13 @@
 // and a CPU emulation of the GPU execution model used in tests (tests/kernels/cuda_emu). The
 // includer provides Elem<T> (tensor-core mma, float <-> 16-bit) for its element types.
 //
-//
 // Tensor-core fragments (PTX ISA, mma.m16n8k16 with 16-bit inputs), lane = 4*gid + tq:
 //   A 16x16 (row):  a0 = A[gid][2tq..+1], a1 = A[gid+8][2tq..+1], a2 = A[gid][2tq+8..+9], a3 = A[gid+8][2tq+8..+9]
 //   B 16x8  (col):  b0 = B[2tq..+1][gid], b1 = B[2tq+8..+9][gid]
 //   C 16x8  (f32):  c0,c1 = C[gid][2tq..+1], c2,c3 = C[gid+8][2tq..+1]
-// The lower-indexed element of a pair sits in the low 16 bits. Fragments are read from shared memory
+// The lower-indexed element of a pair sits in the low 16 bits. Fragments come from shared memory
+// through ldmatrix (frag_* below); the C fragment of S = QK^T is reused in registers as the A
+// fragment of P for P V (FlashAttention-2).
 #pragma once
 #include <climits>
 #include <cstdint>
@@ -54,39 +55,61 @@ struct Params {
 template <typename T>
 struct Elem;
 
-// ---- fragment loads from shared memory (ld = row stride in elements, even) ------------------------
-__device__ __forceinline__ uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ __forceinline__ uint32_t pack16(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
+// ---- fragment loads from shared memory (ld = row stride in elements, a multiple of 8) -------------
+// ldmatrix .x4 loads four 8x8 16-bit matrices; lanes 8i..8i+7 give the addresses of the 8 rows of
+// matrix i (16-byte aligned). Lane l receives r[i] = M_i[l/4][2(l%4)..+1], or with .trans
+// r[i] = (M_i[2(l%4)][l/4], M_i[2(l%4)+1][l/4]). The emulation (tests/kernels/cuda_emu) defines
+// ldsm_x4 / ldsm_x4_t itself.
+#if defined(__CUDACC__)
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const uint16_t* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+#endif
 
-// A[m][k] = s[m * ld + k] (row-major M x K), tile at (m0, k0).
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int ld, int m0, int k0, int gid, int tq) {
-  const uint16_t* p = s + (m0 + gid) * ld + k0 + 2 * tq;
-  a[0] = ld32(p);
-  a[1] = ld32(p + 8 * ld);
-  a[2] = ld32(p + 8);
-  a[3] = ld32(p + 8 * ld + 8);
+// A fragment of A[m][k] = s[m * ld + k] (row-major) at (m0, k0): matrices (m0, k0), (m0+8, k0),
+// (m0, k0+8), (m0+8, k0+8) are a0..a3.
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t* s, int ld, int m0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  ldsm_x4(a, s + (m0 + (i & 1) * 8 + r) * ld + k0 + (i >> 1) * 8);
 }
-// A[m][k] = s[k * ld + m] (stored transposed), tile at (m0, k0).
-__device__ __forceinline__ void frag_a_t(uint32_t (&a)[4], const uint16_t* s, int ld, int m0, int k0, int gid, int tq) {
-  const uint16_t* p = s + (k0 + 2 * tq) * ld + m0 + gid;
-  a[0] = pack16(p[0], p[ld]);
-  a[1] = pack16(p[8], p[ld + 8]);
-  a[2] = pack16(p[8 * ld], p[9 * ld]);
-  a[3] = pack16(p[8 * ld + 8], p[9 * ld + 8]);
+// A fragment of A[m][k] = s[k * ld + m] (stored transposed) at (m0, k0): transposed matrices at
+// stored (row k0, col m0), (k0, m0+8), (k0+8, m0), (k0+8, m0+8) are a0..a3.
+__device__ __forceinline__ void frag_a_t(uint32_t (&a)[4], const uint16_t* s, int ld, int m0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  ldsm_x4_t(a, s + (k0 + (i >> 1) * 8 + r) * ld + m0 + (i & 1) * 8);
 }
-// B[k][n] = s[n * ld + k] (e.g. K stored [key][d] used as K^T), tile at (k0, n0).
-__device__ __forceinline__ void frag_b_nmajor(uint32_t& b0, uint32_t& b1, const uint16_t* s, int ld, int k0, int n0,
-                                              int gid, int tq) {
-  const uint16_t* p = s + (n0 + gid) * ld + k0 + 2 * tq;
-  b0 = ld32(p);
-  b1 = ld32(p + 8);
+// B fragments (b[t][0..1]) of the two n-tiles n0 + 8t of B[k][n] = s[n * ld + k] (K stored
+// [key][d], used as K^T) at k0: matrices (n0, k0), (n0, k0+8), (n0+8, k0), (n0+8, k0+8).
+__device__ __forceinline__ void frag_b2_nmajor(uint32_t (&b)[2][2], const uint16_t* s, int ld, int k0, int n0,
+                                               int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  uint32_t x[4];
+  ldsm_x4(x, s + (n0 + (i >> 1) * 8 + r) * ld + k0 + (i & 1) * 8);
+  b[0][0] = x[0];
+  b[0][1] = x[1];
+  b[1][0] = x[2];
+  b[1][1] = x[3];
 }
-// B[k][n] = s[k * ld + n] (e.g. V stored [key][d]), tile at (k0, n0).
-__device__ __forceinline__ void frag_b_kmajor(uint32_t& b0, uint32_t& b1, const uint16_t* s, int ld, int k0, int n0,
-                                              int gid, int tq) {
-  const uint16_t* p = s + (k0 + 2 * tq) * ld + n0 + gid;
-  b0 = pack16(p[0], p[ld]);
-  b1 = pack16(p[8 * ld], p[9 * ld]);
+// B fragments of the two n-tiles n0 + 8t of B[k][n] = s[k * ld + n] (V stored [key][d]) at k0:
+// transposed matrices at stored (k0, n0), (k0+8, n0), (k0, n0+8), (k0+8, n0+8).
+__device__ __forceinline__ void frag_b2_kmajor(uint32_t (&b)[2][2], const uint16_t* s, int ld, int k0, int n0,
+                                               int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  uint32_t x[4];
+  ldsm_x4_t(x, s + (k0 + (i & 1) * 8 + r) * ld + n0 + (i >> 1) * 8);
+  b[0][0] = x[0];
+  b[0][1] = x[1];
+  b[1][0] = x[2];
+  b[1][1] = x[3];
 }
 
 // Copies `rows` rows of D 16-bit elements into shared memory (row stride LD) in 16-byte pieces;
@@ -147,11 +170,12 @@ __global__ void plan_kernel(const int64_t* anchors, int64_t asb, const bool* kee
 // for the thread's row a (gid) iff clo_a <= c < chi_a, likewise row b (gid + 8).
 template <typename T, int D, int BN, int LD>
 __device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK, const uint16_t* sV, int warp,
-                                         int gid, int tq, int clo_a, int chi_a, int clo_b, int chi_b,
+                                         int lane, int clo_a, int chi_a, int clo_b, int chi_b,
                                          float scale_log2, float (&o)[D / 8][4], float (&m)[2], float (&l)[2]) {
   const bool vis_a = max(clo_a, 0) < min(chi_a, BN), vis_b = max(clo_b, 0) < min(chi_b, BN);
   if (!__any_sync(kFull, vis_a || vis_b)) return;  // tile fully outside this warp's rows
   const bool full = __all_sync(kFull, clo_a <= 0 && chi_a >= BN && clo_b <= 0 && chi_b >= BN);
+  const int tq = lane & 3;
 
   float s[BN / 8][4];
 #pragma unroll
@@ -159,12 +183,13 @@ __device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK,
 #pragma unroll
   for (int kt = 0; kt < D / 16; ++kt) {
     uint32_t a[4];
-    frag_a(a, sQ, LD, warp * 16, kt * 16, gid, tq);
+    frag_a(a, sQ, LD, warp * 16, kt * 16, lane);
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      uint32_t b0, b1;
-      frag_b_nmajor(b0, b1, sK, LD, kt * 16, nt * 8, gid, tq);
-      Elem<T>::mma(s[nt], a, b0, b1);
+    for (int nt = 0; nt < BN / 8; nt += 2) {
+      uint32_t bf[2][2];
+      frag_b2_nmajor(bf, sK, LD, kt * 16, nt * 8, lane);
+      Elem<T>::mma(s[nt], a, bf[0][0], bf[0][1]);
+      Elem<T>::mma(s[nt + 1], a, bf[1][0], bf[1][1]);
     }
   }
 
@@ -220,10 +245,11 @@ __device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK,
     a[2] = Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     a[3] = Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      uint32_t b0, b1;
-      frag_b_kmajor(b0, b1, sV, LD, kk * 16, dt * 8, gid, tq);
-      Elem<T>::mma(o[dt], a, b0, b1);
+    for (int dt = 0; dt < D / 8; dt += 2) {
+      uint32_t bf[2][2];
+      frag_b2_kmajor(bf, sV, LD, kk * 16, dt * 8, lane);
+      Elem<T>::mma(o[dt], a, bf[0][0], bf[0][1]);
+      Elem<T>::mma(o[dt + 1], a, bf[1][0], bf[1][1]);
     }
   }
 }
@@ -306,7 +332,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
       return t0 + r < kmax ? vb + int64_t(t0 + r) * p.vs.st : -1;
     });
     __syncthreads();
-    fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, gid, tq, lo_a - t0, hi_a - t0, lo_b - t0, hi_b - t0, p.scale_log2, o,
+    fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, lane, lo_a - t0, hi_a - t0, lo_b - t0, hi_b - t0, p.scale_log2, o,
                            m, l);
   }
 
@@ -325,7 +351,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
         return c0 + r < p.B ? vb + (key0 + c0 + r) * p.vs.st : -1;
       });
       __syncthreads();
-      fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, gid, tq, bi_a == bi ? -c0 : 0, bi_a == bi ? bhi_a - c0 : 0,
+      fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, lane, bi_a == bi ? -c0 : 0, bi_a == bi ? bhi_a - c0 : 0,
                              bi_b == bi ? -c0 : 0, bi_b == bi ? bhi_b - c0 : 0, p.scale_log2, o, m, l);
     }
   }
@@ -514,15 +540,17 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
 #pragma unroll
         for (int kt = 0; kt < D / 16; ++kt) {
           uint32_t aq[4], ag[4];
-          frag_a(aq, sQ, LD, rw, kt * 16, gid, tq);
-          frag_a(ag, sdO, LD, rw, kt * 16, gid, tq);
+          frag_a(aq, sQ, LD, rw, kt * 16, lane);
+          frag_a(ag, sdO, LD, rw, kt * 16, lane);
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            uint32_t b0, b1;
-            frag_b_nmajor(b0, b1, sK, LD, kt * 16, cw + nt * 8, gid, tq);
-            Elem<T>::mma(s[nt], aq, b0, b1);
-            frag_b_nmajor(b0, b1, sV, LD, kt * 16, cw + nt * 8, gid, tq);
-            Elem<T>::mma(dp[nt], ag, b0, b1);
+          for (int nt = 0; nt < 4; nt += 2) {
+            uint32_t bf[2][2];
+            frag_b2_nmajor(bf, sK, LD, kt * 16, cw + nt * 8, lane);
+            Elem<T>::mma(s[nt], aq, bf[0][0], bf[0][1]);
+            Elem<T>::mma(s[nt + 1], aq, bf[1][0], bf[1][1]);
+            frag_b2_nmajor(bf, sV, LD, kt * 16, cw + nt * 8, lane);
+            Elem<T>::mma(dp[nt], ag, bf[0][0], bf[0][1]);
+            Elem<T>::mma(dp[nt + 1], ag, bf[1][0], bf[1][1]);
           }
         }
         const float lse_a = r_lse[ra], lse_b = r_lse[rb], del_a = r_delta[ra], del_b = r_delta[rb];
@@ -553,15 +581,17 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
 #pragma unroll
     for (int kt = 0; kt < kBM / 16; ++kt) {
       uint32_t ap[4], ads[4];
-      frag_a_t(ap, sP, LDP, kw, kt * 16, gid, tq);
-      frag_a_t(ads, sdS, LDP, kw, kt * 16, gid, tq);
+      frag_a_t(ap, sP, LDP, kw, kt * 16, lane);
+      frag_a_t(ads, sdS, LDP, kw, kt * 16, lane);
 #pragma unroll
-      for (int nt = 0; nt < DH / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b_kmajor(b0, b1, sdO, LD, kt * 16, dw + nt * 8, gid, tq);
-        Elem<T>::mma(dv[nt], ap, b0, b1);
-        frag_b_kmajor(b0, b1, sQ, LD, kt * 16, dw + nt * 8, gid, tq);
-        Elem<T>::mma(dk[nt], ads, b0, b1);
+      for (int nt = 0; nt < DH / 8; nt += 2) {
+        uint32_t bf[2][2];
+        frag_b2_kmajor(bf, sdO, LD, kt * 16, dw + nt * 8, lane);
+        Elem<T>::mma(dv[nt], ap, bf[0][0], bf[0][1]);
+        Elem<T>::mma(dv[nt + 1], ap, bf[1][0], bf[1][1]);
+        frag_b2_kmajor(bf, sQ, LD, kt * 16, dw + nt * 8, lane);
+        Elem<T>::mma(dk[nt], ads, bf[0][0], bf[0][1]);
+        Elem<T>::mma(dk[nt + 1], ads, bf[1][0], bf[1][1]);
       }
     }
 
@@ -569,28 +599,32 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
     {
       uint32_t ads[BN / 16][4];
 #pragma unroll
-      for (int kt = 0; kt < BN / 16; ++kt) frag_a(ads[kt], sdS, LDP, rw, kt * 16, gid, tq);
+      for (int kt = 0; kt < BN / 16; ++kt) frag_a(ads[kt], sdS, LDP, rw, kt * 16, lane);
       const int ra = rw + gid, rb = ra + 8;
       const int tok_a = r_tok[ra], tok_b = r_tok[rb];
       float* dq_a = tok_a < 0 ? nullptr : p.dq_acc + ((int64_t(b) * p.Hq + r_qh[ra]) * p.Tq + tok_a) * D;
       float* dq_b = tok_b < 0 ? nullptr : p.dq_acc + ((int64_t(b) * p.Hq + r_qh[rb]) * p.Tq + tok_b) * D;
 #pragma unroll
-      for (int nt = 0; nt < DH / 8; ++nt) {
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int nt = 0; nt < DH / 8; nt += 2) {
+        float acc[2][4] = {};
 #pragma unroll
         for (int kt = 0; kt < BN / 16; ++kt) {
-          uint32_t b0, b1;
-          frag_b_kmajor(b0, b1, sK, LD, kt * 16, dw + nt * 8, gid, tq);
-          Elem<T>::mma(acc, ads[kt], b0, b1);
+          uint32_t bf[2][2];
+          frag_b2_kmajor(bf, sK, LD, kt * 16, dw + nt * 8, lane);
+          Elem<T>::mma(acc[0], ads[kt], bf[0][0], bf[0][1]);
+          Elem<T>::mma(acc[1], ads[kt], bf[1][0], bf[1][1]);
         }
-        const int c = dw + nt * 8 + 2 * tq;
-        if (dq_a) {
-          atomicAdd(dq_a + c, acc[0]);
-          atomicAdd(dq_a + c + 1, acc[1]);
-        }
-        if (dq_b) {
-          atomicAdd(dq_b + c, acc[2]);
-          atomicAdd(dq_b + c + 1, acc[3]);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int c = dw + (nt + u) * 8 + 2 * tq;
+          if (dq_a) {
+            atomicAdd(dq_a + c, acc[u][0]);
+            atomicAdd(dq_a + c + 1, acc[u][1]);
+          }
+          if (dq_b) {
+            atomicAdd(dq_b + c, acc[u][2]);
+            atomicAdd(dq_b + c + 1, acc[u][3]);
+          }
         }
       }
     }

@@ -16,6 +16,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <functional>
@@ -228,5 +230,44 @@ inline float atomicAdd(float* a, float v) {
   *a = old + v;
   return old;
 }
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 per the PTX ISA: lanes 8i..8i+7 give the row
+// addresses of 8x8 matrix i; lane l gets r[i] = M_i[l/4][2(l%4)..+1], or transposed
+// (M_i[2(l%4)][l/4], M_i[2(l%4)+1][l/4]). Addresses must be 16-byte aligned rows inside the
+// dynamic shared memory.
+inline void emu_ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row, bool trans) {
+  uint32_t w[::cuda_emu::kWords] = {};
+  const uint64_t a = reinterpret_cast<uintptr_t>(row);
+  w[0] = uint32_t(a);
+  w[1] = uint32_t(a >> 32);
+  w[::cuda_emu::kWords - 1] = trans ? 0x1d70000u : 0x1d00000u;
+  const uint32_t* s = ::cuda_emu::warp_exchange(w);
+  const auto& m = ::cuda_emu::machine();
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(m.smem.data()), hi = lo + m.smem.size() - 16;
+  auto row_of = [&](int i, int r) {
+    const uint32_t* d = s + (i * 8 + r) * ::cuda_emu::kWords;
+    const uintptr_t p = uintptr_t(d[0]) | (uintptr_t(d[1]) << 32);
+    if (p % 16 != 0 || p < lo || p > hi) {
+      std::fprintf(stderr, "cuda_emu: ldmatrix row address %p is misaligned or outside shared memory\n",
+                   reinterpret_cast<void*>(p));
+      std::abort();
+    }
+    return reinterpret_cast<const uint16_t*>(p);
+  };
+  const int lane = ::cuda_emu::cur().lane, g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    uint16_t x, y;
+    if (trans) {
+      x = row_of(i, 2 * t)[g];
+      y = row_of(i, 2 * t + 1)[g];
+    } else {
+      x = row_of(i, g)[2 * t];
+      y = row_of(i, g)[2 * t + 1];
+    }
+    r[i] = uint32_t(x) | (uint32_t(y) << 16);
+  }
+}
+inline void ldsm_x4(uint32_t (&r)[4], const uint16_t* row) { emu_ldmatrix_x4(r, row, false); }
+inline void ldsm_x4_t(uint32_t (&r)[4], const uint16_t* row) { emu_ldmatrix_x4(r, row, true); }
+
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
