@@ -306,3 +306,30 @@ TEST(CheckpointPolicy, Parses) {
   EXPECT_FALSE(CheckpointPolicy{0}.applies(0));
   EXPECT_THROW(CheckpointPolicy::parse("sometimes"), std::invalid_argument);
 }
+
+TEST(DrafterModel, SequenceWithoutAnchorsGivesZeroLossAndZeroGradients) {
+  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  DrafterWeights w = init_drafter_weights(c, at::kDouble, 2, 0.1, 0.1);
+  w.set_requires_grad(true);
+  at::manual_seed(1);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  FrozenTarget t{at::randn({32, 16}, opts), at::Tensor()};
+  t.lm_head = t.embed;
+  const int64_t S = 9;
+  const at::Tensor ids = at::randint(0, 30, {1, S}, at::kLong);
+  const at::Tensor loss_mask = at::zeros({1, S}, at::kBool);  // a prompt only: no anchor is valid
+  std::mt19937_64 rng(0);
+  const AnchorSample s = sample_anchors(loss_mask, 3, rng);
+  EXPECT_FALSE(s.keep.any().item<bool>());
+  DrafterLossOptions opt;
+  opt.gamma = 4;
+  opt.chunk.kl_weight = 0.15;
+  const BlockBatch bb = build_block_batch(ids, loss_mask, s, c.block_size, c.mask_token_id, opt.gamma);
+  const auto r = drafter_loss(c, w, t, at::randn({1, S, 32}, opts), at::randn({1, S, 16}, opts), s, bb, opt,
+                              CheckpointPolicy{1});
+  r.loss.backward();
+  EXPECT_EQ(r.loss.item<double>(), 0.0);
+  EXPECT_EQ(r.slot_count.sum().item<double>(), 0.0);
+  for (auto& [n, p] : w.named())
+    if (p.grad().defined()) EXPECT_EQ(p.grad().abs().max().item<double>(), 0.0) << n;
+}
