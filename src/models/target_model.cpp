@@ -198,6 +198,12 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
   if (input_ids.size(0) < 1 || input_ids.size(1) < 1)
     throw std::invalid_argument("target forward: input_ids must hold at least one token per row, got [" +
                                 std::to_string(input_ids.size(0)) + ", " + std::to_string(input_ids.size(1)) + "]");
+  if (input_ids.device().is_cpu()) {  // (on a GPU this check would cost a sync; embedding still bounds-checks)
+    const int64_t lo = input_ids.min().item<int64_t>(), hi = input_ids.max().item<int64_t>();
+    if (lo < 0 || hi >= config_.vocab_size)
+      throw std::invalid_argument("target forward: token id " + std::to_string(lo < 0 ? lo : hi) +
+                                  " outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+  }
   const int L = static_cast<int>(layers_.size());
   std::vector<bool> capture(L, false);
   for (int c : capture_layers) {

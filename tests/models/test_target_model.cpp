@@ -182,6 +182,8 @@ TEST(TargetModel, CacheLimitsAndBadInputs) {
   EXPECT_THROW(cache.crop(4), std::invalid_argument);
   EXPECT_THROW(m.forward(ids, nullptr, {3}, true, false), std::invalid_argument);
   EXPECT_THROW(m.forward(ids.view({-1}), nullptr, {}, true, false), std::invalid_argument);
+  EXPECT_THROW(m.forward(ids + c.vocab_size, nullptr, {}, true, false), std::invalid_argument);
+  EXPECT_THROW(m.forward(ids.narrow(1, 0, 0), nullptr, {}, true, false), std::invalid_argument);
   auto missing = w;
   missing.erase("model.layers.1.mlp.up_proj.weight");
   try {

@@ -124,6 +124,17 @@ def test_greedy_generation_matches_hf(dflash_bin, tiny):
     assert "tokens/s" in r.stderr
 
 
+def test_sharded_checkpoint_loads(dflash_bin, tiny, tmp_path):
+    model, _ = tiny
+    d = tmp_path / "sharded"
+    model.save_pretrained(str(d), max_shard_size="100KB")
+    assert (d / "model.safetensors.index.json").exists()
+    ids = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
+    got = _run(dflash_bin, d, ids, tmp_path, [0])
+    ref = _hf_forward(model, ids)
+    assert _max_diff(got["logits"], ref.logits) <= TOL
+
+
 def test_bad_model_folder_errors(dflash_bin, tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "vocab_size": 10}')
     r = subprocess.run([dflash_bin, "target", "generate", "--model", str(tmp_path), "--prompt-ids", "1"],
