@@ -64,6 +64,11 @@ class TargetModel {
   TargetOutput forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
                        bool want_logits, bool want_last_hidden) const;
 
+  // The frozen matrices the drafter borrows: [vocab, hidden] in dtype(); the LM head is the same tensor as the
+  // embedding when tie_word_embeddings (and both stages share a device).
+  const at::Tensor& embed_weight() const { return embed_tokens_; }
+  const at::Tensor& lm_head_weight() const { return lm_head_; }
+
   at::Tensor embed(const at::Tensor& input_ids) const;       // [batch, T, hidden] on the first stage
   at::Tensor lm_head(const at::Tensor& last_hidden) const;   // float32 logits, on the last stage
 

@@ -142,6 +142,9 @@ TEST_P(TargetModelTest, TwoCpuPipelineStagesMatchOneStage) {
   EXPECT_EQ(max_diff(a.logits, b.logits), 0.0);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(max_diff(a.hidden.at(i), b.hidden.at(i)), 0.0);
   EXPECT_EQ(max_diff(a.hidden.at(2), a.last_hidden), 0.0);  // HF convention for the last layer
+  EXPECT_EQ(max_diff(one.embed_weight(), w.at("model.embed_tokens.weight")), 0.0);
+  if (c.tie_word_embeddings) EXPECT_TRUE(one.lm_head_weight().is_same(one.embed_weight()));
+  else EXPECT_EQ(max_diff(one.lm_head_weight(), w.at("lm_head.weight")), 0.0);
   KVCache cache = two.make_cache(1, 9);
   two.forward(ids.narrow(1, 0, 4), &cache, {}, false, false);
   TargetOutput d = two.forward(ids.narrow(1, 4, 5), &cache, {}, true, false);
