@@ -90,8 +90,9 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     w.set_requires_grad(true);
     const auto opts = at::TensorOptions().dtype(dtype);
     FrozenTarget t;
-    t.embed = at::randn({c.vocab_size, c.hidden_size}, gen, opts);
-    t.lm_head = c.tie_word_embeddings ? t.embed : at::randn({c.vocab_size, c.hidden_size}, gen, opts);
+    // Target-like scale (std 0.02) keeps logits, and so the loss, in a realistic range.
+    t.embed = at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02);
+    t.lm_head = c.tie_word_embeddings ? t.embed : at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02);
     const int64_t nH = int64_t(c.target_layer_ids.size()) * c.hidden_size;
     const at::Tensor feats = at::randn({1, seq, nH}, gen, opts);
     const at::Tensor last = kl > 0 ? at::randn({1, seq, c.hidden_size}, gen, opts) : at::Tensor();
