@@ -17,6 +17,11 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#ifdef DFLASH_BENCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include "args.h"
 #include "drafter_model.h"
 #include "memory_planner.h"
@@ -46,7 +51,46 @@ int64_t reset_peak_rss() {
   return proc_status_kb("VmRSS") * 1024;
 }
 
+// Where the step's memory is measured: peak RSS increase on the CPU, the caching allocator's peak of
+// allocated bytes on a GPU (reserved-but-free cache blocks are not tensors and are not counted).
+struct MemoryProbe {
+  bool cuda = false;
+  int64_t reset() const {
+#ifdef DFLASH_BENCH_CUDA
+    if (cuda) {
+      c10::cuda::device_synchronize();
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+      return stat().current;
+    }
+#endif
+    return reset_peak_rss();
+  }
+  int64_t peak() const {
+#ifdef DFLASH_BENCH_CUDA
+    if (cuda) {
+      c10::cuda::device_synchronize();
+      return stat().peak;
+    }
+#endif
+    return proc_status_kb("VmHWM") * 1024;
+  }
+  int64_t now() const {
+#ifdef DFLASH_BENCH_CUDA
+    if (cuda) return stat().current;
+#endif
+    return proc_status_kb("VmRSS") * 1024;
+  }
+#ifdef DFLASH_BENCH_CUDA
+  static c10::CachingAllocator::Stat stat() {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device())
+        .allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)];
+  }
+#endif
+};
+
 DrafterConfig bench_config(const std::string& name) {
+  if (name == "qwen3-8b" || name == "qwen3.6-27b") return plan_preset(name).cfg;  // GPU scale
   DrafterConfig c;
   c.block_size = 16;
   c.num_target_layers = 12;
@@ -65,7 +109,8 @@ DrafterConfig bench_config(const std::string& name) {
     c.head_dim = 48, c.num_hidden_layers = 2, c.vocab_size = 32768, c.tie_word_embeddings = true;
     c.layer_types = {"full_attention", "full_attention"};
   } else {
-    throw std::invalid_argument("bench step: unknown --model '" + name + "' (cpu-small, cpu-sliding, cpu-vocab)");
+    throw std::invalid_argument("bench step: unknown --model '" + name +
+                                "' (cpu-small, cpu-sliding, cpu-vocab, or qwen3-8b / qwen3.6-27b on a GPU)");
   }
   c.mask_token_id = c.vocab_size - 1;
   c.target_layer_ids = default_target_layer_ids(c.num_target_layers, c.num_hidden_layers);
@@ -81,52 +126,65 @@ struct StepResult {
 // Everything the step needs is created after the peak reset, so the measured increase covers weights,
 // frozen embedding/LM head, inputs, activations and gradients -- what the planner predicts with no optimizer.
 StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, int64_t anchors, double kl,
-                      int64_t chunk, CheckpointPolicy policy, int64_t iters, uint64_t seed) {
+                      int64_t chunk, CheckpointPolicy policy, int64_t iters, uint64_t seed, const MemoryProbe& probe) {
   StepResult r;
-  const int64_t baseline = reset_peak_rss();
+  const int64_t baseline = probe.reset();
+  const at::Device dev = probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
   {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     DrafterWeights w = init_drafter_weights(c, dtype, seed);
+    if (probe.cuda) {
+      // Built on the CPU (seeded), moved one tensor at a time.
+      for (auto* t : {&w.fc, &w.hidden_norm, &w.norm}) *t = t->to(dev);
+      for (auto& l : w.layers)
+        for (auto& t : l.t) t = t.to(dev);
+    }
     w.set_requires_grad(true);
     const auto opts = at::TensorOptions().dtype(dtype);
+    auto on_dev = [&](at::Tensor t) { return probe.cuda ? t.to(dev) : t; };
     FrozenTarget t;
     // Target-like scale (std 0.02) keeps logits, and so the loss, in a realistic range.
-    t.embed = at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02);
-    t.lm_head = c.tie_word_embeddings ? t.embed : at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02);
+    t.embed = on_dev(at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02));
+    t.lm_head = c.tie_word_embeddings ? t.embed : on_dev(at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02));
     const int64_t nH = int64_t(c.target_layer_ids.size()) * c.hidden_size;
-    const at::Tensor feats = at::randn({1, seq, nH}, gen, opts);
-    const at::Tensor last = kl > 0 ? at::randn({1, seq, c.hidden_size}, gen, opts) : at::Tensor();
-    const at::Tensor ids = at::randint(0, c.vocab_size - 1, {1, seq}, gen, at::kLong);
+    const at::Tensor feats = on_dev(at::randn({1, seq, nH}, gen, opts));
+    const at::Tensor last = kl > 0 ? on_dev(at::randn({1, seq, c.hidden_size}, gen, opts)) : at::Tensor();
+    const at::Tensor ids = on_dev(at::randint(0, c.vocab_size - 1, {1, seq}, gen, at::kLong));
     at::Tensor loss_mask = at::ones({1, seq}, at::kBool);
     loss_mask.narrow(1, 0, seq / 8).fill_(false);  // a prompt
     std::mt19937_64 rng(seed);
-    const AnchorSample s = sample_anchors(loss_mask, anchors, rng);
+    const AnchorSample s_cpu = sample_anchors(loss_mask, anchors, rng);
+    const AnchorSample s{on_dev(s_cpu.anchors), on_dev(s_cpu.keep)};
+    loss_mask = on_dev(loss_mask);
     DrafterLossOptions opt;
     opt.gamma = default_loss_gamma(c.block_size);
     opt.chunk.chunk_rows = chunk;
     opt.chunk.kl_weight = kl;
     const BlockBatch blocks = build_block_batch(ids, loss_mask, s, c.block_size, c.mask_token_id, opt.gamma);
     if (std::getenv("DFLASH_BENCH_TRACE"))
-      std::fprintf(stderr, "  before forward: rss %.1f MB hwm %.1f MB\n", (proc_status_kb("VmRSS") * 1024 - baseline) / 1e6,
-                   (proc_status_kb("VmHWM") * 1024 - baseline) / 1e6);
+      std::fprintf(stderr, "  before forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
+                   (probe.peak() - baseline) / 1e6);
     for (int64_t it = 0; it < iters; ++it) {
       const auto t0 = std::chrono::steady_clock::now();
       {
         DrafterLossResult res = drafter_loss(c, w, t, feats, last, s, blocks, opt, policy);
         if (std::getenv("DFLASH_BENCH_TRACE"))
-          std::fprintf(stderr, "  after forward: rss %.1f MB hwm %.1f MB\n", (proc_status_kb("VmRSS") * 1024 - baseline) / 1e6,
-                       (proc_status_kb("VmHWM") * 1024 - baseline) / 1e6);
+          std::fprintf(stderr, "  after forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
+                       (probe.peak() - baseline) / 1e6);
         res.loss.backward();
         if (std::getenv("DFLASH_BENCH_TRACE"))
-          std::fprintf(stderr, "  after backward: rss %.1f MB hwm %.1f MB\n", (proc_status_kb("VmRSS") * 1024 - baseline) / 1e6,
-                       (proc_status_kb("VmHWM") * 1024 - baseline) / 1e6);
+          std::fprintf(stderr, "  after backward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
+                       (probe.peak() - baseline) / 1e6);
         r.loss = res.loss.item<double>();
       }
       for (auto& p : w.parameters()) p.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
+#ifdef DFLASH_BENCH_CUDA
+      if (probe.cuda) c10::cuda::device_synchronize();
+#endif
       r.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  r.measured_bytes = double(proc_status_kb("VmHWM") * 1024 - baseline);
+  r.measured_bytes = double(probe.peak() - baseline);
   return r;
 }
 
@@ -143,8 +201,16 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("iters", "N", "3", "iterations per policy");
   a.option("policies", "LIST", "none,every:2,layer", "checkpoint policies to run");
   a.option("seed", "N", "0", "RNG seed");
+  a.option("device", "NAME", "cpu", "cpu | cuda (GPU runs compare the plan with the caching allocator's peak)");
   a.option("json", "FILE", "", "write results as JSON");
   if (!a.parse(argv)) return 0;
+  MemoryProbe probe;
+  probe.cuda = a.str("device") == "cuda";
+  if (a.str("device") != "cpu" && !probe.cuda)
+    throw std::invalid_argument("bench step: --device must be cpu or cuda, got '" + a.str("device") + "'");
+#ifndef DFLASH_BENCH_CUDA
+  if (probe.cuda) throw std::invalid_argument("bench step: this build has no CUDA support");
+#endif
   // Buffers of 64 KiB and more come from mmap and go back to the OS when freed, so RSS follows live tensors
   // (with a 1 MiB threshold, sub-MiB activations fragment the heap and RSS overstates live memory).
   mallopt(M_MMAP_THRESHOLD, 64 << 10);
@@ -159,11 +225,12 @@ int bench_step_main(const std::vector<std::string>& argv) {
   const int64_t iters = a.i64("iters");
   const double kl = a.f64("kl-weight");
   // Warm-up on a tiny shape: thread pools and lazily initialised kernels allocate once, outside the measurement.
-  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{1}, 1, 1);
-  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{0}, 1, 1);
+  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{1}, 1, 1, probe);
+  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{0}, 1, 1, probe);
 
   nlohmann::json out;
   out["model"] = a.str("model");
+  out["device"] = a.str("device");
   out["settings"] = {{"seq_len", seq}, {"anchors", anchors}, {"block_size", c.block_size}, {"dtype", a.str("dtype")},
                      {"kl_weight", kl}, {"loss_chunk_rows", chunk}, {"iters", iters}, {"threads", at::get_num_threads()}};
   std::printf("bench step: model %s, seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
@@ -172,7 +239,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   std::printf("%-10s %14s %14s %14s %9s\n", "policy", "s/iter (mean)", "measured peak", "planned peak", "plan/meas");
   for (const auto& pol_name : a.str_list("policies")) {
     const CheckpointPolicy pol = CheckpointPolicy::parse(pol_name);
-    const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")));
+    const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe);
     PlanSettings ps;
     ps.cfg = c;
     ps.seq_len = seq;
@@ -183,7 +250,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
     ps.kl_weight = kl;
     ps.optimizer = "none";
     ps.master_fp32 = false;
-    ps.device = "cpu";
+    ps.device = probe.cuda ? "cuda" : "cpu";
     const MemoryPlan p = plan_memory(ps);
     double mean = 0;
     for (double t : r.seconds) mean += t / double(r.seconds.size());
