@@ -14,6 +14,9 @@ int safetensors_copy_main(const std::vector<std::string>& args);
 int gguf_info_main(const std::vector<std::string>& args);
 int gguf_dequant_main(const std::vector<std::string>& args);
 int tokenize_main(const std::vector<std::string>& args);
+int train_main(const std::vector<std::string>& args);
+int export_main(const std::vector<std::string>& args);
+int plot_main(const std::vector<std::string>& args);
 int data_regenerate_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
 int target_run_main(const std::vector<std::string>& args);
@@ -33,6 +36,9 @@ const std::vector<Subcommand>& subcommands() {
       {{"tokenize"}, "tokenize JSONL text (or chat) with a GGUF or tokenizer.json vocabulary", &tokenize_main},
       {{"target", "run"}, "run the target on token ids, save logits and hidden states (tests)", &target_run_main},
       {{"target", "generate"}, "greedy generation with the target model, reports tokens/s", &target_generate_main},
+      {{"train"}, "train a DFlash drafter (online target or offline hidden states; docs/TRAINING.md)", &train_main},
+      {{"export"}, "write a training run's latest checkpoint as an HF drafter folder", &export_main},
+      {{"plot"}, "PNG curves (loss, accuracy) of a training run's metrics.jsonl", &plot_main},
       {{"data", "regenerate"}, "the target's own replies to prompts as training samples (resumable)", &data_regenerate_main},
       {{"eval"}, "speculative decoding with a drafter: tau, speedup, lossless check per dataset", &eval_main},
   };

@@ -1,0 +1,149 @@
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace dflash::train {
+namespace {
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error(path + ": cannot open for fsync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error(path + ": fsync failed");
+}
+
+std::string ckpt_dir(const std::string& run_dir) { return (fs::path(run_dir) / "checkpoints").string(); }
+
+int64_t step_of(const std::string& name) {  // "step-12.safetensors" -> 12, else -1
+  if (name.rfind("step-", 0) != 0 || name.size() < 18 || name.substr(name.size() - 12) != ".safetensors") return -1;
+  try {
+    return std::stoll(name.substr(5, name.size() - 17));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  if (!fs::is_directory(ckpt_dir(run_dir))) return out;
+  for (const auto& e : fs::directory_iterator(ckpt_dir(run_dir))) {
+    const int64_t s = step_of(e.path().filename().string());
+    if (s >= 0) out.emplace_back(s, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error(tmp + ": write failed");
+  }
+  fsync_path(tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename failed");
+  fsync_dir(fs::path(path).parent_path().string());
+}
+
+std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int64_t keep) {
+  const std::string dir = ckpt_dir(run_dir);
+  fs::create_directories(dir);
+  NamedTensors t;
+  for (const auto& [n, v] : s.master) t.emplace_back("model." + n, v);
+  for (const auto& [n, v] : s.exp_avg) t.emplace_back("adam_m." + n, v);
+  for (const auto& [n, v] : s.exp_avg_sq) t.emplace_back("adam_v." + n, v);
+  nlohmann::json meta = {{"step", s.step}, {"data_pos", s.data_pos}, {"info", s.info}};
+  const std::string name = "step-" + std::to_string(s.step) + ".safetensors";
+  const std::string final_path = (fs::path(dir) / name).string();
+  const std::string tmp = final_path + ".tmp";
+  io::save_safetensors(tmp, t, {{"dflash_checkpoint", meta.dump()}});  // itself atomic: tmp is whole or absent
+  fsync_path(tmp);
+  if (const char* k = std::getenv("DFLASH_TEST_KILL_IN_SAVE"); k && std::atoll(k) == s.step) {
+    std::fprintf(stderr, "DFLASH_TEST_KILL_IN_SAVE: killing the process between write and rename\n");
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+  if (std::rename(tmp.c_str(), final_path.c_str()) != 0) throw std::runtime_error(final_path + ": rename failed");
+  fsync_dir(dir);
+  write_file_atomic((fs::path(dir) / "latest").string(), name + "\n");
+  // Only now is the new checkpoint the one loads pick: old ones beyond `keep` can go.
+  auto all = list_checkpoints(run_dir);
+  while (int64_t(all.size()) > keep) {
+    if (all.front().second != final_path) fs::remove(all.front().second);
+    all.erase(all.begin());
+  }
+  return final_path;
+}
+
+TrainState load_checkpoint(const std::string& path) {
+  const auto f = io::SafetensorsFile::open(path);
+  const auto it = f.metadata().find("dflash_checkpoint");
+  if (it == f.metadata().end()) throw std::invalid_argument(path + ": not a dflash checkpoint (no dflash_checkpoint metadata)");
+  TrainState s;
+  const auto meta = nlohmann::json::parse(it->second);
+  s.step = meta.at("step").get<int64_t>();
+  s.data_pos = meta.at("data_pos").get<int64_t>();
+  s.info = meta.at("info");
+  for (const auto& name : f.names()) {
+    const auto dot = name.find('.');
+    const std::string kind = name.substr(0, dot), rest = name.substr(dot + 1);
+    at::Tensor v = f.load(name);
+    if (kind == "model") s.master.emplace_back(rest, v);
+    else if (kind == "adam_m") s.exp_avg.emplace_back(rest, v);
+    else if (kind == "adam_v") s.exp_avg_sq.emplace_back(rest, v);
+    else throw std::invalid_argument(path + ": unexpected tensor '" + name + "'");
+  }
+  return s;
+}
+
+bool has_checkpoint(const std::string& run_dir) { return !list_checkpoints(run_dir).empty(); }
+
+TrainState load_latest_checkpoint(const std::string& run_dir, std::string* path_out) {
+  std::vector<std::string> candidates;
+  const std::string latest = (fs::path(ckpt_dir(run_dir)) / "latest").string();
+  if (std::ifstream in(latest); in) {
+    std::string name;
+    std::getline(in, name);
+    if (!name.empty()) candidates.push_back((fs::path(ckpt_dir(run_dir)) / name).string());
+  }
+  auto all = list_checkpoints(run_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) candidates.push_back(it->second);
+  for (const auto& c : candidates) {
+    try {
+      TrainState s = load_checkpoint(c);
+      if (path_out) *path_out = c;
+      return s;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", c.c_str(), e.what());
+    }
+  }
+  throw std::invalid_argument(run_dir + ": no loadable checkpoint in " + ckpt_dir(run_dir));
+}
+
+}  // namespace dflash::train

@@ -1,0 +1,41 @@
+// Training checkpoints: RUN_DIR/checkpoints/step-N.safetensors holds the master weights ("model.<name>"),
+// the AdamW moments ("adam_m.<name>", "adam_v.<name>") and a JSON metadata entry "dflash_checkpoint"
+// (step, data position, seed, settings). Saving writes a temporary file, fsyncs it, renames it into place,
+// then replaces RUN_DIR/checkpoints/latest the same way; older checkpoints beyond `keep` are deleted only
+// after that, so a crash at any point leaves the previous checkpoint loadable.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace dflash::train {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct TrainState {
+  int64_t step = 0;        // optimizer steps done
+  int64_t data_pos = 0;    // samples consumed (position in the seeded epoch order)
+  NamedTensors master, exp_avg, exp_avg_sq;
+  nlohmann::json info;     // free-form: settings, seed, rng notes
+};
+
+// Returns the checkpoint path. Test hook: DFLASH_TEST_KILL_IN_SAVE=N kills the process with SIGKILL, in the save of step N, after
+// the temporary file is complete and before it is renamed (a crash mid-save).
+std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int64_t keep);
+
+// The newest loadable checkpoint: `latest` first, else step-*.safetensors from the highest step down
+// (a damaged file is skipped with a warning on stderr). Throws when none loads.
+TrainState load_latest_checkpoint(const std::string& run_dir, std::string* path_out = nullptr);
+TrainState load_checkpoint(const std::string& path);
+bool has_checkpoint(const std::string& run_dir);
+
+// fsync of a folder (makes a rename durable); errors are ignored on filesystems that cannot.
+void fsync_dir(const std::string& dir);
+// Writes text to `path` atomically (temp file + fsync + rename).
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace dflash::train

@@ -1,0 +1,242 @@
+#include "offline_dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <zlib.h>
+
+#include "safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace dflash::train {
+namespace {
+
+std::vector<std::string> files_with(const std::string& path, const std::vector<std::string>& exts) {
+  auto matches = [&](const fs::path& p) {
+    const std::string name = p.filename().string();
+    for (const auto& e : exts)
+      if (name.size() >= e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) return true;
+    return false;
+  };
+  std::vector<std::string> out;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file() && matches(e.path())) out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+  } else if (fs::is_regular_file(path)) {
+    out.push_back(path);
+  } else {
+    throw std::invalid_argument(path + ": no such file or folder");
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_ids(const std::string& s, const std::string& where) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      out.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      throw std::invalid_argument(where + ": metadata target_layer_ids must be a comma list of integers, got '" + s + "'");
+    }
+  }
+  return out;
+}
+
+std::string meta_or_throw(const io::SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find(key);
+  if (it == f.metadata().end())
+    throw std::invalid_argument(f.path() + ": metadata '" + key + "' missing (expected a " +
+                                std::string(kDflashHiddenFormat) + " shard)");
+  return it->second;
+}
+
+void check_sample(const Sample& s, const std::string& where) {
+  if (s.input_ids.dim() != 1 || s.loss_mask.dim() != 1 || s.input_ids.size(0) != s.loss_mask.size(0))
+    throw std::invalid_argument(where + ": input_ids and loss_mask must be [S] of the same length");
+  if (s.features.defined() && (s.features.dim() != 2 || s.features.size(0) != s.input_ids.size(0)))
+    throw std::invalid_argument(where + ": hidden_states must be [S, n*H] with S = " +
+                                std::to_string(s.input_ids.size(0)) + ", got " + c10::str(s.features.sizes()));
+  if (s.last_hidden.defined() && (s.last_hidden.dim() != 2 || s.last_hidden.size(0) != s.input_ids.size(0)))
+    throw std::invalid_argument(where + ": last_hidden must be [S, H]");
+}
+
+class DflashHidden : public SampleSource {
+ public:
+  explicit DflashHidden(const std::string& path) : path_(path) {
+    for (const auto& f : files_with(path, {".safetensors"})) {
+      auto file = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(f));
+      if (meta_or_throw(*file, "format") != kDflashHiddenFormat)
+        throw std::invalid_argument(f + ": metadata format is '" + file->metadata().at("format") + "', expected " +
+                                    kDflashHiddenFormat);
+      const auto ids = parse_ids(meta_or_throw(*file, "target_layer_ids"), f);
+      if (files_.empty()) {
+        meta_.target_layer_ids = ids;
+        meta_.hidden_size = std::stoll(meta_or_throw(*file, "hidden_size"));
+      } else if (ids != meta_.target_layer_ids) {
+        throw std::invalid_argument(f + ": target_layer_ids differ from the first shard's");
+      }
+      int64_t n = 0;
+      while (file->contains(std::to_string(n) + ".input_ids")) ++n;
+      if (n == 0) throw std::invalid_argument(f + ": no samples (expected tensors '0.input_ids', ...)");
+      for (int64_t i = 0; i < n; ++i) index_.push_back({files_.size(), i});
+      files_.push_back(file);
+    }
+    if (files_.empty()) throw std::invalid_argument(path + ": no *.safetensors shards");
+  }
+  int64_t size() const override { return int64_t(index_.size()); }
+  bool has_features() const override { return true; }
+  std::string describe() const override {
+    return path_ + " (" + kDflashHiddenFormat + ", " + std::to_string(index_.size()) + " samples)";
+  }
+  Sample get(int64_t i) const override {
+    const auto [fi, k] = index_.at(size_t(i));
+    const auto& f = *files_[fi];
+    const std::string p = std::to_string(k) + ".";
+    const std::string where = f.path() + " sample " + std::to_string(k);
+    for (const char* req : {"input_ids", "loss_mask", "hidden_states"})
+      if (!f.contains(p + req)) throw std::invalid_argument(where + ": tensor '" + p + req + "' missing");
+    Sample s;
+    s.input_ids = f.load(p + "input_ids").to(at::kLong);
+    s.loss_mask = f.load(p + "loss_mask").ne(0);
+    s.features = f.load(p + "hidden_states");
+    if (f.contains(p + "last_hidden")) s.last_hidden = f.load(p + "last_hidden");
+    check_sample(s, where);
+    const int64_t nh = int64_t(meta_.target_layer_ids.size()) * meta_.hidden_size;
+    if (s.features.size(1) != nh)
+      throw std::invalid_argument(where + ": hidden_states has " + std::to_string(s.features.size(1)) +
+                                  " features, expected " + std::to_string(nh) + " (layers x hidden_size)");
+    return s;
+  }
+  const HiddenMeta& meta() const { return meta_; }
+
+ private:
+  std::string path_;
+  HiddenMeta meta_;
+  std::vector<std::shared_ptr<io::SafetensorsFile>> files_;
+  std::vector<std::pair<size_t, int64_t>> index_;
+};
+
+std::vector<char> read_maybe_gzip(const std::string& path) {
+  gzFile g = gzopen(path.c_str(), "rb");  // reads plain files unchanged, gunzips .gz transparently
+  if (!g) throw std::invalid_argument(path + ": cannot open");
+  std::vector<char> out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(g, buf, sizeof buf)) > 0) out.insert(out.end(), buf, buf + n);
+  int err = 0;
+  const char* msg = gzerror(g, &err);
+  const std::string m = msg ? msg : "";
+  gzclose(g);
+  if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) throw std::invalid_argument(path + ": read error: " + m);
+  return out;
+}
+
+at::Tensor squeeze_batch(const at::Tensor& t, int64_t dims) {
+  return (t.dim() == dims + 1 && t.size(0) == 1) ? t.squeeze(0) : t;
+}
+
+class SpecForge : public SampleSource {
+ public:
+  explicit SpecForge(const std::string& path) : path_(path), files_(files_with(path, {".ckpt", ".pt", ".gz"})) {
+    if (files_.empty()) throw std::invalid_argument(path + ": no *.ckpt / *.pt / *.gz SpecForge samples");
+  }
+  int64_t size() const override { return int64_t(files_.size()); }
+  bool has_features() const override { return true; }
+  std::string describe() const override {
+    return path_ + " (SpecForge torch.save samples, " + std::to_string(files_.size()) + " files)";
+  }
+  Sample get(int64_t i) const override {
+    const std::string& f = files_.at(size_t(i));
+    c10::IValue v;
+    try {
+      v = torch::jit::pickle_load(read_maybe_gzip(f));
+    } catch (const c10::Error& e) {
+      throw std::invalid_argument(f + ": not a torch.save file LibTorch can read: " + e.what_without_backtrace());
+    }
+    if (!v.isGenericDict()) throw std::invalid_argument(f + ": expected a dict (input_ids, loss_mask, hidden_states)");
+    const auto d = v.toGenericDict();
+    auto get = [&](const char* key, bool required) -> at::Tensor {
+      for (const auto& e : d)
+        if (e.key().isString() && e.key().toStringRef() == key) {
+          if (!e.value().isTensor()) throw std::invalid_argument(f + ": '" + key + "' is not a tensor");
+          return e.value().toTensor();
+        }
+      if (required) throw std::invalid_argument(f + ": key '" + std::string(key) + "' missing");
+      return {};
+    };
+    Sample s;
+    s.input_ids = squeeze_batch(get("input_ids", true), 1).to(at::kLong);
+    s.loss_mask = squeeze_batch(get("loss_mask", true), 1).ne(0);
+    s.features = squeeze_batch(get("hidden_states", true), 2);
+    const at::Tensor last = get("last_hidden_states", false);
+    if (last.defined()) s.last_hidden = squeeze_batch(last, 2);
+    check_sample(s, f);
+    return s;
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> files_;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleSource> open_dflash_hidden(const std::string& path) { return std::make_unique<DflashHidden>(path); }
+std::unique_ptr<SampleSource> open_specforge(const std::string& path) { return std::make_unique<SpecForge>(path); }
+
+bool is_dflash_hidden(const std::string& path) {
+  const auto files = files_with(path, {".safetensors"});
+  if (files.empty()) return false;
+  const auto f = io::SafetensorsFile::open(files.front());
+  const auto it = f.metadata().find("format");
+  return it != f.metadata().end() && it->second == kDflashHiddenFormat;
+}
+
+HiddenMeta dflash_hidden_meta(const std::string& path) { return DflashHidden(path).meta(); }
+
+void write_dflash_shard(const std::string& path, const std::vector<Sample>& samples,
+                        const std::vector<int64_t>& target_layer_ids, int64_t hidden_size) {
+  std::vector<std::pair<std::string, at::Tensor>> t;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::string p = std::to_string(i) + ".";
+    t.emplace_back(p + "input_ids", samples[i].input_ids.to(at::kLong));
+    t.emplace_back(p + "loss_mask", samples[i].loss_mask.to(at::kByte));
+    t.emplace_back(p + "hidden_states", samples[i].features);
+    if (samples[i].last_hidden.defined()) t.emplace_back(p + "last_hidden", samples[i].last_hidden);
+  }
+  std::string ids;
+  for (auto id : target_layer_ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  io::save_safetensors(path, t,
+                       {{"format", kDflashHiddenFormat}, {"target_layer_ids", ids}, {"hidden_size", std::to_string(hidden_size)}});
+}
+
+std::unique_ptr<SampleSource> open_samples(const std::string& path, const std::string& format) {
+  if (format == "tokens") return open_token_samples(path);
+  if (format == "dflash") return open_dflash_hidden(path);
+  if (format == "specforge") return open_specforge(path);
+  if (format != "auto") throw std::invalid_argument("data_format: expected auto, tokens, dflash or specforge, got '" + format + "'");
+  auto ends = [&](const std::string& e) { return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0; };
+  if (ends(".jsonl") || ends(".jsonl.gz")) return open_token_samples(path);
+  if (ends(".pt") || ends(".ckpt") || ends(".gz")) return open_specforge(path);
+  if (ends(".safetensors") || fs::is_directory(path)) {
+    if (fs::is_directory(path) && files_with(path, {".safetensors"}).empty()) {
+      if (!files_with(path, {".ckpt", ".pt", ".gz"}).empty()) return open_specforge(path);
+      if (!files_with(path, {".jsonl"}).empty())
+        throw std::invalid_argument(path + ": a folder of JSONL files; pass one file as data");
+      throw std::invalid_argument(path + ": no samples found (expected *.safetensors, *.jsonl, *.pt, *.ckpt)");
+    }
+    return is_dflash_hidden(path) ? open_dflash_hidden(path) : open_token_samples(path);
+  }
+  throw std::invalid_argument(path + ": cannot tell the data format from the name; set data_format");
+}
+
+}  // namespace dflash::train

@@ -1,0 +1,87 @@
+// Prepares training steps ahead of the workers on its own thread: takes the next samples of the seeded
+// epoch order, collates micro-batches, runs the target for online data (hidden states of the drafter's
+// target layers + last hidden), samples anchors and builds the block batches. Items go through a bounded
+// queue (back-pressure); any failure is rethrown to the consumer.
+//
+// Step s covers samples [pos, pos + G) of the endless sample stream (stream index p -> epoch p / N,
+// permutation of epoch e seeded by (seed, e)), G = batch_size * grad_accum * workers * ranks. Micro-batch
+// m (batch_size consecutive samples) belongs to global worker m % (workers * ranks): rank g / workers,
+// local worker g % workers. Anchors of micro-batch m use an RNG seeded by (seed, s, m), so results do not
+// depend on how the step is split, and a resumed run sees exactly the same batches.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "block_batch.h"
+#include "bounded_queue.h"
+#include "drafter_config.h"
+#include "sample_source.h"
+
+namespace dflash::models {
+class TargetModel;
+}
+
+namespace dflash::train {
+
+struct MicroBatch {
+  int64_t index = 0;   // m within the step
+  int worker = 0;      // local worker
+  at::Tensor input_ids, loss_mask, features, last_hidden;  // CPU: [b,S], [b,S], [b,S,nH], [b,S,H] or undefined
+  drafter::AnchorSample anchors;
+  drafter::BlockBatch blocks;
+  double weight = 0;   // sum of the loss weights of this micro-batch
+  int64_t tokens = 0;  // real (unpadded) tokens
+};
+
+struct StepItem {
+  int64_t step = 0, pos_after = 0;
+  std::vector<MicroBatch> micro;  // this rank's micro-batches, in m order
+};
+
+struct ProducerSettings {
+  drafter::DrafterConfig dcfg;
+  int64_t batch_size = 1, grad_accum = 1, workers = 1, rank = 0, world = 1;
+  int64_t max_len = 4096, num_anchors = 512, seed = 0;
+  double gamma = 7;
+  bool want_last_hidden = false;
+  int64_t queue_depth = 2;
+};
+
+class StepProducer {
+ public:
+  // `target` is used for sources without features (online); it must outlive the producer.
+  StepProducer(ProducerSettings s, const SampleSource& source, const models::TargetModel* target,
+               int64_t first_step, int64_t last_step, int64_t start_pos);
+  ~StepProducer();  // stops and joins
+  // Next step (rethrows producer errors); nullopt after the last step.
+  std::optional<StepItem> next() { return queue_.pop(); }
+  void stop();
+
+  int64_t samples_per_step() const;
+
+ private:
+  void run();
+  StepItem make_step(int64_t step, int64_t pos);
+  MicroBatch make_micro(int64_t step, int64_t m, int64_t first_sample);
+  int64_t sample_at(int64_t stream_pos);
+
+  ProducerSettings s_;
+  const SampleSource& source_;
+  const models::TargetModel* target_;
+  int64_t first_step_, last_step_, start_pos_;
+  int64_t perm_epoch_ = -1;
+  std::vector<int64_t> perm_;
+  BoundedQueue<StepItem> queue_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Pads samples to the longest (input 0, loss_mask false, features 0) after truncating to max_len.
+MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len);
+
+}  // namespace dflash::train

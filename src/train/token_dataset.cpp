@@ -1,0 +1,89 @@
+// Token samples for online training (the trainer runs the target): JSONL or safetensors.
+#include <fstream>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include "safetensors.h"
+#include "sample_source.h"
+
+namespace dflash::train {
+namespace {
+
+class TokenSamples : public SampleSource {
+ public:
+  explicit TokenSamples(const std::string& path) : path_(path) {
+    if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
+      const auto f = io::SafetensorsFile::open(path);
+      for (int64_t i = 0; f.contains(std::to_string(i) + ".input_ids"); ++i) {
+        const std::string p = std::to_string(i) + ".";
+        if (!f.contains(p + "loss_mask")) throw std::invalid_argument(path + ": tensor '" + p + "loss_mask' missing");
+        add(f.load(p + "input_ids").to(at::kLong).reshape({-1}), f.load(p + "loss_mask").reshape({-1}).ne(0),
+            path + " sample " + std::to_string(i));
+      }
+    } else {
+      read_jsonl(path);
+    }
+    if (samples_.empty()) throw std::invalid_argument(path + ": no samples (expected input_ids + loss_mask)");
+  }
+  int64_t size() const override { return int64_t(samples_.size()); }
+  Sample get(int64_t i) const override { return samples_.at(size_t(i)); }
+  bool has_features() const override { return false; }
+  std::string describe() const override { return path_ + " (tokens, " + std::to_string(samples_.size()) + " samples)"; }
+
+ private:
+  void add(at::Tensor ids, at::Tensor mask, const std::string& where) {
+    if (ids.numel() != mask.numel())
+      throw std::invalid_argument(where + ": input_ids and loss_mask differ in length (" + std::to_string(ids.numel()) +
+                                  " vs " + std::to_string(mask.numel()) + ")");
+    if (ids.numel() < 2) throw std::invalid_argument(where + ": a sample needs at least 2 tokens");
+    samples_.push_back(Sample{ids, mask, {}, {}});
+  }
+  void read_jsonl(const std::string& path) {
+    gzFile g = gzopen(path.c_str(), "rb");
+    if (!g) throw std::invalid_argument(path + ": cannot open");
+    std::string text;
+    char buf[1 << 16];
+    int n;
+    while ((n = gzread(g, buf, sizeof buf)) > 0) text.append(buf, size_t(n));
+    gzclose(g);
+    size_t start = 0;
+    int64_t line = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      const std::string l = text.substr(start, end - start);
+      start = end + 1;
+      ++line;
+      if (l.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = path + ":" + std::to_string(line);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(l);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(where + ": invalid JSON: " + e.what());
+      }
+      if (!j.is_object() || !j.contains("input_ids") || !j.contains("loss_mask") || !j["input_ids"].is_array() ||
+          !j["loss_mask"].is_array())
+        throw std::invalid_argument(where + ": expected {\"input_ids\": [...], \"loss_mask\": [...]}");
+      std::vector<int64_t> ids, mask;
+      try {
+        ids = j["input_ids"].get<std::vector<int64_t>>();
+        for (const auto& v : j["loss_mask"]) mask.push_back(v.is_boolean() ? int64_t(v.get<bool>()) : v.get<int64_t>());
+      } catch (const std::exception&) {
+        throw std::invalid_argument(where + ": input_ids and loss_mask must be integer arrays");
+      }
+      add(at::tensor(ids, at::kLong), at::tensor(mask, at::kLong).ne(0), where);
+    }
+  }
+  std::string path_;
+  std::vector<Sample> samples_;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleSource> open_token_samples(const std::string& path) { return std::make_unique<TokenSamples>(path); }
+
+}  // namespace dflash::train

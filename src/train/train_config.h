@@ -1,0 +1,59 @@
+// `dflash train` settings: one table of fields (name, kind, default, help) read from a JSON file and from
+// flags (--num-anchors for num_anchors); flags override the file; unknown keys and flags are errors.
+// Defaults follow SPEC.md (AdamW wd 0, lr 6e-4, cosine with 4% warmup, clip 1.0, 512 anchors, B=16).
+// Torch-free.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dflash::train {
+
+struct TrainConfig {
+  std::string target, data, data_format = "auto", out;
+  std::string drafter_config;
+  int64_t drafter_layers = 1;
+  std::string target_layer_ids;  // comma list, empty = SPEC default
+  int64_t mask_token_id = -1, block_size = 16;
+  int64_t steps = 0, epochs = 6, batch_size = 1, grad_accum = 1, max_len = 4096;
+  double lr = 6e-4, warmup_ratio = 0.04, min_lr_ratio = 0.0, weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
+  int64_t seed = 0, num_anchors = 512;
+  double gamma = 0.0, kl_weight = 0.0;
+  std::string dtype = "bf16", target_dtype = "fp32", activation_checkpoint = "none";
+  int64_t loss_chunk_rows = 1024;
+  std::string drafter_devices = "cpu", target_devices = "cpu";
+  int64_t checkpoint_every = 100, keep_checkpoints = 2, log_every = 10, threads = 0;
+  std::string budget;
+  int64_t queue_depth = 2;
+  double init_std = 0.02;
+  int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
+  bool resume = false;
+
+  // Throws std::invalid_argument naming the key and the expected value.
+  void validate() const;
+  std::vector<std::string> drafter_device_list() const;
+  std::vector<std::string> target_device_list() const;
+};
+
+// Field metadata, in documentation order (also drives the flag parser's help).
+struct FieldInfo {
+  std::string key;    // snake_case JSON key; the flag is --key with '_' -> '-'
+  std::string kind;   // "str", "int", "float", "bool"
+  std::string help;
+};
+const std::vector<FieldInfo>& train_fields();
+
+nlohmann::json to_json(const TrainConfig& c);
+// Sets the fields present in `j` on `c`; `where` names the source (a file) in errors.
+void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where);
+// Reads a JSON config file (YAML is not supported: a .yaml/.yml file is an error that says so).
+nlohmann::json read_config_file(const std::string& path);
+
+// Parses `dflash train` argv: --config FILE first, then every other flag over it. Returns false for --help.
+// `given` receives the keys set by flags (used by --resume to override the saved settings).
+bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nlohmann::json* flag_values = nullptr);
+
+}  // namespace dflash::train

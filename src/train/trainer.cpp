@@ -1,0 +1,438 @@
+#include "trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/Parallel.h>
+
+#include "checkpoint.h"
+#include "distributed.h"
+#include "drafter_model.h"
+#include "optimizer.h"
+#include "safetensors.h"
+#include "step_producer.h"
+#include "target_loader.h"
+#include "train_log.h"
+#include "worker_thread.h"
+
+namespace fs = std::filesystem;
+
+namespace dflash::train {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_sigint(int) {
+  g_stop = true;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+at::ScalarType dtype_of(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
+  if (s == "fp32" || s == "float32") return at::kFloat;
+  if (s == "fp64" || s == "float64") return at::kDouble;
+  if (s == "fp16" || s == "float16") return at::kHalf;
+  throw std::invalid_argument("dtype: expected bf16, fp32 or fp64, got '" + s + "'");
+}
+
+std::vector<int64_t> parse_id_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      out.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      throw std::invalid_argument("train config: 'target_layer_ids' must be a comma list of integers, got '" + s + "'");
+    }
+  }
+  return out;
+}
+
+// Embedding and LM head of the target, as [V, H] tensors in `dtype` on the CPU.
+drafter::FrozenTarget frozen_from_model(const models::TargetModel& m) {
+  at::NoGradGuard g;
+  const auto& c = m.config();
+  drafter::FrozenTarget t;
+  t.embed = m.embed(at::arange(c.vocab_size, at::kLong).unsqueeze(0))[0].to(at::kCPU);
+  if (c.tie_word_embeddings) {
+    t.lm_head = t.embed;
+  } else {
+    // lm_head(I) = I W^T = W^T exactly (products with 1 and 0): the LM head matrix without a private accessor.
+    const at::Tensor eye = at::eye(c.hidden_size, at::TensorOptions().dtype(m.dtype()));
+    t.lm_head = m.lm_head(eye.unsqueeze(0))[0].t().contiguous().to(at::kCPU);
+  }
+  return t;
+}
+
+struct Replica {
+  at::Device device = at::kCPU;
+  drafter::DrafterWeights w;
+  std::vector<at::Tensor> params;  // w.named() order
+  drafter::FrozenTarget frozen;
+};
+
+struct WorkerOut {
+  std::vector<at::Tensor> grads;  // master dtype, CPU, w.named() order
+  double loss_sum = 0;            // sum over micro-batches of loss_mb * weight_mb
+  at::Tensor slot_correct, slot_count;
+};
+
+WorkerOut run_worker(Replica& r, const drafter::DrafterConfig& dcfg, const drafter::DrafterLossOptions& lopt,
+                     drafter::CheckpointPolicy ckpt, const std::vector<const MicroBatch*>& micro,
+                     at::ScalarType master_dtype, at::ScalarType compute) {
+  WorkerOut out;
+  out.slot_correct = at::zeros({dcfg.block_size}, at::kDouble);
+  out.slot_count = at::zeros({dcfg.block_size}, at::kDouble);
+  for (const MicroBatch* mb : micro) {
+    auto dev = [&](const at::Tensor& t) { return t.defined() ? t.to(r.device) : t; };
+    const drafter::AnchorSample anchors{dev(mb->anchors.anchors), dev(mb->anchors.keep)};
+    const drafter::BlockBatch blocks{dev(mb->blocks.block_ids), dev(mb->blocks.labels), dev(mb->blocks.weights),
+                                     dev(mb->blocks.teacher_index)};
+    const at::Tensor feats = mb->features.to(r.device, compute);
+    const at::Tensor last = mb->last_hidden.defined() ? mb->last_hidden.to(r.device, compute) : at::Tensor();
+    auto res = drafter::drafter_loss(dcfg, r.w, r.frozen, feats, last, anchors, blocks, lopt, ckpt);
+    // Unnormalised sum(w * loss_row): the step divides by the global weight after the all-reduce.
+    (res.loss * mb->weight).backward();
+    out.loss_sum += res.loss.item<double>() * mb->weight;
+    out.slot_correct += res.slot_correct.to(at::kCPU, at::kDouble);
+    out.slot_count += res.slot_count.to(at::kCPU, at::kDouble);
+  }
+  for (auto& p : r.params) {
+    out.grads.push_back(p.grad().defined() ? p.grad().to(at::kCPU, master_dtype) : at::zeros(p.sizes(), master_dtype));
+    p.mutable_grad() = at::Tensor();
+  }
+  return out;
+}
+
+int64_t default_threads_per_worker(size_t workers) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  return std::max<int64_t>(1, int64_t(hw) / int64_t(workers));
+}
+
+}  // namespace
+
+void install_sigint_handler() { std::signal(SIGINT, on_sigint); }
+
+drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& t) {
+  drafter::DrafterConfig d;
+  if (!cfg.drafter_config.empty()) {
+    d = drafter::load_drafter_config(cfg.drafter_config);
+    if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
+  } else {
+    d.hidden_size = t.hidden_size;
+    d.intermediate_size = t.intermediate_size;
+    d.num_attention_heads = t.num_attention_heads;
+    d.num_key_value_heads = t.num_key_value_heads;
+    d.head_dim = t.head_dim;
+    d.num_hidden_layers = cfg.drafter_layers;
+    d.num_target_layers = t.num_hidden_layers;
+    d.block_size = cfg.block_size;
+    d.vocab_size = t.vocab_size;
+    d.mask_token_id = cfg.mask_token_id;
+    d.rms_norm_eps = t.rms_norm_eps;
+    d.rope_theta = t.rope.theta;
+    d.layer_types.assign(size_t(cfg.drafter_layers), "full_attention");
+    d.tie_word_embeddings = t.tie_word_embeddings;
+    d.torch_dtype = "bfloat16";
+    d.target_layer_ids = cfg.target_layer_ids.empty()
+                             ? drafter::default_target_layer_ids(t.num_hidden_layers, cfg.drafter_layers)
+                             : parse_id_list(cfg.target_layer_ids);
+  }
+  if (d.mask_token_id < 0)
+    throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "
+                                "target vocabulary; the drafter config gives none)");
+  if (d.hidden_size != t.hidden_size || d.vocab_size != t.vocab_size)
+    throw std::invalid_argument("drafter config: hidden_size/vocab_size (" + std::to_string(d.hidden_size) + "/" +
+                                std::to_string(d.vocab_size) + ") must equal the target's (" +
+                                std::to_string(t.hidden_size) + "/" + std::to_string(t.vocab_size) + ")");
+  for (auto id : d.target_layer_ids)
+    if (id < 0 || id >= t.num_hidden_layers)
+      throw std::invalid_argument("drafter config: target layer id " + std::to_string(id) + " is outside the target's " +
+                                  std::to_string(t.num_hidden_layers) + " layers");
+  d.validate(cfg.drafter_config.empty() ? "drafter config (from the target)" : cfg.drafter_config);
+  return d;
+}
+
+int run_training(const TrainConfig& cfg) {
+  cfg.validate();
+  auto coll = collective_from_env();
+  const bool lead = coll->rank() == 0;
+  const auto devices = cfg.drafter_device_list();
+  const int64_t W = int64_t(devices.size());
+  const at::ScalarType compute = dtype_of(cfg.dtype);
+  const at::ScalarType master_dtype = compute == at::kDouble ? at::kDouble : at::kFloat;
+  fs::create_directories(cfg.out);
+
+  // Resume state first: a bad run directory should fail before anything heavy loads.
+  std::unique_ptr<TrainState> resume;
+  if (cfg.resume) {
+    std::string path;
+    resume = std::make_unique<TrainState>(load_latest_checkpoint(cfg.out, &path));
+    if (lead) std::fprintf(stderr, "resuming from %s (step %lld)\n", path.c_str(), (long long)resume->step);
+  } else if (has_checkpoint(cfg.out)) {
+    throw std::invalid_argument(cfg.out + ": already holds checkpoints; pass --resume to continue or use a new --out");
+  }
+
+  // Target: its embedding and LM head are the drafter's (frozen); online data also runs its forward.
+  auto samples = open_samples(cfg.data, cfg.data_format);
+  models::TargetLoadOptions topt;
+  topt.dtype = dtype_of(cfg.target_dtype);
+  std::vector<at::Device> tdev;
+  for (const auto& d : cfg.target_device_list()) tdev.emplace_back(d);
+  auto target = std::make_unique<models::TargetModel>(models::load_target(cfg.target, topt));
+  if (!samples->has_features() && (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))) {
+    // Online target on other devices / a pipeline: reload with stages (the first load gave the layer count).
+    topt.stages = models::split_layers(int(target->config().num_hidden_layers), tdev);
+    *target = models::load_target(cfg.target, topt);
+  }
+  const drafter::DrafterConfig dcfg = resolve_drafter_config(cfg, target->config());
+  const drafter::FrozenTarget frozen_cpu = frozen_from_model(*target);
+
+  const int64_t per_step = cfg.batch_size * cfg.grad_accum * W * coll->world();
+  const int64_t total_steps =
+      cfg.steps > 0 ? cfg.steps : (cfg.epochs * samples->size() + per_step - 1) / per_step;
+  if (lead) {
+    write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(cfg).dump(2) + "\n");
+    drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), dcfg);
+    std::fprintf(stderr, "data: %s\ndrafter: %lld layers, hidden %lld, target layers [", samples->describe().c_str(),
+                 (long long)dcfg.num_hidden_layers, (long long)dcfg.hidden_size);
+    for (size_t i = 0; i < dcfg.target_layer_ids.size(); ++i)
+      std::fprintf(stderr, "%s%lld", i ? "," : "", (long long)dcfg.target_layer_ids[i]);
+    std::fprintf(stderr, "]; %lld workers (%s); %s; %lld steps x %lld sequences\n", (long long)W,
+                 cfg.drafter_devices.c_str(), coll->describe().c_str(), (long long)total_steps, (long long)per_step);
+  }
+
+  // Master weights (fp32, fp64 for fp64 compute) and AdamW state.
+  drafter::DrafterWeights master;
+  if (resume) {
+    std::vector<std::string> names;
+    for (const auto& [n, t] : resume->master) names.push_back(n);
+    master = drafter::drafter_weights_from(
+        dcfg, names,
+        [&](const std::string& n) {
+          for (const auto& [k, t] : resume->master)
+            if (k == n) return t;
+          throw std::invalid_argument("checkpoint: missing " + n);
+        },
+        master_dtype, "checkpoint");
+  } else {
+    master = drafter::init_drafter_weights(dcfg, master_dtype, uint64_t(cfg.seed), cfg.init_std);
+  }
+  const auto named = master.named();
+  std::vector<at::Tensor> mparams;
+  for (const auto& [n, t] : named) mparams.push_back(t);
+  AdamW adam(mparams, AdamWSettings{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+  if (resume) {
+    auto find = [&](const NamedTensors& v, const std::string& n) {
+      for (const auto& [k, t] : v)
+        if (k == n) return t;
+      throw std::invalid_argument("checkpoint: AdamW state for " + n + " missing");
+    };
+    for (size_t i = 0; i < named.size(); ++i) {
+      adam.exp_avg()[i].copy_(find(resume->exp_avg, named[i].first));
+      adam.exp_avg_sq()[i].copy_(find(resume->exp_avg_sq, named[i].first));
+    }
+    adam.set_steps(resume->step);
+  }
+
+  // Workers: one thread, device and replica each.
+  const int64_t threads = cfg.threads > 0 ? cfg.threads : default_threads_per_worker(devices.size());
+  std::vector<Replica> replicas(devices.size());
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    Replica& r = replicas[i];
+    r.device = at::Device(devices[i]);
+    std::vector<std::string> names;
+    for (const auto& [n, t] : named) names.push_back(n);
+    r.w = drafter::drafter_weights_from(
+        dcfg, names,
+        [&](const std::string& n) {
+          for (const auto& [k, t] : named)
+            if (k == n) return t.detach().to(r.device, compute, false, /*copy=*/true);
+          throw std::logic_error("replica: no master weight " + n);
+        },
+        compute, "replica");
+    for (const auto& [n, t] : r.w.named()) r.params.push_back(t);  // same order as `named`
+    r.w.set_requires_grad(true);
+    r.frozen.embed = frozen_cpu.embed.to(r.device, compute);
+    r.frozen.lm_head = dcfg.tie_word_embeddings || frozen_cpu.lm_head.is_same(frozen_cpu.embed)
+                           ? r.frozen.embed
+                           : frozen_cpu.lm_head.to(r.device, compute);
+    workers.push_back(std::make_unique<WorkerThread>([threads] { at::set_num_threads(int(threads)); }));
+  }
+
+  drafter::DrafterLossOptions lopt;
+  lopt.gamma = cfg.gamma > 0 ? cfg.gamma : drafter::default_loss_gamma(dcfg.block_size);
+  lopt.chunk.chunk_rows = cfg.loss_chunk_rows;
+  lopt.chunk.kl_weight = cfg.kl_weight;
+  const auto ckpt_policy = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint);
+
+  ProducerSettings ps;
+  ps.dcfg = dcfg;
+  ps.batch_size = cfg.batch_size;
+  ps.grad_accum = cfg.grad_accum;
+  ps.workers = W;
+  ps.rank = coll->rank();
+  ps.world = coll->world();
+  ps.max_len = cfg.max_len;
+  ps.num_anchors = cfg.num_anchors;
+  ps.seed = cfg.seed;
+  ps.gamma = lopt.gamma;
+  ps.want_last_hidden = cfg.kl_weight > 0;
+  ps.queue_depth = cfg.queue_depth;
+  const int64_t start_step = resume ? resume->step : 0;
+  const int64_t start_pos = resume ? resume->data_pos : 0;
+  StepProducer producer(ps, *samples, target.get(), start_step, total_steps, start_pos);
+
+  TrainLog log(cfg.out, lead, start_step, total_steps, cfg.log_every);
+  int64_t step = start_step, pos = start_pos;
+  bool stopped = false;
+  auto save = [&] {
+    if (!lead) return;
+    TrainState st;
+    st.step = step;
+    st.data_pos = pos;
+    st.master = named;
+    for (size_t i = 0; i < named.size(); ++i) {
+      st.exp_avg.emplace_back(named[i].first, adam.exp_avg()[i]);
+      st.exp_avg_sq.emplace_back(named[i].first, adam.exp_avg_sq()[i]);
+    }
+    st.info = {{"settings", to_json(cfg)}, {"seed", cfg.seed}, {"world", coll->world()}, {"workers", W}};
+    const std::string p = save_checkpoint(cfg.out, st, cfg.keep_checkpoints);
+    log.message("checkpoint " + p);
+  };
+
+  while (step < total_steps) {
+    auto item = producer.next();
+    if (!item) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::future<WorkerOut>> futs;
+    for (size_t wi = 0; wi < workers.size(); ++wi) {
+      std::vector<const MicroBatch*> mine;
+      for (const auto& mb : item->micro)
+        if (mb.worker == int(wi)) mine.push_back(&mb);
+      futs.push_back(workers[wi]->submit([&, wi, mine] {
+        return run_worker(replicas[wi], dcfg, lopt, ckpt_policy, mine, master_dtype, compute);
+      }));
+    }
+    std::vector<WorkerOut> outs;
+    std::exception_ptr err;
+    for (auto& f : futs) {  // wait for every worker before rethrowing, so none is left running
+      try {
+        outs.push_back(f.get());
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+    }
+    if (err) std::rethrow_exception(err);
+
+    // Sum gradients in worker order (deterministic), then across processes.
+    std::vector<at::Tensor> flat_parts;
+    for (size_t i = 0; i < named.size(); ++i) {
+      at::Tensor g = outs[0].grads[i];
+      for (size_t w = 1; w < outs.size(); ++w) g = g + outs[w].grads[i];
+      flat_parts.push_back(g.reshape({-1}));
+    }
+    at::Tensor flat = at::cat(flat_parts);
+    double local_weight = 0, local_tokens = 0;
+    for (const auto& mb : item->micro) local_weight += mb.weight, local_tokens += double(mb.tokens);
+    const int64_t B = dcfg.block_size;
+    at::Tensor stats = at::zeros({4 + 2 * B}, at::kDouble);
+    stats[0] = local_weight;
+    stats[1] = 0.0;
+    for (const auto& o : outs) stats[1] += o.loss_sum;
+    stats[2] = local_tokens;
+    stats[3] = g_stop.load() ? 1.0 : 0.0;
+    for (const auto& o : outs) {
+      stats.narrow(0, 4, B).add_(o.slot_correct);
+      stats.narrow(0, 4 + B, B).add_(o.slot_count);
+    }
+    coll->allreduce_sum(flat);
+    coll->allreduce_sum(stats);
+    const double total_weight = stats[0].item<double>();
+    if (total_weight > 0) flat.div_(total_weight);
+    std::vector<at::Tensor> grads;
+    int64_t off = 0;
+    for (const auto& p : mparams) {
+      grads.push_back(flat.narrow(0, off, p.numel()).view(p.sizes()));
+      off += p.numel();
+    }
+    const double gnorm = clip_grad_norm(grads, cfg.clip);
+    const double lr = cosine_lr(step, total_steps, cfg.lr, cfg.warmup_ratio, cfg.min_lr_ratio);
+    adam.step(grads, lr);
+    {
+      at::NoGradGuard g;
+      for (auto& r : replicas)
+        for (size_t i = 0; i < r.params.size(); ++i) r.params[i].copy_(mparams[i]);
+    }
+    ++step;
+    pos = item->pos_after;
+
+    StepMetrics m;
+    m.step = step;
+    m.loss = total_weight > 0 ? stats[1].item<double>() / total_weight : 0.0;
+    const at::Tensor correct = stats.narrow(0, 4, B), count = stats.narrow(0, 4 + B, B);
+    const at::Tensor acc = correct / count.clamp_min(1.0);
+    for (int64_t k = 0; k < B; ++k) m.slot_acc.push_back(acc[k].item<double>());
+    const double c1 = correct.narrow(0, 1, B - 1).sum().item<double>(), n1 = count.narrow(0, 1, B - 1).sum().item<double>();
+    m.acc = n1 > 0 ? c1 / n1 : 0.0;
+    m.lr = lr;
+    m.grad_norm = gnorm;
+    m.tokens = stats[2].item<double>();
+    m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log.step(m);
+
+    stopped = stats[3].item<double>() > 0;
+    const bool pause = cfg.stop_after > 0 && step - start_step >= cfg.stop_after;
+    if (stopped || pause || step == total_steps || step % cfg.checkpoint_every == 0) save();
+    if (stopped || pause) break;
+  }
+  producer.stop();
+  if (const char* d = std::getenv("DFLASH_TEST_DUMP_RANK_WEIGHTS"); d && std::string(d) == "1") {
+    // Test hook: every rank writes its master weights, to check that the ranks stayed identical.
+    io::save_safetensors((fs::path(cfg.out) / ("weights.rank" + std::to_string(coll->rank()) + ".safetensors")).string(),
+                         named);
+  }
+  log.finish(stopped ? "interrupted: checkpoint written, exiting" : "done");
+  return stopped ? 130 : 0;
+}
+
+void export_run(const std::string& run_dir, const std::string& out_dir, const std::string& dtype) {
+  std::string path;
+  const TrainState st = load_latest_checkpoint(run_dir, &path);
+  const auto dcfg = drafter::load_drafter_config((fs::path(run_dir) / "drafter_config.json").string());
+  std::vector<std::string> names;
+  for (const auto& [n, t] : st.master) names.push_back(n);
+  const auto w = drafter::drafter_weights_from(
+      dcfg, names,
+      [&](const std::string& n) {
+        for (const auto& [k, t] : st.master)
+          if (k == n) return t;
+        throw std::invalid_argument(path + ": missing " + n);
+      },
+      at::kFloat, path);
+  fs::create_directories(out_dir);
+  auto out_cfg = dcfg;
+  const at::ScalarType dt = dtype.empty() ? dtype_of(dcfg.torch_dtype) : dtype_of(dtype);
+  out_cfg.torch_dtype = dt == at::kBFloat16 ? "bfloat16" : dt == at::kHalf ? "float16" : dt == at::kDouble ? "float64" : "float32";
+  drafter::save_drafter_config((fs::path(out_dir) / "config.json").string(), out_cfg);
+  drafter::save_drafter_weights((fs::path(out_dir) / "model.safetensors").string(), w, dt);
+  std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
+}
+
+}  // namespace dflash::train

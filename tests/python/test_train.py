@@ -1,0 +1,310 @@
+"""`dflash train` end to end on a tiny random Llama target (hidden 32, 2 layers, vocab 256) with synthetic
+offline hidden states: exact resume, a crash in the middle of a checkpoint save, 1 vs 2 worker threads,
+2 processes over Gloo vs 1 process, SpecForge samples vs our shards, online target vs offline features
+computed by transformers, export, config errors, and error propagation from the producer thread."""
+import gzip
+import io
+import json
+import os
+import pathlib
+import socket
+import subprocess
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+HIDDEN, VOCAB, LAYERS, MASK_ID = 32, 256, 2, 255
+TARGET_LAYER_IDS = [1]  # SPEC default for a 1-layer drafter over 2 target layers: [L // 2]
+TIMEOUT = 120
+
+
+def write_dflash_shard(path, samples, target_layer_ids, hidden_size):
+    """Writer of the `dflash-hidden-v1` format (docs/TRAINING.md)."""
+    t = {}
+    for i, s in enumerate(samples):
+        t[f"{i}.input_ids"] = s["input_ids"].long().contiguous()
+        t[f"{i}.loss_mask"] = s["loss_mask"].to(torch.uint8).contiguous()
+        t[f"{i}.hidden_states"] = s["hidden_states"].contiguous()
+        if "last_hidden" in s:
+            t[f"{i}.last_hidden"] = s["last_hidden"].contiguous()
+    save_file(t, str(path), metadata={"format": "dflash-hidden-v1",
+                                      "target_layer_ids": ",".join(map(str, target_layer_ids)),
+                                      "hidden_size": str(hidden_size)})
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=LAYERS,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                      max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(cfg).float().eval()
+    d = tmp_path_factory.mktemp("target")
+    model.save_pretrained(str(d))
+    return d, model
+
+
+def make_token_samples(n=8, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        S = 20 + 3 * i
+        ids = torch.randint(3, VOCAB - 1, (S,), generator=g)
+        mask = torch.zeros(S, dtype=torch.bool)
+        mask[6:] = True
+        out.append({"input_ids": ids, "loss_mask": mask})
+    return out
+
+
+@pytest.fixture(scope="module")
+def offline_dir(tmp_path_factory):
+    """Synthetic features (random, fixed seed): training needs no particular target behind them."""
+    g = torch.Generator().manual_seed(2)
+    samples = make_token_samples()
+    for s in samples:
+        s["hidden_states"] = torch.randn(s["input_ids"].numel(), HIDDEN * len(TARGET_LAYER_IDS), generator=g)
+    d = tmp_path_factory.mktemp("offline")
+    write_dflash_shard(d / "shard-000.safetensors", samples[:5], TARGET_LAYER_IDS, HIDDEN)
+    write_dflash_shard(d / "shard-001.safetensors", samples[5:], TARGET_LAYER_IDS, HIDDEN)
+    return d, samples
+
+
+def base_args(target, data, out, **kw):
+    a = {"target": target, "data": data, "out": out, "mask_token_id": MASK_ID, "drafter_layers": 1,
+         "dtype": "fp32", "num_anchors": 6, "block_size": 4, "batch_size": 1, "log_every": 1,
+         "checkpoint_every": 1, "threads": 1, "max_len": 64, "lr": 3e-3, "warmup_ratio": 0.25, "steps": 4,
+         "init_std": 0.05}
+    a.update(kw)
+    argv = []
+    for k, v in a.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return argv
+
+
+def train(dflash_bin, argv, env=None, check=True):
+    e = dict(os.environ, HF_HUB_OFFLINE="1")
+    e.update(env or {})
+    r = subprocess.run([dflash_bin, "train", *argv], capture_output=True, text=True, timeout=TIMEOUT, env=e)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def metrics(run):
+    return [json.loads(l) for l in (pathlib.Path(run) / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_weights(run, step):
+    t = load_file(str(pathlib.Path(run) / "checkpoints" / f"step-{step}.safetensors"))
+    return {k[len("model."):]: v for k, v in t.items() if k.startswith("model.")}
+
+
+def test_loss_falls_and_checkpoints(dflash_bin, target_dir, offline_dir, tmp_path):
+    run = tmp_path / "run"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], run, steps=12, lr=1e-2))
+    m = metrics(run)
+    assert [x["step"] for x in m] == list(range(1, 13))
+    assert m[-1]["loss"] < m[0]["loss"]
+    assert len(m[0]["slot_acc"]) == 4 and 0 <= m[-1]["acc"] <= 1
+    ckpts = sorted(p.name for p in (run / "checkpoints").glob("step-*.safetensors"))
+    assert ckpts == ["step-11.safetensors", "step-12.safetensors"]  # keep_checkpoints = 2
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step-12.safetensors"
+    cfg = json.loads((run / "train_config.json").read_text())
+    assert cfg["num_anchors"] == 6 and cfg["lr"] == 1e-2
+
+
+def test_resume_is_exact(dflash_bin, target_dir, offline_dir, tmp_path):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], straight))
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], split, stop_after=2))
+    assert [x["step"] for x in metrics(split)] == [1, 2]
+    train(dflash_bin, ["--out", str(split), "--resume"])
+    a, b = metrics(straight), metrics(split)
+    assert [x["loss"] for x in a] == [x["loss"] for x in b]
+    assert [x["grad_norm"] for x in a] == [x["grad_norm"] for x in b]
+    wa, wb = final_weights(straight, 4), final_weights(split, 4)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    ta = load_file(str(straight / "checkpoints" / "step-4.safetensors"))
+    tb = load_file(str(split / "checkpoints" / "step-4.safetensors"))
+    for k in ta:  # AdamW moments too
+        assert torch.equal(ta[k], tb[k]), k
+
+
+def test_kill_during_save_keeps_previous_checkpoint(dflash_bin, target_dir, offline_dir, tmp_path):
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    args = base_args(target_dir[0], offline_dir[0], run, steps=3)
+    r = train(dflash_bin, args, env={"DFLASH_TEST_KILL_IN_SAVE": "2"}, check=False)
+    assert r.returncode == -9, r.stderr
+    ck = run / "checkpoints"
+    assert (ck / "latest").read_text().strip() == "step-1.safetensors"
+    assert (ck / "step-1.safetensors").exists() and not (ck / "step-2.safetensors").exists()
+    assert (ck / "step-2.safetensors.tmp").exists()  # the complete-but-unrenamed temporary
+    # The previous checkpoint loads: resume finishes the run, equal to an uninterrupted one.
+    train(dflash_bin, ["--out", str(run), "--resume"])
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], straight, steps=3))
+    wa, wb = final_weights(run, 3), final_weights(straight, 3)
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def test_two_worker_threads_equal_one_worker(dflash_bin, target_dir, offline_dir, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], one, steps=3, grad_accum=2, drafter_devices="cpu"))
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], two, steps=3, grad_accum=1,
+                                drafter_devices="cpu,cpu"))
+    a, b = metrics(one), metrics(two)
+    for x, y in zip(a, b):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)
+    wa, wb = final_weights(one, 3), final_weights(two, 3)
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_gloo_equal_one_process(dflash_bin, target_dir, offline_dir, tmp_path):
+    dist, single = tmp_path / "dist", tmp_path / "single"
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, HF_HUB_OFFLINE="1", RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port, DFLASH_TEST_DUMP_RANK_WEIGHTS="1")
+        procs.append(subprocess.Popen([dflash_bin, "train", *base_args(target_dir[0], offline_dir[0], dist, steps=3)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    for p, (o, e) in zip(procs, outs):
+        assert p.returncode == 0, e
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], single, steps=3, grad_accum=2),
+          env={"DFLASH_TEST_DUMP_RANK_WEIGHTS": "1"})
+    r0, r1 = load_file(str(dist / "weights.rank0.safetensors")), load_file(str(dist / "weights.rank1.safetensors"))
+    ref = load_file(str(single / "weights.rank0.safetensors"))
+    for k in r0:
+        assert torch.equal(r0[k], r1[k]), k  # ranks apply the same reduced gradient
+        torch.testing.assert_close(r0[k], ref[k], rtol=1e-4, atol=1e-5)
+    for x, y in zip(metrics(dist), metrics(single)):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)
+
+
+def test_specforge_samples_equal_dflash_shards(dflash_bin, target_dir, offline_dir, tmp_path):
+    d, samples = offline_dir
+    sf = tmp_path / "specforge"
+    sf.mkdir()
+    for i, s in enumerate(samples):  # SpecForge layout: [1, S] ids/mask, [1, S, n*H] hidden states
+        obj = {"input_ids": s["input_ids"].unsqueeze(0), "loss_mask": s["loss_mask"].long().unsqueeze(0),
+               "hidden_states": s["hidden_states"].unsqueeze(0)}
+        if i % 2:
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            (sf / f"data_{i:03d}.ckpt.gz").write_bytes(gzip.compress(buf.getvalue()))
+        else:
+            torch.save(obj, str(sf / f"data_{i:03d}.ckpt"))
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(dflash_bin, base_args(target_dir[0], d, a, steps=3))
+    train(dflash_bin, base_args(target_dir[0], sf, b, steps=3))
+    assert [x["loss"] for x in metrics(a)] == [x["loss"] for x in metrics(b)]
+
+
+def test_online_target_equals_offline_features(dflash_bin, target_dir, tmp_path):
+    tdir, model = target_dir
+    samples = make_token_samples(n=4, seed=5)
+    jl = tmp_path / "tokens.jsonl"
+    jl.write_text("".join(json.dumps({"input_ids": s["input_ids"].tolist(),
+                                      "loss_mask": s["loss_mask"].long().tolist()}) + "\n" for s in samples))
+    with torch.no_grad():
+        for s in samples:  # the drafter's context: HF hidden_states[id + 1] of the target
+            hs = model(s["input_ids"].unsqueeze(0), output_hidden_states=True).hidden_states
+            s["hidden_states"] = torch.cat([hs[i + 1][0] for i in TARGET_LAYER_IDS], -1)
+    off = tmp_path / "offline.safetensors"
+    write_dflash_shard(off, samples, TARGET_LAYER_IDS, HIDDEN)
+    a, b = tmp_path / "online", tmp_path / "offline"
+    train(dflash_bin, base_args(tdir, jl, a, steps=3))
+    train(dflash_bin, base_args(tdir, off, b, steps=3))
+    for x, y in zip(metrics(a), metrics(b)):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
+
+
+def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tmp_path):
+    run, out = tmp_path / "run", tmp_path / "hf"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], run, steps=2))
+    r = subprocess.run([dflash_bin, "export", str(run), "--out", str(out), "--dtype", "fp32"], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["block_size"] == 4
+    assert cfg["dflash_config"]["mask_token_id"] == MASK_ID
+    assert cfg["dflash_config"]["target_layer_ids"] == TARGET_LAYER_IDS
+    w = load_file(str(out / "model.safetensors"))
+    assert {"fc.weight", "hidden_norm.weight", "norm.weight", "layers.0.self_attn.q_proj.weight",
+            "layers.0.mlp.down_proj.weight"} <= set(w)
+    assert not any("embed" in k or "lm_head" in k for k in w)
+    ref = final_weights(run, 2)
+    for k in w:
+        assert torch.equal(w[k], ref[k]), k
+
+
+@pytest.mark.parametrize("setup,needle", [
+    ({"file": {"num_anchor": 5}}, "unknown key 'num_anchor'"),
+    ({"file": {"lr": "fast"}}, "key 'lr' expects a number"),
+    ({"flags": ["--bogus", "1"]}, "unknown option --bogus"),
+    ({"flags": ["--lr", "-1"]}, "'lr' must be > 0"),
+    ({"flags": ["--mask-token-id", "-1"]}, "'mask_token_id' is required"),
+    ({"flags": ["--drafter-devices", ""]}, "'drafter_devices' must be"),
+    ({"yaml": True}, "YAML configs are not supported"),
+])
+def test_config_errors_are_clear(dflash_bin, target_dir, offline_dir, tmp_path, setup, needle):
+    argv = base_args(target_dir[0], offline_dir[0], tmp_path / "run")
+    if "file" in setup:
+        f = tmp_path / "c.json"
+        f.write_text(json.dumps(setup["file"]))
+        argv = ["--config", str(f)] + argv
+    if setup.get("yaml"):
+        f = tmp_path / "c.yaml"
+        f.write_text("lr: 1\n")
+        argv = ["--config", str(f)] + argv
+    argv += setup.get("flags", [])
+    r = train(dflash_bin, argv, check=False)
+    assert r.returncode != 0
+    assert needle in r.stderr, r.stderr
+
+
+def test_flags_override_config_file(dflash_bin, target_dir, offline_dir, tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"lr": 1e-3, "num_anchors": 3, "drafter_devices": ["cpu"]}))
+    run = tmp_path / "run"
+    train(dflash_bin, ["--config", str(f)] + base_args(target_dir[0], offline_dir[0], run, steps=1)
+          + ["--lr", "2e-3"])
+    cfg = json.loads((run / "train_config.json").read_text())
+    assert cfg["lr"] == 2e-3
+
+
+def test_producer_error_stops_training(dflash_bin, target_dir, tmp_path):
+    g = torch.Generator().manual_seed(3)
+    samples = make_token_samples(n=4)
+    for i, s in enumerate(samples):  # sample 3 has the wrong feature width
+        s["hidden_states"] = torch.randn(s["input_ids"].numel(), HIDDEN + (8 if i == 3 else 0), generator=g)
+    d = tmp_path / "bad"
+    d.mkdir()
+    write_dflash_shard(d / "a.safetensors", samples[:3], TARGET_LAYER_IDS, HIDDEN)
+    write_dflash_shard(d / "b.safetensors", samples[3:], TARGET_LAYER_IDS, HIDDEN + 8)
+    r = train(dflash_bin, base_args(target_dir[0], d, tmp_path / "run", steps=8, batch_size=2), check=False)
+    assert r.returncode != 0
+    assert "features" in r.stderr or "feature" in r.stderr, r.stderr
+
+
+def test_plot_writes_pngs(dflash_bin, target_dir, offline_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], run, steps=3))
+    r = subprocess.run([dflash_bin, "plot", str(run)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    for name in ("loss.png", "accuracy.png"):
+        data = (run / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
