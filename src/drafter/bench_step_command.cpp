@@ -1,6 +1,6 @@
 // `dflash bench step`: the seed's failing step at CPU size: drafter forward + backward + zero_grad with soft
 // labels, per checkpoint policy; time per iteration, measured peak memory (peak RSS increase) and the
-// planner's prediction side by side.
+// planner's prediction side by side. DFLASH_BENCH_TRACE=1 prints live/peak memory after forward and backward.
 #include <malloc.h>
 
 #include <chrono>
