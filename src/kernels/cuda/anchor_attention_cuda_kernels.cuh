@@ -112,6 +112,32 @@ __device__ __forceinline__ void frag_b2_kmajor(uint32_t (&b)[2][2], const uint16
   b[1][1] = x[3];
 }
 
+// cp.async (sm_80+): 16-byte global -> shared copies that complete at cp_async_wait<N>() (all but
+// the N most recently committed groups); valid = false writes zeros instead. The emulation defers
+// every copy to that wait, so a missing wait or barrier shows up there.
+#if defined(__CUDACC__)
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+// load_rows with cp.async (the caller commits and waits).
+template <int D, int LD, int NT, typename Off>
+__device__ __forceinline__ void load_rows_async(uint16_t* s, const uint16_t* g, int rows, Off off) {
+  constexpr int kChunks = D / 8;
+  for (int idx = threadIdx.x; idx < rows * kChunks; idx += NT) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const int64_t o = off(r);
+    cp_async16(s + r * LD + c * 8, o >= 0 ? g + o + c * 8 : g, o >= 0);
+  }
+}
+
 // Copies `rows` rows of D 16-bit elements into shared memory (row stride LD) in 16-byte pieces;
 // off(r) gives row r's element offset from g, or a negative value for a row to zero-fill.
 template <int D, int LD, int NT, typename Off>
@@ -256,7 +282,7 @@ __device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK,
 
 template <int D, int BN>
 constexpr int fwd_smem_bytes() {
-  return (kBM + 2 * BN) * (D + kPad) * 2;
+  return (kBM + 4 * BN) * (D + kPad) * 2;  // Q, and K and V twice (the next tile loads during this one)
 }
 
 template <typename T, int D, int BN>
@@ -264,8 +290,8 @@ __global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
   constexpr int LD = D + kPad;
   DFLASH_DYN_SMEM(smem_raw);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sK = sQ + kBM * LD;
-  uint16_t* sV = sK + BN * LD;
+  uint16_t* sK = sQ + kBM * LD;  // [2][BN][LD]
+  uint16_t* sV = sK + 2 * BN * LD;  // [2][BN][LD]
   __shared__ int r_lo[kBM], r_hi[kBM], r_bhi[kBM], r_bi[kBM], r_tok[kBM], r_qh[kBM];
   __shared__ int t_min, t_max;
 
@@ -307,53 +333,73 @@ __global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
     }
   }
   __syncthreads();
-  const int64_t qb = int64_t(b) * p.qs.sb;
-  load_rows<D, LD, kFwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
-    return r_tok[r] < 0 ? -1 : qb + int64_t(r_tok[r]) * p.qs.st + int64_t(r_qh[r]) * p.qs.sh;
-  });
-
   const int ra = warp * 16 + gid, rb = ra + 8;
   const int lo_a = r_lo[ra], hi_a = r_hi[ra], lo_b = r_lo[rb], hi_b = r_hi[rb];
+  const int bi_a = r_bi[ra], bi_b = r_bi[rb], bhi_a = r_bhi[ra], bhi_b = r_bhi[rb];
   float o[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  const int64_t kb = int64_t(b) * p.ks.sb + int64_t(h) * p.ks.sh;
-  const int64_t vb = int64_t(b) * p.vs.sb + int64_t(h) * p.vs.sh;
-  // Context: the union of the rows' ranges (empty when kmin > kmax), no mask on tiles inside a warp's rows.
+  // Steps: first the context tiles of BN keys over the union of the rows' ranges [kmin, kmax)
+  // (none when kmin > kmax), then each block's own B keys in tiles of BN, only for that block's rows.
   const int kmin = t_min, kmax = t_max;
-  for (int t0 = kmin; t0 < kmax; t0 += BN) {
-    __syncthreads();  // everyone is done with the previous tile (and sQ is written on the first pass)
-    load_rows<D, LD, kFwdThreads>(sK, p.k, BN, [&](int r) -> int64_t {
-      return t0 + r < kmax ? kb + int64_t(t0 + r) * p.ks.st : -1;
-    });
-    load_rows<D, LD, kFwdThreads>(sV, p.v, BN, [&](int r) -> int64_t {
-      return t0 + r < kmax ? vb + int64_t(t0 + r) * p.vs.st : -1;
-    });
-    __syncthreads();
-    fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, lane, lo_a - t0, hi_a - t0, lo_b - t0, hi_b - t0, p.scale_log2, o,
-                           m, l);
-  }
-
-  // Own blocks: the B keys after the context, only for the rows of that block.
+  const int n_ctx = kmax > kmin ? (kmax - kmin + BN - 1) / BN : 0;
+  const int chunks = (p.B + BN - 1) / BN;
   const int64_t last_row = (R0 + kBM < total ? R0 + kBM : total) - 1;
   const int bi_first = int(R0 / GB), bi_last = int(last_row / GB);
-  const int bi_a = r_bi[ra], bi_b = r_bi[rb], bhi_a = r_bhi[ra], bhi_b = r_bhi[rb];
-  for (int bi = bi_first; bi <= bi_last; ++bi) {
-    const int64_t key0 = int64_t(p.S) + int64_t(order[bi]) * p.B;
-    for (int c0 = 0; c0 < p.B; c0 += BN) {
-      __syncthreads();
-      load_rows<D, LD, kFwdThreads>(sK, p.k, BN, [&](int r) -> int64_t {
-        return c0 + r < p.B ? kb + (key0 + c0 + r) * p.ks.st : -1;
-      });
-      load_rows<D, LD, kFwdThreads>(sV, p.v, BN, [&](int r) -> int64_t {
-        return c0 + r < p.B ? vb + (key0 + c0 + r) * p.vs.st : -1;
-      });
-      __syncthreads();
-      fwd_tile<T, D, BN, LD>(sQ, sK, sV, warp, lane, bi_a == bi ? -c0 : 0, bi_a == bi ? bhi_a - c0 : 0,
+  const int n_steps = n_ctx + (bi_last - bi_first + 1) * chunks;
+  const int64_t kb = int64_t(b) * p.ks.sb + int64_t(h) * p.ks.sh;
+  const int64_t vb = int64_t(b) * p.vs.sb + int64_t(h) * p.vs.sh;
+
+  // Starts loading step st's keys into buffer st & 1 and commits them as one group.
+  auto issue = [&](int st) {
+    uint16_t* kd = sK + (st & 1) * BN * LD;
+    uint16_t* vd = sV + (st & 1) * BN * LD;
+    int64_t key0;
+    int count;
+    if (st < n_ctx) {
+      key0 = kmin + int64_t(st) * BN;
+      count = min(BN, kmax - int(key0));
+    } else {
+      const int os = st - n_ctx, c0 = (os % chunks) * BN;
+      key0 = int64_t(p.S) + int64_t(order[bi_first + os / chunks]) * p.B + c0;
+      count = min(BN, p.B - c0);
+    }
+    load_rows_async<D, LD, kFwdThreads>(kd, p.k, BN, [&](int r) -> int64_t {
+      return r < count ? kb + (key0 + r) * p.ks.st : -1;
+    });
+    load_rows_async<D, LD, kFwdThreads>(vd, p.v, BN, [&](int r) -> int64_t {
+      return r < count ? vb + (key0 + r) * p.vs.st : -1;
+    });
+    cp_async_commit();
+  };
+
+  const int64_t qb = int64_t(b) * p.qs.sb;
+  load_rows_async<D, LD, kFwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
+    return r_tok[r] < 0 ? -1 : qb + int64_t(r_tok[r]) * p.qs.st + int64_t(r_qh[r]) * p.qs.sh;
+  });
+  issue(0);  // Q travels in step 0's group
+  for (int st = 0; st < n_steps; ++st) {
+    if (st + 1 < n_steps) {
+      issue(st + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // step st's keys (and Q) are in shared memory for every warp
+    const uint16_t* kc = sK + (st & 1) * BN * LD;
+    const uint16_t* vc = sV + (st & 1) * BN * LD;
+    if (st < n_ctx) {
+      const int t0 = kmin + st * BN;
+      fwd_tile<T, D, BN, LD>(sQ, kc, vc, warp, lane, lo_a - t0, hi_a - t0, lo_b - t0, hi_b - t0, p.scale_log2, o, m,
+                             l);
+    } else {
+      const int os = st - n_ctx, bi = bi_first + os / chunks, c0 = (os % chunks) * BN;
+      fwd_tile<T, D, BN, LD>(sQ, kc, vc, warp, lane, bi_a == bi ? -c0 : 0, bi_a == bi ? bhi_a - c0 : 0,
                              bi_b == bi ? -c0 : 0, bi_b == bi ? bhi_b - c0 : 0, p.scale_log2, o, m, l);
     }
+    __syncthreads();  // buffer st & 1 is free again (step st + 2 loads into it)
   }
 
   // Normalise and write O and the LSE (natural log) of the valid rows.

@@ -49,7 +49,15 @@ enum class State { Runnable, WarpWait, BlockWait, Done };
 constexpr int kWords = 8;  // words a lane deposits per collective; the last one tags the collective
 constexpr size_t kStackBytes = 192 * 1024;
 
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  bool valid;
+};
+
 struct Thread {
+  std::vector<std::vector<AsyncCopy>> groups;  // committed cp.async groups, oldest first
+  std::vector<AsyncCopy> open;                 // issued, not yet committed
   ucontext_t ctx;
   std::vector<char> stack;
   dim3 idx;
@@ -94,6 +102,10 @@ inline const uint32_t* warp_exchange(const uint32_t (&words)[kWords]) {
 
 inline void thread_main() {
   (*machine().body)();
+  if (!cur().groups.empty() || !cur().open.empty()) {
+    std::fprintf(stderr, "cuda_emu: thread %u ended with cp.async copies never waited for\n", cur().idx.x);
+    std::abort();
+  }
   cur().state = State::Done;  // returning resumes the scheduler through uc_link
 }
 
@@ -116,6 +128,8 @@ inline void run_block(Machine& m) {
     t.lane = i % 32;
     t.state = State::Runnable;
     t.coll = 0;
+    t.groups.clear();
+    t.open.clear();
   }
   std::fill(m.smem.begin(), m.smem.end(), 0xff);
   // Greedy schedule: one warp at a time runs as far as it can (through its collectives) before the
@@ -266,6 +280,38 @@ inline void emu_ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row, bool trans) {
     r[i] = uint32_t(x) | (uint32_t(y) << 16);
   }
 }
+// cp.async: the destination turns to NaN bytes at issue and receives its data only when
+// cp_async_wait<N> completes the group (all committed groups but the N newest). So a tile read
+// before its wait, or overwritten by a prefetch while another warp still reads it, shows NaNs.
+inline void cp_async16(void* smem, const void* gmem, bool valid) {
+  const auto& m = ::cuda_emu::machine();
+  const uintptr_t p = reinterpret_cast<uintptr_t>(smem), lo = reinterpret_cast<uintptr_t>(m.smem.data());
+  if (p % 16 != 0 || p < lo || p + 16 > lo + m.smem.size() || reinterpret_cast<uintptr_t>(gmem) % 16 != 0) {
+    std::fprintf(stderr, "cuda_emu: cp.async to %p from %p is misaligned or outside shared memory\n", smem, gmem);
+    std::abort();
+  }
+  std::memset(smem, 0xff, 16);  // the destination is in flight until the wait: poison it now
+  ::cuda_emu::cur().open.push_back({smem, gmem, valid});
+}
+inline void cp_async_commit() {
+  auto& t = ::cuda_emu::cur();
+  t.groups.push_back(std::move(t.open));
+  t.open.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+  auto& t = ::cuda_emu::cur();
+  while (t.groups.size() > size_t(N)) {
+    for (const auto& c : t.groups.front()) {
+      if (c.valid)
+        std::memcpy(c.dst, c.src, 16);
+      else
+        std::memset(c.dst, 0, 16);
+    }
+    t.groups.erase(t.groups.begin());
+  }
+}
+
 inline void ldsm_x4(uint32_t (&r)[4], const uint16_t* row) { emu_ldmatrix_x4(r, row, false); }
 inline void ldsm_x4_t(uint32_t (&r)[4], const uint16_t* row) { emu_ldmatrix_x4(r, row, true); }
 
