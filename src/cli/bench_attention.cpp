@@ -1,6 +1,8 @@
 // `dflash bench attention`: the fused op against the ways the DFlash mask is run without it (dense
 // mask, the seed's per-block SDPA, compiled flex_attention through the Python driver), on the same
 // inputs in one run: forward and forward+backward time, peak extra memory, error vs an fp64 result.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,6 +64,7 @@ double median(std::vector<double> v) {
 struct Row {
   std::string config, impl;
   double fwd_ms = -1, fwdbwd_ms = -1, peak_extra_mb = -1, max_abs_err = -1, predicted_mb = -1;
+  double efficiency = -1;  // fused forward / torch.mm, single thread, CPU time
   std::string note;
 };
 
@@ -71,6 +74,7 @@ nlohmann::json to_json(const Row& r) {
                       {"fwd_ms", num(r.fwd_ms)},   {"fwdbwd_ms", num(r.fwdbwd_ms)},
                       {"peak_extra_mb", num(r.peak_extra_mb)}, {"max_abs_err", num(r.max_abs_err)}};
   if (r.predicted_mb >= 0) j["predicted_mb"] = r.predicted_mb;
+  if (r.efficiency >= 0) j["single_thread_fraction_of_mm"] = r.efficiency;
   if (!r.note.empty()) j["note"] = r.note;
   return j;
 }
@@ -184,6 +188,28 @@ double gemm_gflops(at::Device dev) {
   return 2.0 * double(n) * n * n / (median(ms) * 1e-3) / 1e9;
 }
 
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+// GFLOP/s of `fn` per CPU-second of this thread, with one intra-op thread: immune to other processes
+// time-slicing the machine, so the kernel/GEMM ratio stays meaningful on a busy box.
+double single_thread_gflops(double flops, const std::function<void()>& fn, int reps) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  fn();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = thread_cpu_ms();
+    fn();
+    ms.push_back(thread_cpu_ms() - t0);
+  }
+  at::set_num_threads(saved);
+  return flops / (median(ms) * 1e-3) / 1e9;
+}
+
 double fused_forward_flops(const Inputs& in, const BenchConfig& c) {
   auto anchors = in.anchors.cpu().contiguous();
   auto keep = in.keep.cpu().contiguous();
@@ -255,7 +281,8 @@ int bench_attention_main(const std::vector<std::string>& argv) {
       .option("reps", "N", "3", "timed repetitions (after one warm-up that also measures memory)")
       .option("chunk-blocks", "N", "32", "blocks per chunk of the per-block SDPA baseline")
       .option("mem-limit-gb", "GB", "", "skip a baseline whose predicted memory exceeds this (default: 60% of available)")
-      .option("json", "FILE", "", "also write the results as JSON");
+      .option("json", "FILE", "", "also write the results as JSON")
+      .flag("cpu-efficiency", "also time the fused forward and torch.mm on one thread by CPU time (robust on a busy machine)");
   if (!args.parse(argv)) return 0;
 
   util::PeakRss::configure_allocator();
@@ -308,9 +335,21 @@ int bench_attention_main(const std::vector<std::string>& argv) {
                       in, ref, reps, true);
         if (row.fwd_ms > 0) {
           const double rate = flops / (row.fwd_ms * 1e-3) / 1e9;
-          char note[128];
+          char note[200];
           std::snprintf(note, sizeof note, "fwd %.1f GFLOP/s = %.0f%% of torch.mm", rate, 100.0 * rate / gflops);
           row.note = note;
+          if (!device.is_cuda() && args.on("cpu-efficiency")) {
+            at::NoGradGuard ng;
+            auto a = at::randn({2048, 2048}), b = at::randn({2048, 2048});
+            const double mm1 = single_thread_gflops(2.0 * 2048 * 2048 * 2048, [&] { at::mm(a, b); }, 3);
+            const double ours1 = single_thread_gflops(
+                flops, [&] { ops::anchor_block_attention(in.q, in.k, in.v, in.anchors, in.keep, c.B, c.window, scale); },
+                3);
+            std::snprintf(note, sizeof note, "; 1 thread, CPU time: fwd %.0f vs torch.mm %.0f GFLOP/s = %.0f%%", ours1,
+                          mm1, 100.0 * ours1 / mm1);
+            row.note += note;
+            row.efficiency = ours1 / mm1;
+          }
         }
       } else if (impl == "dense" || impl == "per_block_sdpa") {
         const double predicted = impl == "dense" ? bench::dense_predicted_bytes(1, c.N * c.B, c.S + c.N * c.B, c.Hq, elem)
