@@ -19,6 +19,7 @@ int export_main(const std::vector<std::string>& args);
 int plot_main(const std::vector<std::string>& args);
 int data_regenerate_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
+int bench_decode_main(const std::vector<std::string>& args);
 int target_run_main(const std::vector<std::string>& args);
 int target_generate_main(const std::vector<std::string>& args);
 
@@ -41,6 +42,7 @@ const std::vector<Subcommand>& subcommands() {
       {{"plot"}, "PNG curves (loss, accuracy) of a training run's metrics.jsonl", &plot_main},
       {{"data", "regenerate"}, "the target's own replies to prompts as training samples (resumable)", &data_regenerate_main},
       {{"eval"}, "speculative decoding with a drafter: tau, speedup, lossless check per dataset", &eval_main},
+      {{"bench", "decode"}, "target greedy decode tokens/s: dflash vs Hugging Face transformers", &bench_decode_main},
   };
   return table;
 }

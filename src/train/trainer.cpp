@@ -21,6 +21,7 @@
 #include "checkpoint.h"
 #include "distributed.h"
 #include "drafter_model.h"
+#include "memory_planner.h"
 #include "optimizer.h"
 #include "safetensors.h"
 #include "step_producer.h"
@@ -63,20 +64,39 @@ std::vector<int64_t> parse_id_list(const std::string& s) {
   return out;
 }
 
-// Embedding and LM head of the target, as [V, H] tensors in `dtype` on the CPU.
+// Embedding and LM head of the target (CPU copies; the same tensor when the target ties them).
 drafter::FrozenTarget frozen_from_model(const models::TargetModel& m) {
-  at::NoGradGuard g;
-  const auto& c = m.config();
   drafter::FrozenTarget t;
-  t.embed = m.embed(at::arange(c.vocab_size, at::kLong).unsqueeze(0))[0].to(at::kCPU);
-  if (c.tie_word_embeddings) {
-    t.lm_head = t.embed;
-  } else {
-    // lm_head(I) = I W^T = W^T exactly (products with 1 and 0): the LM head matrix without a private accessor.
-    const at::Tensor eye = at::eye(c.hidden_size, at::TensorOptions().dtype(m.dtype()));
-    t.lm_head = m.lm_head(eye.unsqueeze(0))[0].t().contiguous().to(at::kCPU);
-  }
+  t.embed = m.embed_weight().to(at::kCPU);
+  t.lm_head = m.lm_head_weight().is_same(m.embed_weight()) ? t.embed : m.lm_head_weight().to(at::kCPU);
   return t;
+}
+
+// --budget: the memory planner's peak for one worker's micro-batch must fit, checked before loading weights.
+void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
+  if (cfg.budget.empty()) return;
+  drafter::PlanSettings ps;
+  ps.cfg = d;
+  ps.batch = cfg.batch_size;
+  ps.seq_len = cfg.max_len;
+  ps.num_anchors = cfg.num_anchors;
+  ps.dtype_bytes = int64_t(c10::elementSize(compute));
+  ps.checkpoint_every = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint).every;
+  ps.loss_chunk_rows = cfg.loss_chunk_rows;
+  ps.kl_weight = cfg.kl_weight;
+  ps.optimizer = "adamw";
+  ps.master_fp32 = compute != at::kFloat && compute != at::kDouble;
+  ps.device = cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  const double budget = drafter::parse_bytes(cfg.budget);
+  const auto plan = drafter::plan_memory(ps);
+  if (plan.peak_bytes <= budget) return;
+  const auto choice = drafter::plan_for_budget(ps, budget);
+  std::string hint = choice.fits ? "; it fits with activation_checkpoint " +
+                                       drafter::CheckpointPolicy{choice.plan.settings.checkpoint_every}.name() +
+                                       " and loss_chunk_rows " + std::to_string(choice.plan.settings.loss_chunk_rows)
+                                 : "; nothing fits: " + choice.why;
+  throw std::invalid_argument("budget: the planned peak per worker is " + drafter::human_bytes(plan.peak_bytes) +
+                              " (at " + plan.peak_phase + "), over the budget of " + drafter::human_bytes(budget) + hint);
 }
 
 struct Replica {
@@ -189,18 +209,20 @@ int run_training(const TrainConfig& cfg) {
   }
 
   // Target: its embedding and LM head are the drafter's (frozen); online data also runs its forward.
+  // Architecture first: the memory budget is checked before any weight is read.
   auto samples = open_samples(cfg.data, cfg.data_format);
+  const models::TargetConfig tcfg = models::read_target_config(cfg.target);
+  const drafter::DrafterConfig dcfg = resolve_drafter_config(cfg, tcfg);
+  check_budget(cfg, dcfg, compute);
   models::TargetLoadOptions topt;
   topt.dtype = dtype_of(cfg.target_dtype);
-  std::vector<at::Device> tdev;
-  for (const auto& d : cfg.target_device_list()) tdev.emplace_back(d);
-  auto target = std::make_unique<models::TargetModel>(models::load_target(cfg.target, topt));
-  if (!samples->has_features() && (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))) {
-    // Online target on other devices / a pipeline: reload with stages (the first load gave the layer count).
-    topt.stages = models::split_layers(int(target->config().num_hidden_layers), tdev);
-    *target = models::load_target(cfg.target, topt);
+  if (!samples->has_features()) {  // online: the target's layers over target_devices (pipeline stages)
+    std::vector<at::Device> tdev;
+    for (const auto& d : cfg.target_device_list()) tdev.emplace_back(d);
+    if (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))
+      topt.stages = models::split_layers(int(tcfg.num_hidden_layers), tdev);
   }
-  const drafter::DrafterConfig dcfg = resolve_drafter_config(cfg, target->config());
+  const auto target = std::make_unique<models::TargetModel>(models::load_target(cfg.target, topt));
   const drafter::FrozenTarget frozen_cpu = frozen_from_model(*target);
 
   const int64_t per_step = cfg.batch_size * cfg.grad_accum * W * coll->world();

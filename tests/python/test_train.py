@@ -308,3 +308,29 @@ def test_plot_writes_pngs(dflash_bin, target_dir, offline_dir, tmp_path):
     for name in ("loss.png", "accuracy.png"):
         data = (run / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+
+def test_budget_refuses_before_loading(dflash_bin, target_dir, offline_dir, tmp_path):
+    r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "run", budget="10KB"), check=False)
+    assert r.returncode != 0 and "budget: the planned peak per worker is" in r.stderr, r.stderr
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "ok", steps=1, budget="10GB"))
+
+
+def test_sigint_finishes_step_checkpoints_and_exits_130(dflash_bin, target_dir, offline_dir, tmp_path):
+    import signal
+    import time
+    run = tmp_path / "run"
+    p = subprocess.Popen([dflash_bin, "train", *base_args(target_dir[0], offline_dir[0], run, steps=100000,
+                                                           checkpoint_every=100000)],
+                         env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text()):
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=TIMEOUT)
+    assert p.returncode == 130, err
+    done = len(metrics(run))
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"step-{done}.safetensors"
+    r = train(dflash_bin, ["--out", str(run), "--resume", "--steps", str(done + 1)])
+    assert metrics(run)[-1]["step"] == done + 1
