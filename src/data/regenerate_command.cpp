@@ -31,6 +31,8 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   a.option("held-out-dir", "DIR", "input's folder", "evaluation sets here are never used for training: prompts "
            "with the same text are dropped ('' to skip)");
   a.option("limit", "N", "-1", "use the first N prompts (-1: all)");
+  a.option("shards", "N", "1", "split the prompts into N shards by index (one process per shard, own --output)");
+  a.option("shard", "K", "0", "the shard this process writes: prompts with index % N == K");
   a.option("max-new", "N", "256", "maximum reply tokens");
   a.option("temperature", "T", "0", "0: greedy; > 0: sample from softmax(logits / T)");
   a.option("seed", "S", "0", "sampling seed (each prompt draws from its own stream)");
@@ -52,7 +54,9 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                          {"max_new", a.i64("max-new")},
                          {"temperature", a.f64("temperature")},
                          {"seed", a.i64("seed")},
-                         {"eos", a.str("eos")}};
+                         {"eos", a.str("eos")},
+                         {"shards", a.i64("shards")},
+                         {"shard", a.i64("shard")}};
   const std::string meta_path = output + ".meta.json";
   if (std::filesystem::exists(meta_path)) {
     std::ifstream in(meta_path);
@@ -70,7 +74,12 @@ int data_regenerate_main(const std::vector<std::string>& args) {
     std::ofstream(meta_path) << meta.dump(2) << "\n";
   }
 
-  std::vector<data::Prompt> prompts = data::read_prompts(input, a.i64("limit"));
+  const int64_t shards = a.i64("shards"), shard = a.i64("shard");
+  if (shards < 1 || shard < 0 || shard >= shards)
+    throw std::invalid_argument("--shard must be in [0, --shards) and --shards >= 1");
+  std::vector<data::Prompt> prompts;
+  for (auto& p : data::read_prompts(input, a.i64("limit")))
+    if (p.index % shards == shard) prompts.push_back(std::move(p));
   std::set<std::string> held;
   if (split == "train") {
     const std::string dir = a.given("held-out-dir") ? a.str("held-out-dir")

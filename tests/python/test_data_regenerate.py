@@ -159,3 +159,17 @@ def test_text_prompts_use_the_chat_template(dflash_bin, tmp_path, shared_dir):
         assert any(prompt[i:i + 3] == [1, 4093, 198] for i in range(n))  # <|im_start|>user\n
         assert s["input_ids"][n:] == _hf_greedy(m, prompt, 4)
         assert sum(s["loss_mask"]) == s["response_tokens"] and s["loss_mask"][:n] == [0] * n
+
+
+def test_shards_partition_the_prompts(dflash_bin, tiny_dir, tmp_path):
+    _, d = tiny_dir
+    inp, _ = _prompts(tmp_path, 5)
+    full = tmp_path / "full.jsonl"
+    _regen(dflash_bin, d, inp, full, "--max-new", "6")
+    shards = []
+    for k in range(2):
+        out = tmp_path / f"s{k}.jsonl"
+        _regen(dflash_bin, d, inp, out, "--max-new", "6", "--shards", "2", "--shard", str(k))
+        shards += _read(out)
+    assert [s["index"] % 2 for s in _read(tmp_path / "s1.jsonl")] == [1, 1]
+    assert sorted(shards, key=lambda s: s["index"]) == _read(full)

@@ -195,3 +195,14 @@ def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     df = int(big.sum())
     assert df >= 10
     assert chi2 < _chi2_crit(df), (chi2, df)
+
+
+def test_bench_decode_runs_both_and_agrees(dflash_bin, target, tmp_path):
+    _, d = target
+    out = tmp_path / "b.json"
+    r = subprocess.run([dflash_bin, "bench", "decode", "--model", str(d), "--prompt-ids", "5,6,7", "--new-tokens",
+                        "8", "--json", str(out)], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(out))
+    assert res["same_tokens"] is True
+    assert res["dflash_tokens_per_s"] > 0 and res["hf_tokens_per_s"] > 0

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# `make demo`: the whole DFlash pipeline on SmolLM2-135M-Instruct, on CPU, in about half an hour on 2 cores.
+#   1. the target writes its own answers to GSM8K *train* prompts      (dflash data regenerate, 2 shards)
+#   2. a 1-layer drafter is trained on them with 2 workers              (dflash train, live progress)
+#   3. speculative decoding on held-out prompts: GSM8K test, HumanEval,  (dflash eval: tau, speedup,
+#      MT-Bench first turns, against the target alone in the same run    lossless check)
+#   4. plots: training loss and acceptance histogram
+# Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
+#
+# usage: bash scripts/demo.sh BUILD_DIR [--full]
+#   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
+#            4 drafter layers, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
+# Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_EVAL_PROMPTS,
+# DEMO_EVAL_MAX_NEW, DEMO_OUT.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD="${1:-build}"
+shift || true
+FULL=0
+for arg in "$@"; do
+  case "$arg" in
+    --full) FULL=1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "demo: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+DFLASH="$BUILD/dflash"
+MODEL="models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DATA="${DFLASH_DATA_DIR:-$ROOT/../shared/data}"
+[ -d "$DATA" ] || DATA="$ROOT/data"
+OUT="${DEMO_OUT:-$ROOT/demo-out}"
+PY="$ROOT/.venv/bin/python"
+for f in "$DFLASH" "$MODEL" "$DATA/gsm8k_train.jsonl" "$DATA/gsm8k_test.jsonl"; do
+  [ -e "$f" ] || { echo "demo: $f is missing (run 'make build' / scripts/setup.sh first)" >&2; exit 1; }
+done
+# Idle OpenMP threads must sleep, not spin: on a shared 2-core machine spinning makes decode 10x slower.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+
+# Sizes. The defaults fit ~30 minutes on 2 CPU cores (rates measured on this machine: see docs/BENCHMARKS.md).
+if [ "$FULL" = 1 ]; then
+  : "${DEMO_PROMPTS:=7473}" "${DEMO_MAX_NEW:=512}" "${DEMO_STEPS:=0}" "${DEMO_LAYERS:=4}"
+  : "${DEMO_EVAL_PROMPTS:=200}" "${DEMO_EVAL_MAX_NEW:=256}" "${DEMO_ANCHORS:=256}" "${DEMO_MAX_LEN:=1024}"
+  OUT="${DEMO_OUT:-$ROOT/demo-out-full}"
+else
+  : "${DEMO_PROMPTS:=120}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=300}" "${DEMO_LAYERS:=1}"
+  : "${DEMO_EVAL_PROMPTS:=8}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=64}" "${DEMO_MAX_LEN:=512}"
+fi
+MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, SPEC.md)
+mkdir -p "$OUT/data"
+STAGE_T0=$(date +%s)
+stage() { echo; echo "== $* =="; STAGE_T0=$(date +%s); }
+stage_done() { echo "-- done in $(( $(date +%s) - STAGE_T0 )) s"; }
+
+# 1. Regenerate: the target's own greedy answers (two processes, one core each; resumable, per shard).
+TRAIN="$OUT/data/train.jsonl"
+REGEN_KEY="prompts=$DEMO_PROMPTS max_new=$DEMO_MAX_NEW"
+stage "1/4 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)"
+if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ]; then
+  echo "cached: $TRAIN ($(wc -l < "$TRAIN") samples)"
+else
+  rm -f "$OUT/data/.done"
+  common=(data regenerate --model "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train
+          --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1)
+  "$DFLASH" "${common[@]}" --shard 1 --output "$OUT/data/shard1.jsonl" 2> "$OUT/data/shard1.log" &
+  other=$!
+  "$DFLASH" "${common[@]}" --shard 0 --output "$OUT/data/shard0.jsonl"
+  wait "$other" || { echo "demo: shard 1 failed, see $OUT/data/shard1.log" >&2; exit 1; }
+  tail -n 1 "$OUT/data/shard1.log"
+  cat "$OUT/data/shard0.jsonl" "$OUT/data/shard1.jsonl" > "$TRAIN.tmp" && mv "$TRAIN.tmp" "$TRAIN"
+  echo "$REGEN_KEY" > "$OUT/data/.done"
+  echo "wrote $TRAIN ($(wc -l < "$TRAIN") samples)"
+fi
+stage_done
+
+# 2. Train the drafter (2 worker threads), export it as an HF drafter folder, plot the loss.
+RUN="$OUT/run"
+DRAFTER="$OUT/drafter"
+TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
+stage "2/4 train a $DEMO_LAYERS-layer drafter, 2 workers, $DEMO_STEPS steps"
+if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
+  echo "cached: $DRAFTER"
+else
+  rm -f "$OUT/.train_done"
+  if [ -f "$RUN/checkpoints/latest" ] && [ "$(cat "$OUT/.train_key" 2>/dev/null)" = "$TRAIN_KEY" ]; then
+    "$DFLASH" train --out "$RUN" --resume
+  else
+    rm -rf "$RUN"
+    echo "$TRAIN_KEY" > "$OUT/.train_key"
+    "$DFLASH" train --target "$MODEL" --data "$TRAIN" --out "$RUN" --drafter-layers "$DEMO_LAYERS" \
+      --mask-token-id "$MASK_TOKEN" --block-size 16 --steps "$DEMO_STEPS" --drafter-devices cpu,cpu \
+      --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype fp32 --log-every 5 --checkpoint-every 50
+  fi
+  rm -rf "$DRAFTER"
+  "$DFLASH" export "$RUN" --out "$DRAFTER"
+  echo "$TRAIN_KEY" > "$OUT/.train_done"
+fi
+cp "$RUN/metrics.jsonl" "$OUT/metrics.jsonl"
+"$DFLASH" plot "$RUN" --out "$OUT" || echo "demo: warning: loss plot failed (dflash plot)" >&2
+stage_done
+
+# 3. Evaluate on held-out prompts (never in the training data): speculative vs the target alone.
+EVAL="$OUT/eval.json"
+EVAL_KEY="$TRAIN_KEY eval=$DEMO_EVAL_PROMPTS eval_max_new=$DEMO_EVAL_MAX_NEW"
+stage "3/4 evaluate: $DEMO_EVAL_PROMPTS prompts each of GSM8K test, HumanEval, MT-Bench (max $DEMO_EVAL_MAX_NEW tokens)"
+sets="gsm8k_test=$DATA/gsm8k_test.jsonl"
+[ -f "$DATA/humaneval.jsonl.gz" ] && sets="$sets,humaneval=$DATA/humaneval.jsonl.gz"
+[ -f "$DATA/mt_bench_questions.jsonl" ] && sets="$sets,mt_bench=$DATA/mt_bench_questions.jsonl"
+if [ -f "$EVAL" ] && [ "$(cat "$OUT/.eval_done" 2>/dev/null)" = "$EVAL_KEY" ]; then
+  echo "cached: $EVAL"
+else
+  rm -f "$OUT/.eval_done"
+  rc=0
+  "$DFLASH" eval --target "$MODEL" --drafter "$DRAFTER" --data "$sets" --limit "$DEMO_EVAL_PROMPTS" \
+    --max-new "$DEMO_EVAL_MAX_NEW" --threads 2 --json "$EVAL" --tokens-out "$OUT/eval_tokens.jsonl" || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 3 ] || exit "$rc"   # 3: ran, but some output was not lossless (reported)
+  echo "$EVAL_KEY" > "$OUT/.eval_done"
+fi
+stage_done
+
+# 4. Plots and the summary table.
+stage "4/4 plots and summary"
+"$PY" python/dflash_py/plot_eval.py "$EVAL" "$OUT/acceptance.png"
+"$PY" - "$EVAL" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f'block size {r["block_size"]}, temperature {r["temperature"]}, max_new {r["max_new"]}')
+print(f'{"dataset":<12} {"prompts":>7} {"tau":>6} {"speedup":>8} {"spec tok/s":>11} {"target tok/s":>13} {"lossless":>9}')
+for d in r["datasets"]:
+    ll = {True: "yes", False: "NO", None: "n/a"}[d["lossless"]]
+    print(f'{d["name"]:<12} {d["prompts"]:>7} {d["tau"]:>6.2f} {d["speedup"]:>7.2f}x {d["tokens_per_s"]:>11.1f} '
+          f'{d["baseline_tokens_per_s"]:>13.1f} {ll:>9}')
+PYEOF
+echo
+echo "results in $OUT: eval.json metrics.jsonl drafter/ acceptance.png $(cd "$OUT" && ls *.png 2>/dev/null | grep -v acceptance | tr '\n' ' ')"

@@ -1,0 +1,57 @@
+// `dflash bench decode`: greedy decode tokens/s of the C++ target vs Hugging Face transformers on the same
+// model, prompt and thread count, in one run (so both see the same machine). Also checks both produced the
+// same tokens (they should: same dequantised weights, greedy).
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "args.h"
+#include "python_driver.h"
+#include "response_generator.h"
+#include "target_loader.h"
+
+namespace dflash::cli {
+
+int bench_decode_main(const std::vector<std::string>& args) {
+  Args a("bench decode", "target greedy decode tokens/s: dflash (C++) vs Hugging Face transformers");
+  a.option("model", "PATH", "", "target: a .gguf file or a Hugging Face folder");
+  a.option("prompt-ids", "IDS", "1,9690,198,2683,359,253,5356", "comma-separated prompt token ids");
+  a.option("new-tokens", "N", "64", "tokens to decode (no early stop)");
+  a.option("threads", "N", "1", "intra-op threads for both");
+  a.option("skip-hf", "0|1", "0", "1: only the C++ side");
+  a.option("json", "FILE", "", "write the results as JSON");
+  if (!a.parse(args)) return 0;
+  if (a.str("model").empty()) throw std::invalid_argument("bench decode: --model is required");
+  const int64_t threads = a.i64("threads"), n = a.i64("new-tokens");
+  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+  const models::TargetModel model = models::load_target(a.str("model"));
+  data::GenerationOptions gen;
+  gen.max_new = n;
+  const auto r = data::generate_response(model, a.i64_list("prompt-ids"), gen, 0);
+  const double ours = r.decode_seconds > 0 ? (static_cast<double>(r.tokens.size()) - 1) / r.decode_seconds : 0;
+  nlohmann::json out = {{"model", a.str("model")}, {"threads", at::get_num_threads()}, {"new_tokens", n},
+                        {"dflash_tokens_per_s", ours}};
+  std::printf("dflash        %7.1f tokens/s (%lld tokens, %d threads)\n", ours, static_cast<long long>(n),
+              at::get_num_threads());
+  if (a.i64("skip-hf") == 0) {
+    const auto py = run_python("bench_decode_hf.py",
+                               {a.str("model"), a.str("prompt-ids"), std::to_string(n), std::to_string(threads)});
+    if (py.exit_code != 0) throw std::runtime_error("bench decode: the transformers run failed (exit " +
+                                                    std::to_string(py.exit_code) + ")");
+    const auto hf = nlohmann::json::parse(py.stdout_text.substr(py.stdout_text.rfind('{')));
+    const double theirs = hf.at("tokens_per_s").get<double>();
+    const bool same = hf.at("tokens").get<std::vector<int64_t>>() == r.tokens;
+    out["hf_tokens_per_s"] = theirs;
+    out["speed_ratio"] = theirs > 0 ? ours / theirs : 0.0;
+    out["same_tokens"] = same;
+    std::printf("transformers  %7.1f tokens/s\nratio         %7.2fx   identical tokens: %s\n", theirs,
+                theirs > 0 ? ours / theirs : 0.0, same ? "yes" : "no");
+  }
+  if (!a.str("json").empty()) std::ofstream(a.str("json")) << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace dflash::cli
