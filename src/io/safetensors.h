@@ -24,6 +24,7 @@ class SafetensorsFile {
   const SafetensorsEntry& entry(const std::string& name) const;  // throws naming the file when absent
   std::vector<std::string> names() const;                         // in data order
 
+  // Thread-safe: each call reads with its own file descriptor.
   at::Tensor load(const std::string& name) const;  // CPU tensor, the stored dtype
   at::Tensor load(const std::string& name, at::ScalarType dtype) const;
 
