@@ -81,6 +81,17 @@ step "pytest CUDA attention" 150 "$OUTDIR/pytest.log" env DFLASH_BUILD_DIR="$BUI
   HF_HUB_OFFLINE=1 "$PY" -m pytest -q -rs tests/python/test_attention_cuda.py
 
 
+# Memory errors and shared-memory races on the real hardware (tiny shapes; compute-sanitizer runs
+# on the Firecracker H200 machines, per the device notes).
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool" 90 "$OUTDIR/sanitizer.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$PY" scripts/gpu_sanitize_attention.py "$BUILD/libdflash_ops.so"
+  done
+else
+  note "SKIP  compute-sanitizer not found"
+fi
+
 step "gpu_bench_attention.py (ours vs flex vs per-block SDPA)" 180 "$OUTDIR/bench_py.log" "$PY" \
   scripts/gpu_bench_attention.py --lib "$BUILD/libdflash_ops.so" --json "$OUTDIR/bench_py.json"
 
