@@ -1,0 +1,189 @@
+// Training internals: AdamW against LibTorch's torch::optim::AdamW, the learning-rate schedule, gradient
+// clipping, the bounded queue (error propagation, close), config parsing; and a 2-worker mini training in
+// one process (also the ThreadSanitizer target, ctest label `tsan`).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+#include "bounded_queue.h"
+#include "checkpoint.h"
+#include "offline_dataset.h"
+#include "optimizer.h"
+#include "safetensors.h"
+#include "train_config.h"
+#include "trainer.h"
+
+namespace fs = std::filesystem;
+using namespace dflash::train;
+
+TEST(AdamW, MatchesLibTorch) {
+  at::manual_seed(0);
+  std::vector<at::Tensor> ours{at::randn({7, 5}, at::kDouble), at::randn({3}, at::kDouble)};
+  std::vector<torch::Tensor> ref;
+  for (auto& p : ours) ref.push_back(p.clone().set_requires_grad(true));
+  torch::optim::AdamW opt(ref, torch::optim::AdamWOptions(1e-2).betas({0.8, 0.95}).eps(1e-7).weight_decay(0.1));
+  AdamW mine(ours, AdamWSettings{0.8, 0.95, 1e-7, 0.1});
+  for (int step = 0; step < 5; ++step) {
+    std::vector<at::Tensor> g;
+    for (auto& p : ours) g.push_back(at::randn_like(p));
+    for (size_t i = 0; i < ref.size(); ++i) ref[i].mutable_grad() = g[i].clone();
+    const double lr = 1e-2 * (step + 1);
+    for (auto& group : opt.param_groups()) group.options().set_lr(lr);
+    opt.step();
+    mine.step(g, lr);
+    for (size_t i = 0; i < ours.size(); ++i)
+      EXPECT_TRUE(at::allclose(ours[i], ref[i].detach(), 1e-12, 1e-14)) << "step " << step << " param " << i;
+  }
+  EXPECT_EQ(mine.steps(), 5);
+}
+
+TEST(Schedule, WarmupThenCosine) {
+  const int64_t total = 100;  // warmup ceil(0.04 * 100) = 4 steps
+  EXPECT_DOUBLE_EQ(cosine_lr(0, total, 1.0, 0.04, 0.0), 0.25);
+  EXPECT_DOUBLE_EQ(cosine_lr(3, total, 1.0, 0.04, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(cosine_lr(4, total, 1.0, 0.04, 0.0), 1.0);
+  EXPECT_NEAR(cosine_lr(99, total, 1.0, 0.04, 0.1), 0.1, 1e-12);
+  const double mid = cosine_lr(4 + 95 / 2, total, 1.0, 0.04, 0.0);
+  EXPECT_NEAR(mid, 0.5 * (1 + std::cos(M_PI * double(95 / 2) / 95.0)), 1e-12);
+  for (int64_t s = 4; s < 99; ++s) EXPECT_GE(cosine_lr(s, total, 1.0, 0.04, 0.0), cosine_lr(s + 1, total, 1.0, 0.04, 0.0));
+}
+
+TEST(Clip, GlobalNorm) {
+  std::vector<at::Tensor> g{at::full({4}, 3.0, at::kDouble), at::full({1}, 4.0, at::kDouble)};  // norm sqrt(36+16)
+  const double n = clip_grad_norm(g, 1.0);
+  EXPECT_NEAR(n, std::sqrt(52.0), 1e-12);
+  double sq = 0;
+  for (auto& t : g) sq += t.pow(2).sum().item<double>();
+  EXPECT_NEAR(std::sqrt(sq), 1.0, 1e-5);
+  std::vector<at::Tensor> small{at::full({2}, 0.1, at::kDouble)};
+  clip_grad_norm(small, 1.0);
+  EXPECT_DOUBLE_EQ(small[0][0].item<double>(), 0.1);
+}
+
+TEST(BoundedQueue, ErrorReachesConsumerAndCloseUnblocks) {
+  BoundedQueue<int> q(1);
+  std::thread producer([&] {
+    q.push(1);
+    try {
+      throw std::runtime_error("producer broke");
+    } catch (...) {
+      q.fail(std::current_exception());
+    }
+  });
+  EXPECT_EQ(q.pop().value(), 1);
+  EXPECT_THROW(
+      {
+        try {
+          q.pop();
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "producer broke");
+          throw;
+        }
+      },
+      std::runtime_error);
+  producer.join();
+  BoundedQueue<int> q2(1);
+  q2.push(1);
+  std::thread blocked([&] { EXPECT_FALSE(q2.push(2)); });  // full: blocks until close
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  q2.close();
+  blocked.join();
+}
+
+TEST(TrainConfig, UnknownKeysAndTypes) {
+  TrainConfig c;
+  EXPECT_THROW(apply_json(c, nlohmann::json{{"lrr", 1}}, "f.json"), std::invalid_argument);
+  EXPECT_THROW(apply_json(c, nlohmann::json{{"steps", 1.5}}, "f.json"), std::invalid_argument);
+  apply_json(c, nlohmann::json{{"drafter_devices", {"cpu", "cpu"}}, {"target_layer_ids", {1, 9}}}, "f.json");
+  EXPECT_EQ(c.drafter_device_list().size(), 2u);
+  EXPECT_EQ(c.target_layer_ids, "1,9");
+  TrainConfig d;
+  ASSERT_TRUE(parse_train_args({"--lr", "1e-3", "--num-anchors", "64", "--resume"}, d));
+  EXPECT_DOUBLE_EQ(d.lr, 1e-3);
+  EXPECT_EQ(d.num_anchors, 64);
+  EXPECT_TRUE(d.resume);
+  EXPECT_DOUBLE_EQ(TrainConfig{}.lr, 6e-4);
+  EXPECT_DOUBLE_EQ(TrainConfig{}.warmup_ratio, 0.04);
+  EXPECT_EQ(TrainConfig{}.num_anchors, 512);
+}
+
+namespace {
+
+// Not fs::remove_all: the wheel's libtorch.so exports its own std::filesystem::remove_all, which the dynamic
+// linker may bind to and which crashes (null call) here.
+void remove_tree(const fs::path& p) { (void)std::system(("rm -rf '" + p.string() + "'").c_str()); }
+
+// A tiny tied Llama in HF layout (config.json + model.safetensors), random weights.
+std::string write_tiny_target(const fs::path& dir) {
+  fs::create_directories(dir);
+  const int64_t V = 64, H = 16, I = 32, L = 2;
+  std::ofstream(dir / "config.json") << R"({"model_type":"llama","architectures":["LlamaForCausalLM"],
+    "vocab_size":64,"hidden_size":16,"intermediate_size":32,"num_hidden_layers":2,"num_attention_heads":2,
+    "num_key_value_heads":1,"rms_norm_eps":1e-6,"rope_theta":10000.0,"tie_word_embeddings":true,
+    "max_position_embeddings":128,"bos_token_id":1,"eos_token_id":2})";
+  at::manual_seed(1);
+  std::vector<std::pair<std::string, at::Tensor>> w{{"model.embed_tokens.weight", at::randn({V, H})},
+                                                    {"model.norm.weight", at::ones({H})}};
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    w.emplace_back(p + "input_layernorm.weight", at::ones({H}));
+    w.emplace_back(p + "post_attention_layernorm.weight", at::ones({H}));
+    w.emplace_back(p + "self_attn.q_proj.weight", at::randn({H, H}) * 0.2);
+    w.emplace_back(p + "self_attn.k_proj.weight", at::randn({8, H}) * 0.2);
+    w.emplace_back(p + "self_attn.v_proj.weight", at::randn({8, H}) * 0.2);
+    w.emplace_back(p + "self_attn.o_proj.weight", at::randn({H, H}) * 0.2);
+    w.emplace_back(p + "mlp.gate_proj.weight", at::randn({I, H}) * 0.2);
+    w.emplace_back(p + "mlp.up_proj.weight", at::randn({I, H}) * 0.2);
+    w.emplace_back(p + "mlp.down_proj.weight", at::randn({H, I}) * 0.2);
+  }
+  dflash::io::save_safetensors((dir / "model.safetensors").string(), w);
+  return dir.string();
+}
+
+}  // namespace
+
+// Two worker threads, offline features, a few steps with a checkpoint each step; under TSan this is the
+// race check of the producer / worker / main-thread hand-offs.
+TEST(MiniTraining, TwoWorkerThreads) {
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_mini_" + std::to_string(::getpid()));
+  remove_tree(root);
+  TrainConfig c;
+  c.target = write_tiny_target(root / "target");
+  std::vector<Sample> samples;
+  at::manual_seed(2);
+  for (int i = 0; i < 6; ++i) {
+    const int64_t S = 12 + i;
+    Sample s;
+    s.input_ids = at::randint(3, 60, {S}, at::kLong);
+    s.loss_mask = at::arange(S) >= 3;
+    s.features = at::randn({S, 16});
+    samples.push_back(s);
+  }
+  write_dflash_shard((root / "data.safetensors").string(), samples, {1}, 16);
+  c.data = (root / "data.safetensors").string();
+  c.out = (root / "run").string();
+  c.mask_token_id = 63;
+  c.block_size = 4;
+  c.num_anchors = 4;
+  c.steps = 3;
+  c.dtype = "fp32";
+  c.drafter_devices = "cpu,cpu";
+  c.threads = 1;
+  c.checkpoint_every = 1;
+  c.log_every = 1;
+  ASSERT_EQ(run_training(c), 0);
+  std::string path;
+  const TrainState st = load_latest_checkpoint(c.out, &path);
+  EXPECT_EQ(st.step, 3);
+  EXPECT_EQ(st.data_pos, 3 * 2);
+  remove_tree(root);
+}
