@@ -176,8 +176,14 @@ class SpecForge : public SampleSource {
     Sample s;
     s.input_ids = squeeze_batch(get("input_ids", true), 1).to(at::kLong);
     s.loss_mask = squeeze_batch(get("loss_mask", true), 1).ne(0);
-    s.features = squeeze_batch(get("hidden_states", true), 2);
-    const at::Tensor last = get("last_hidden_states", false);
+    // SpecForge's own offline writer names the concatenated target layers "aux_hidden_state" and the
+    // final-normed last layer "hidden_state"; the DFlash-style dumps use "hidden_states".
+    at::Tensor feats = get("hidden_states", false);
+    if (!feats.defined()) feats = get("aux_hidden_state", false);
+    if (!feats.defined()) throw std::invalid_argument(f + ": key 'hidden_states' (or 'aux_hidden_state') missing");
+    s.features = squeeze_batch(feats, 2);
+    at::Tensor last = get("last_hidden_states", false);
+    if (!last.defined()) last = get("hidden_state", false);
     if (last.defined()) s.last_hidden = squeeze_batch(last, 2);
     check_sample(s, f);
     return s;

@@ -13,7 +13,8 @@
 //
 // SpecForge offline samples: one `torch.save` dict per file (*.ckpt, *.pt; *.gz is gunzipped first) with
 //   input_ids [S] or [1,S], loss_mask [S] or [1,S], hidden_states [1,S,n*H] (optional last_hidden_states
-//   [1,S,H]); read with LibTorch's pickle loader (torch::jit::pickle_load: no TorchScript compilation).
+//   [1,S,H]); SpecForge's EAGLE-3 names are accepted too: aux_hidden_state [1,S,n*H] (the concatenated
+//   target layers) and hidden_state [1,S,H] (the final-normed last layer). Other keys are ignored. Read with LibTorch's pickle loader (torch::jit::pickle_load: no TorchScript compilation).
 #pragma once
 #include <memory>
 #include <string>

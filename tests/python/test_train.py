@@ -198,8 +198,12 @@ def test_specforge_samples_equal_dflash_shards(dflash_bin, target_dir, offline_d
     sf = tmp_path / "specforge"
     sf.mkdir()
     for i, s in enumerate(samples):  # SpecForge layout: [1, S] ids/mask, [1, S, n*H] hidden states
-        obj = {"input_ids": s["input_ids"].unsqueeze(0), "loss_mask": s["loss_mask"].long().unsqueeze(0),
-               "hidden_states": s["hidden_states"].unsqueeze(0)}
+        obj = {"input_ids": s["input_ids"].unsqueeze(0), "loss_mask": s["loss_mask"].long().unsqueeze(0)}
+        if i % 3 == 2:  # SpecForge's EAGLE-3 writer names (plus non-tensor extras)
+            obj.update(aux_hidden_state=s["hidden_states"].unsqueeze(0), rid=f"r{i}", metadata={"save_start": 0},
+                       hidden_state=torch.zeros(1, s["input_ids"].numel(), HIDDEN))
+        else:
+            obj["hidden_states"] = s["hidden_states"].unsqueeze(0)
         if i % 2:
             buf = io.BytesIO()
             torch.save(obj, buf)
