@@ -56,6 +56,7 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
   a.option("block-size", "B", "16", "block size for the oracle / random proposers");
+  a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all B-1)");
   a.option("data", "LIST", "", "datasets, comma-separated NAME=PATH (prompt JSONL, .gz ok)");
   a.option("limit", "N", "-1", "first N prompts of each dataset (-1: all)");
   a.option("max-new", "N", "256", "maximum new tokens per prompt");
@@ -133,7 +134,7 @@ int eval_main(const std::vector<std::string>& args) {
         std::vector<int64_t> ref = ids;
         ref.insert(ref.end(), base.tokens.begin(), base.tokens.end());
         proposer->set_reference(ref);
-        const eval::SpecResult spec = eval::speculative_generate(target, *proposer, ids, gen, stream);
+        const eval::SpecResult spec = eval::speculative_generate(target, *proposer, ids, gen, stream, a.i64("max-draft"));
         rep.add(spec, base_s, static_cast<int64_t>(base.tokens.size()));
         eval::Mismatch mm;
         if (rep.lossless_checked && !eval::compare_tokens(base.tokens, spec.tokens, p.index, &mm)) {
@@ -162,6 +163,7 @@ int eval_main(const std::vector<std::string>& args) {
                         {"block_size", B},
                         {"temperature", gen.temperature},
                         {"max_new", gen.max_new},
+                        {"max_draft", a.i64("max-draft")},
                         {"datasets", nlohmann::json::array()}};
     for (const auto& r : reports) j["datasets"].push_back(r.to_json());
     std::ofstream out(a.str("json"));

@@ -11,23 +11,27 @@
 
 namespace dflash::eval {
 
+constexpr int64_t kVerifyChunk = 4;  // LM-head rows computed at a time during verification
+
 SpecResult speculative_generate(const models::TargetModel& target, Proposer& proposer,
                                 const std::vector<int64_t>& prompt, const data::GenerationOptions& opt,
-                                uint64_t stream) {
+                                uint64_t stream, int64_t max_draft) {
   using clock = std::chrono::steady_clock;
   if (prompt.empty()) throw std::invalid_argument("speculative_generate: empty prompt");
-  const int64_t B = proposer.block_size();
-  if (B < 2) throw std::invalid_argument("speculative_generate: block size must be >= 2");
+  const int64_t block_size = proposer.block_size();
+  if (block_size < 2) throw std::invalid_argument("speculative_generate: block size must be >= 2");
+  // Tokens verified per cycle: the last committed one plus the drafts that are checked.
+  const int64_t B = max_draft > 0 ? std::min(block_size, max_draft + 1) : block_size;
   at::NoGradGuard no_grad;
   SpecResult r;
-  r.slot_reached.assign(static_cast<size_t>(B - 1), 0);
-  r.slot_accepted.assign(static_cast<size_t>(B - 1), 0);
+  r.slot_reached.assign(static_cast<size_t>(block_size - 1), 0);
+  r.slot_accepted.assign(static_cast<size_t>(block_size - 1), 0);
   if (opt.max_new <= 0) return r;
   const auto t0 = clock::now();
   auto rng = data::make_rng(opt.seed, stream);
   const std::vector<int> layers = proposer.target_layers();
   const int64_t P = static_cast<int64_t>(prompt.size());
-  models::KVCache cache = target.make_cache(1, P + opt.max_new + B);
+  models::KVCache cache = target.make_cache(1, P + opt.max_new + block_size);
   auto is_eos = [&](int64_t t) { return std::find(opt.eos_ids.begin(), opt.eos_ids.end(), t) != opt.eos_ids.end(); };
 
   const at::Tensor prompt_ids = at::tensor(prompt, at::kLong).view({1, P}).to(target.input_device());
@@ -39,11 +43,25 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
   while (!is_eos(last) && static_cast<int64_t>(r.tokens.size()) < opt.max_new) {
     const int64_t pos = P + static_cast<int64_t>(r.tokens.size()) - 1;  // position of `last`
     std::vector<int64_t> block = proposer.propose(last, pos);
-    if (static_cast<int64_t>(block.size()) != B - 1) throw std::logic_error("proposer returned a wrong block size");
+    if (static_cast<int64_t>(block.size()) != block_size - 1)
+      throw std::logic_error("proposer returned a wrong block size");
+    block.resize(static_cast<size_t>(B - 1));
     block.insert(block.begin(), last);
     const at::Tensor ids = at::tensor(block, at::kLong).view({1, B}).to(target.input_device());
     const models::TargetOutput ver = target.forward(ids, &cache, layers, false, true);
-    const at::Tensor logits = target.lm_head(ver.last_hidden).to(at::kCPU)[0];  // [B, V]: row i predicts pos+i+1
+    // Row i of the LM head predicts position pos+i+1. On CPU the LM head over all B rows can cost more than
+    // the verify forward itself, so rows are computed in small chunks, only as far as drafts are accepted.
+    std::vector<at::Tensor> rows(static_cast<size_t>(B));
+    int64_t computed = 0;
+    auto row = [&](int64_t i) -> const at::Tensor& {
+      while (computed <= i) {
+        const int64_t n = std::min<int64_t>(kVerifyChunk, B - computed);
+        const at::Tensor l = target.lm_head(ver.last_hidden.narrow(1, computed, n)).to(at::kCPU)[0];
+        for (int64_t k = 0; k < n; ++k) rows[static_cast<size_t>(computed + k)] = l[k];
+        computed += n;
+      }
+      return rows[static_cast<size_t>(i)];
+    };
 
     int64_t accepted = 0, next = -1;
     for (int64_t i = 0; i < B - 1; ++i) {
@@ -51,11 +69,11 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
       ++r.slot_reached[static_cast<size_t>(i)];
       bool ok;
       if (opt.temperature <= 0) {
-        const int64_t t = logits[i].argmax().item<int64_t>();
+        const int64_t t = row(i).argmax().item<int64_t>();
         ok = t == d;
         if (!ok) next = t;
       } else {
-        std::vector<double> p = data::token_probs(logits[i], opt.temperature);
+        std::vector<double> p = data::token_probs(row(i), opt.temperature);
         ok = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p[static_cast<size_t>(d)];
         if (!ok) {
           p[static_cast<size_t>(d)] = 0;  // residual max(0, p - q) for a point-mass draft q
@@ -66,7 +84,7 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
       ++r.slot_accepted[static_cast<size_t>(i)];
       ++accepted;
     }
-    if (accepted == B - 1) next = data::next_token(logits[B - 1], opt.temperature, rng);
+    if (accepted == B - 1) next = data::next_token(row(B - 1), opt.temperature, rng);
 
     // Commit accepted drafts then the target's token, stopping at eos / max_new as plain decoding would.
     int64_t committed = 0;  // tokens of `block` (from index 1) that made it into the output

@@ -17,12 +17,14 @@ namespace dflash::eval {
 struct SpecResult {
   std::vector<int64_t> tokens;            // new tokens (ends with eos when produced), at most max_new
   std::vector<int64_t> accept_lengths;    // per cycle: accepted drafts + 1 (the target's token)
-  std::vector<int64_t> slot_reached, slot_accepted;  // per draft slot 1..B-1 (index k-1)
+  std::vector<int64_t> slot_reached, slot_accepted;  // per draft slot 1..B-1 (index k-1), B = block size
   double seconds = 0;                     // wall time, prefill included
 };
 
+// max_draft > 0 verifies only the first max_draft proposals of each block (fewer target tokens per cycle:
+// cheaper on CPU when the drafter rarely gets far); 0 verifies all B-1.
 SpecResult speculative_generate(const models::TargetModel& target, Proposer& proposer,
                                 const std::vector<int64_t>& prompt, const data::GenerationOptions& opt,
-                                uint64_t stream);
+                                uint64_t stream, int64_t max_draft = 0);
 
 }  // namespace dflash::eval

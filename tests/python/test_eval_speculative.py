@@ -206,3 +206,13 @@ def test_bench_decode_runs_both_and_agrees(dflash_bin, target, tmp_path):
     res = json.load(open(out))
     assert res["same_tokens"] is True
     assert res["dflash_tokens_per_s"] > 0 and res["hf_tokens_per_s"] > 0
+
+
+def test_max_draft_limits_verified_tokens(dflash_bin, target, tmp_path):
+    _, d = target
+    data = _prompts(tmp_path / "p.jsonl", 1, 300)
+    res, toks, _ = _eval(dflash_bin, d, data, tmp_path, "--proposer", "oracle", "--block-size", "8",
+                         "--max-draft", "2", "--max-new", "13", "--eos", "none")
+    ds = res["datasets"][0]
+    assert toks[0]["accept_lengths"] == [3] * 4 and ds["tau"] == 3.0 and ds["lossless"] is True
+    assert ds["slot_acceptance"][:2] == [1.0, 1.0] and ds["slot_acceptance"][2:] == [0.0] * 5
