@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -112,9 +113,12 @@ struct WorkerOut {
   at::Tensor slot_correct, slot_count;
 };
 
-WorkerOut run_worker(Replica& r, const drafter::DrafterConfig& dcfg, const drafter::DrafterLossOptions& lopt,
+WorkerOut run_worker(int index, Replica& r, const drafter::DrafterConfig& dcfg, const drafter::DrafterLossOptions& lopt,
                      drafter::CheckpointPolicy ckpt, const std::vector<const MicroBatch*>& micro,
                      at::ScalarType master_dtype, at::ScalarType compute) {
+  // Test hook: DFLASH_TEST_FAIL_WORKER=i makes worker i throw (error propagation tests).
+  if (const char* f = std::getenv("DFLASH_TEST_FAIL_WORKER"); f && std::atoi(f) == index)
+    throw std::runtime_error("worker " + std::to_string(index) + " (" + r.device.str() + "): test failure");
   WorkerOut out;
   out.slot_correct = at::zeros({dcfg.block_size}, at::kDouble);
   out.slot_count = at::zeros({dcfg.block_size}, at::kDouble);
@@ -349,7 +353,7 @@ int run_training(const TrainConfig& cfg) {
       for (const auto& mb : item->micro)
         if (mb.worker == int(wi)) mine.push_back(&mb);
       futs.push_back(workers[wi]->submit([&, wi, mine] {
-        return run_worker(replicas[wi], dcfg, lopt, ckpt_policy, mine, master_dtype, compute);
+        return run_worker(int(wi), replicas[wi], dcfg, lopt, ckpt_policy, mine, master_dtype, compute);
       }));
     }
     std::vector<WorkerOut> outs;

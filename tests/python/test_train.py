@@ -338,3 +338,9 @@ def test_sigint_finishes_step_checkpoints_and_exits_130(dflash_bin, target_dir, 
     assert (run / "checkpoints" / "latest").read_text().strip() == f"step-{done}.safetensors"
     r = train(dflash_bin, ["--out", str(run), "--resume", "--steps", str(done + 1)])
     assert metrics(run)[-1]["step"] == done + 1
+
+
+def test_worker_error_stops_all_threads(dflash_bin, target_dir, offline_dir, tmp_path):
+    r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "run", steps=50,
+                                    drafter_devices="cpu,cpu"), env={"DFLASH_TEST_FAIL_WORKER": "1"}, check=False)
+    assert r.returncode == 1 and "worker 1 (cpu): test failure" in r.stderr, r.stderr
