@@ -65,7 +65,7 @@ cudaError_t launch_bwd(const Params& p, int batch, cudaStream_t stream) {
   constexpr int smem = bwd_smem_bytes<D>();
   cudaError_t err = cudaFuncSetAttribute(bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const dim3 grid(unsigned(bwd_items(p)), unsigned(p.Hkv), unsigned(batch));
+  const dim3 grid(unsigned(bwd_items(p, bwd_keys_per_tile<D>())), unsigned(p.Hkv), unsigned(batch));
   bwd_kernel<T, D><<<grid, kBwdThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

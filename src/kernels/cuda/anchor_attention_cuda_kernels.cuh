@@ -32,7 +32,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kFwdThreads = 128;  // 4 warps x 16 rows
 constexpr int kBwdThreads = 256;  // 8 warps
-constexpr int kBwdBN = 64;        // keys per backward tile
 
 struct Str {
   int64_t sb, st, sh;
@@ -281,7 +280,7 @@ __device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK,
 }
 
 template <int D, int BN>
-constexpr int fwd_smem_bytes() {
+__host__ __device__ constexpr int fwd_smem_bytes() {
   return (kBM + 4 * BN) * (D + kPad) * 2;  // Q, and K and V twice (the next tile loads during this one)
 }
 
@@ -454,16 +453,25 @@ __global__ void dq_convert_kernel(const Params p, int D, uint16_t* dq, Str dqs, 
   }
 }
 
+// Keys per backward tile: 128 where shared memory allows (half the dQ atomics and Q/dO reloads of 64).
 template <int D>
-constexpr int bwd_smem_bytes() {
-  return (2 * kBwdBN + 2 * kBM) * (D + kPad) * 2 + 2 * kBM * (kBwdBN + kPad) * 2;
+__host__ __device__ constexpr int bwd_keys_per_tile() { return D == 256 ? 64 : 128; }
+
+template <int D>
+__host__ __device__ constexpr int bwd_smem_bytes() {
+  constexpr int BN = bwd_keys_per_tile<D>();
+  return (2 * BN + 2 * kBM) * (D + kPad) * 2 + 2 * kBM * (BN + kPad) * 2;
 }
 
-// One CTA per key tile x KV head. Items [0, n_ctx) are context tiles of kBwdBN keys; the rest are the
-// own keys of the i-th kept block (in chunks of kBwdBN when B is larger).
+// One CTA per key tile x KV head. Items [0, n_ctx) are context tiles of BN keys; the rest are the
+// own keys of the i-th kept block (in chunks of BN when B is larger).
 template <typename T, int D>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
-  constexpr int BN = kBwdBN, LD = D + kPad, LDP = BN + kPad, DH = D / 2;
+  constexpr int BN = bwd_keys_per_tile<D>(), LD = D + kPad, LDP = BN + kPad, DH = D / 2;
+  // 8 warps: dK/dV split into KG groups of 16 keys x (8 / KG) slices of DW head dims; scores into
+  // 4 row groups x 2 halves of CW keys (NT1 n-tiles); dQ into 4 row groups x 2 halves of DH dims.
+  constexpr int KG = BN / 16, DW = D / (8 / KG), CW = BN / 2, NT1 = CW / 8;
+  static_assert(KG == 4 || KG == 8, "8 warps cover the key tile in 16-key groups");
   DFLASH_DYN_SMEM(smem_raw);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem_raw);
   uint16_t* sV = sK + BN * LD;
@@ -523,13 +531,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
   load_rows<D, LD, kBwdThreads>(sK, p.k, BN, [&](int r) -> int64_t { return r < kn ? kb + (key0 + r) * p.ks.st : -1; });
   load_rows<D, LD, kBwdThreads>(sV, p.v, BN, [&](int r) -> int64_t { return r < kn ? vb + (key0 + r) * p.vs.st : -1; });
 
-  // dK / dV accumulators: warp owns keys [kw, kw + 16) x head dims [dw, dw + D/2).
-  const int kw = (warp & 3) * 16, dw = (warp >> 2) * DH;
-  // Scores: warp owns rows [rw, rw + 16) x keys [cw, cw + 32); dQ: rows [rw, rw + 16) x dims [dw, dw + D/2).
-  const int rw = (warp & 3) * 16, cw = (warp >> 2) * 32;
-  float dk[DH / 8][4], dv[DH / 8][4];
+  // dK / dV accumulators: warp owns keys [kw, kw + 16) x head dims [dw, dw + DW).
+  const int kw = (warp % KG) * 16, dw = (warp / KG) * DW;
+  // Scores: warp owns rows [rw, rw + 16) x keys [cw, cw + CW); dQ: rows [rw, rw + 16) x dims [qdw, qdw + DH).
+  const int rw = (warp & 3) * 16, cw = (warp >> 2) * CW, qdw = (warp >> 2) * DH;
+  float dk[DW / 8][4], dv[DW / 8][4];
 #pragma unroll
-  for (int nt = 0; nt < DH / 8; ++nt)
+  for (int nt = 0; nt < DW / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[nt][e] = dv[nt][e] = 0.f;
 
@@ -576,10 +584,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
     {
       const int ra = rw + gid, rb = ra + 8;
       const int clo_a = r_clo[ra], chi_a = r_chi[ra], clo_b = r_clo[rb], chi_b = r_chi[rb];
-      const bool vis = (max(clo_a, cw) < min(chi_a, cw + 32)) || (max(clo_b, cw) < min(chi_b, cw + 32));
-      float s[4][4], dp[4][4];
+      const bool vis = (max(clo_a, cw) < min(chi_a, cw + CW)) || (max(clo_b, cw) < min(chi_b, cw + CW));
+      float s[NT1][4], dp[NT1][4];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < NT1; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
       if (__any_sync(kFull, vis)) {
@@ -589,7 +597,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
           frag_a(aq, sQ, LD, rw, kt * 16, lane);
           frag_a(ag, sdO, LD, rw, kt * 16, lane);
 #pragma unroll
-          for (int nt = 0; nt < 4; nt += 2) {
+          for (int nt = 0; nt < NT1; nt += 2) {
             uint32_t bf[2][2];
             frag_b2_nmajor(bf, sK, LD, kt * 16, cw + nt * 8, lane);
             Elem<T>::mma(s[nt], aq, bf[0][0], bf[0][1]);
@@ -601,7 +609,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
         }
         const float lse_a = r_lse[ra], lse_b = r_lse[rb], del_a = r_delta[ra], del_b = r_delta[rb];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT1; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int c = cw + nt * 8 + 2 * tq + (e & 1);
@@ -613,7 +621,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
           }
       }
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < NT1; ++nt) {
         const int c = cw + nt * 8 + 2 * tq;
         *reinterpret_cast<uint32_t*>(sP + ra * LDP + c) = Elem<T>::pack(s[nt][0], s[nt][1]);
         *reinterpret_cast<uint32_t*>(sP + rb * LDP + c) = Elem<T>::pack(s[nt][2], s[nt][3]);
@@ -630,7 +638,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
       frag_a_t(ap, sP, LDP, kw, kt * 16, lane);
       frag_a_t(ads, sdS, LDP, kw, kt * 16, lane);
 #pragma unroll
-      for (int nt = 0; nt < DH / 8; nt += 2) {
+      for (int nt = 0; nt < DW / 8; nt += 2) {
         uint32_t bf[2][2];
         frag_b2_kmajor(bf, sdO, LD, kt * 16, dw + nt * 8, lane);
         Elem<T>::mma(dv[nt], ap, bf[0][0], bf[0][1]);
@@ -656,13 +664,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
 #pragma unroll
         for (int kt = 0; kt < BN / 16; ++kt) {
           uint32_t bf[2][2];
-          frag_b2_kmajor(bf, sK, LD, kt * 16, dw + nt * 8, lane);
+          frag_b2_kmajor(bf, sK, LD, kt * 16, qdw + nt * 8, lane);
           Elem<T>::mma(acc[0], ads[kt], bf[0][0], bf[0][1]);
           Elem<T>::mma(acc[1], ads[kt], bf[1][0], bf[1][1]);
         }
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const int c = dw + (nt + u) * 8 + 2 * tq;
+          const int c = qdw + (nt + u) * 8 + 2 * tq;
           if (dq_a) {
             atomicAdd(dq_a + c, acc[u][0]);
             atomicAdd(dq_a + c + 1, acc[u][1]);
@@ -684,7 +692,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
     uint16_t* kdst = p.dk + int64_t(b) * p.dks.sb + (key0 + r) * p.dks.st + int64_t(h) * p.dks.sh;
     uint16_t* vdst = p.dv + int64_t(b) * p.dvs.sb + (key0 + r) * p.dvs.st + int64_t(h) * p.dvs.sh;
 #pragma unroll
-    for (int nt = 0; nt < DH / 8; ++nt) {
+    for (int nt = 0; nt < DW / 8; ++nt) {
       const int c = dw + nt * 8 + 2 * tq;
       *reinterpret_cast<uint32_t*>(kdst + c) = Elem<T>::pack(dk[nt][2 * half], dk[nt][2 * half + 1]);
       *reinterpret_cast<uint32_t*>(vdst + c) = Elem<T>::pack(dv[nt][2 * half], dv[nt][2 * half + 1]);
@@ -694,10 +702,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
 
 // ---- launch geometry (shared by the CUDA launchers and the emulation) -----------------------------
 template <int D>
-constexpr int fwd_keys_per_tile() { return D == 256 ? 32 : 64; }  // 32 at D=256 keeps O + S in registers
+__host__ __device__ constexpr int fwd_keys_per_tile() { return D == 256 ? 32 : 64; }  // 32 at D=256 keeps O + S in registers
 inline int64_t fwd_row_tiles(const Params& p) { return (int64_t(p.N) * p.G * p.B + kBM - 1) / kBM; }
-inline int64_t bwd_items(const Params& p) {
-  return (p.S + kBwdBN - 1) / kBwdBN + int64_t(p.N) * ((p.B + kBwdBN - 1) / kBwdBN);
+inline int64_t bwd_items(const Params& p, int BN) {
+  return (p.S + BN - 1) / BN + int64_t(p.N) * ((p.B + BN - 1) / BN);
 }
 constexpr int kPlanThreads = 256;
 constexpr int kDeltaWarps = 8;

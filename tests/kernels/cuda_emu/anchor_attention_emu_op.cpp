@@ -177,7 +177,7 @@ void backward_d(const Params& p, int batch, uint16_t* dq, Str dqs) {
   if (rows > 0)
     cuda_emu::launch(dim3(unsigned((rows + kDeltaWarps - 1) / kDeltaWarps)), kDeltaWarps * 32, 0,
                      [&] { delta_kernel<T>(p, D, rows); });
-  cuda_emu::launch(dim3(unsigned(bwd_items(p)), unsigned(p.Hkv), unsigned(batch)), kBwdThreads, bwd_smem_bytes<D>(),
+  cuda_emu::launch(dim3(unsigned(bwd_items(p, bwd_keys_per_tile<D>())), unsigned(p.Hkv), unsigned(batch)), kBwdThreads, bwd_smem_bytes<D>(),
                    [&] { bwd_kernel<T, D>(p); });
   const int64_t total = rows * D;
   if (total > 0) {
