@@ -8,6 +8,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "anchor_attention.h"
 #include "drafter_config.h"
 
 namespace dflash::drafter {
@@ -24,7 +25,7 @@ struct PlanSettings {
   std::string optimizer = "adamw";  // adamw | sgd | none
   bool master_fp32 = true;    // fp32 master weights (only when dtype is narrower than fp32)
   std::string device = "cuda";      // cuda | cpu (the attention backward workspace differs)
-  int64_t cpu_dq_partitions = 8;    // CPU attention backward: fp32 dQ partitions (kernel default)
+  int64_t cpu_dq_partitions = kernels::kDefaultDqPartitions;  // CPU attention backward: fp32 dQ partitions
 };
 
 struct PlanTerm {

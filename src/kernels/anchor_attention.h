@@ -74,7 +74,11 @@ struct AnchorAttentionPlan {
 // otherwise a message naming the offending batch, block and value.
 std::string check_anchor_values(const AnchorAttentionArgs& a);
 
-AnchorAttentionPlan plan_anchor_attention(const AnchorAttentionArgs& a, int64_t dq_partitions = 4);
+// dQ partitions of the backward: a fixed count (not one per thread) keeps results independent of the
+// thread count; each costs one fp32 copy of q, which the memory planner counts.
+constexpr int64_t kDefaultDqPartitions = 4;
+
+AnchorAttentionPlan plan_anchor_attention(const AnchorAttentionArgs& a, int64_t dq_partitions = kDefaultDqPartitions);
 
 // Forward over items first, first+step, ... of plan.fwd. out/lse rows of dropped blocks are not
 // touched: the caller zero-fills out and fills lse with -inf.
