@@ -343,10 +343,10 @@ int run_training(const TrainConfig& cfg) {
     log.message("checkpoint " + p);
   };
 
+  auto t0 = std::chrono::steady_clock::now();  // wall time per step includes waiting for the producer
   while (step < total_steps) {
     auto item = producer.next();
     if (!item) break;
-    const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::future<WorkerOut>> futs;
     for (size_t wi = 0; wi < workers.size(); ++wi) {
       std::vector<const MicroBatch*> mine;
@@ -420,7 +420,9 @@ int run_training(const TrainConfig& cfg) {
     m.lr = lr;
     m.grad_norm = gnorm;
     m.tokens = stats[2].item<double>();
-    m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    m.step_seconds = std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
     log.step(m);
 
     stopped = stats[3].item<double>() > 0;
