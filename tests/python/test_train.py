@@ -216,7 +216,8 @@ def test_specforge_samples_equal_dflash_shards(dflash_bin, target_dir, offline_d
     assert [x["loss"] for x in metrics(a)] == [x["loss"] for x in metrics(b)]
 
 
-def test_online_target_equals_offline_features(dflash_bin, target_dir, tmp_path):
+@pytest.mark.parametrize("kl", [0.0, 0.15])
+def test_online_target_equals_offline_features(dflash_bin, target_dir, tmp_path, kl):
     tdir, model = target_dir
     samples = make_token_samples(n=4, seed=5)
     jl = tmp_path / "tokens.jsonl"
@@ -226,11 +227,12 @@ def test_online_target_equals_offline_features(dflash_bin, target_dir, tmp_path)
         for s in samples:  # the drafter's context: HF hidden_states[id + 1] of the target
             hs = model(s["input_ids"].unsqueeze(0), output_hidden_states=True).hidden_states
             s["hidden_states"] = torch.cat([hs[i + 1][0] for i in TARGET_LAYER_IDS], -1)
+            s["last_hidden"] = hs[-1][0]  # final-normed: the soft-label teacher's input
     off = tmp_path / "offline.safetensors"
     write_dflash_shard(off, samples, TARGET_LAYER_IDS, HIDDEN)
     a, b = tmp_path / "online", tmp_path / "offline"
-    train(dflash_bin, base_args(tdir, jl, a, steps=3))
-    train(dflash_bin, base_args(tdir, off, b, steps=3))
+    train(dflash_bin, base_args(tdir, jl, a, steps=3, kl_weight=kl))
+    train(dflash_bin, base_args(tdir, off, b, steps=3, kl_weight=kl))
     for x, y in zip(metrics(a), metrics(b)):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
 
