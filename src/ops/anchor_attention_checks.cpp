@@ -1,5 +1,7 @@
 #include "anchor_attention_checks.h"
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 namespace dflash::ops {
@@ -89,6 +91,27 @@ kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::
   a.keep = keep.data_ptr<bool>();
   a.keep_sb = keep.dim() == 2 ? keep.stride(0) : 0;
   return a;
+}
+
+void check_saved_lse(const at::Tensor& lse, const AttentionDims& d, at::ScalarType acc) {
+  TORCH_CHECK(lse.dim() == 3 && lse.size(0) == d.batch && lse.size(1) == d.q_heads &&
+                  lse.size(2) == d.num_blocks * d.block_size && lse.is_contiguous() && lse.scalar_type() == acc,
+              "anchor_block_attention_bwd: lse must be a contiguous ", acc, " tensor [", d.batch, ", ", d.q_heads, ", ",
+              d.num_blocks * d.block_size, "], got ", lse.sizes(), " ", lse.scalar_type());
+}
+
+BackwardOutputs bind_backward_tensors(kernels::AnchorAttentionArgs& args, const at::Tensor& q, const at::Tensor& k,
+                                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                      const at::Tensor& dout) {
+  BackwardOutputs g{at::empty(q.sizes(), q.options()), at::zeros(k.sizes(), k.options()),
+                    at::zeros(v.sizes(), v.options())};
+  args.out = {out.data_ptr(), out.stride(0), out.stride(1), out.stride(2)};
+  args.lse = lse.data_ptr();
+  args.dout = {dout.data_ptr(), dout.stride(0), dout.stride(1), dout.stride(2)};
+  args.dq = {g.dq.data_ptr(), g.dq.stride(0), g.dq.stride(1), g.dq.stride(2)};
+  args.dk = {g.dk.data_ptr(), g.dk.stride(0), g.dk.stride(1), g.dk.stride(2)};
+  args.dv = {g.dv.data_ptr(), g.dv.stride(0), g.dv.stride(1), g.dv.stride(2)};
+  return g;
 }
 
 }  // namespace dflash::ops

@@ -67,10 +67,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cpu(
   check_cpu(q, d);
   TORCH_CHECK(dout_in.sizes() == q.sizes() && out.sizes() == q.sizes(),
               "anchor_block_attention_bwd: dout and out must have the shape of q ", q.sizes());
-  TORCH_CHECK(lse.dim() == 3 && lse.size(0) == d.batch && lse.size(1) == d.q_heads &&
-                  lse.size(2) == d.num_blocks * d.block_size && lse.is_contiguous() && lse.scalar_type() == acc_type(q),
-              "anchor_block_attention_bwd: lse must be a contiguous ", acc_type(q), " tensor [", d.batch, ", ",
-              d.q_heads, ", ", d.num_blocks * d.block_size, "], got ", lse.sizes(), " ", lse.scalar_type());
+  check_saved_lse(lse, d, acc_type(q));
   const at::Tensor dout = dout_in.scalar_type() == q.scalar_type() ? dout_in.contiguous()
                                                                    : dout_in.to(q.scalar_type()).contiguous();
   const at::Tensor o = out.stride(3) == 1 ? out : out.contiguous();
@@ -78,15 +75,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cpu(
   auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale);
   const std::string bad = kernels::check_anchor_values(args);
   TORCH_CHECK(bad.empty(), "anchor_block_attention: ", bad);
-  at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk = at::zeros(k.sizes(), k.options());
-  at::Tensor dv = at::zeros(v.sizes(), v.options());
-  args.out = {o.data_ptr(), o.stride(0), o.stride(1), o.stride(2)};
-  args.lse = lse.data_ptr();
-  args.dout = {dout.data_ptr(), dout.stride(0), dout.stride(1), dout.stride(2)};
-  args.dq = {dq.data_ptr(), dq.stride(0), dq.stride(1), dq.stride(2)};
-  args.dk = {dk.data_ptr(), dk.stride(0), dk.stride(1), dk.stride(2)};
-  args.dv = {dv.data_ptr(), dv.stride(0), dv.stride(1), dv.stride(2)};
+  const BackwardOutputs g = bind_backward_tensors(args, q, k, v, o, lse, dout);
 
   const kernels::AnchorAttentionPlan plan = kernels::plan_anchor_attention(args);
   const int64_t rows = kernels::anchor_attention_delta_numel(args.shape);
@@ -103,7 +92,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cpu(
   at::parallel_for(0, rows, 256, [&](int64_t r0, int64_t r1) {
     kernels::anchor_attention_reduce_dq(args, plan, parts.data_ptr(), r0, r1);
   });
-  return {dq, dk, dv};
+  return {g.dq, g.dk, g.dv};
 }
 
 TORCH_LIBRARY_IMPL(dflash, CPU, m) {

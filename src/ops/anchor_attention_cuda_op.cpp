@@ -107,10 +107,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cuda(
               "anchor_block_attention_bwd: dout and out must have the shape of q ", q_in.sizes());
   TORCH_CHECK(dout_in.device() == q_in.device() && out_in.device() == q_in.device() && lse.device() == q_in.device(),
               "anchor_block_attention_bwd: dout, out and lse must be on ", q_in.device());
-  TORCH_CHECK(lse.dim() == 3 && lse.size(0) == d.batch && lse.size(1) == d.q_heads &&
-                  lse.size(2) == d.num_blocks * d.block_size && lse.is_contiguous() && lse.scalar_type() == at::kFloat,
-              "anchor_block_attention_bwd: lse must be a contiguous float32 tensor [", d.batch, ", ", d.q_heads, ", ",
-              d.num_blocks * d.block_size, "], got ", lse.sizes(), " ", lse.scalar_type());
+  check_saved_lse(lse, d, at::kFloat);
   const at::Tensor q = aligned_rows(q_in), k = aligned_rows(k_in), v = aligned_rows(v_in);
   const at::Tensor dout =
       aligned_rows(dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type()));
@@ -122,15 +119,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cuda(
   // Anchors were validated by the forward; the plan kernel clamps them to [0, S], so a direct call
   // with bad anchors stays in bounds.
 
-  at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk = at::zeros(k.sizes(), k.options());
-  at::Tensor dv = at::zeros(v.sizes(), v.options());
-  args.out = {o.data_ptr(), o.stride(0), o.stride(1), o.stride(2)};
-  args.lse = lse.data_ptr();
-  args.dout = {dout.data_ptr(), dout.stride(0), dout.stride(1), dout.stride(2)};
-  args.dq = {dq.data_ptr(), dq.stride(0), dq.stride(1), dq.stride(2)};
-  args.dk = {dk.data_ptr(), dk.stride(0), dk.stride(1), dk.stride(2)};
-  args.dv = {dv.data_ptr(), dv.stride(0), dv.stride(1), dv.stride(2)};
+  const BackwardOutputs g = bind_backward_tensors(args, q, k, v, o, lse, dout);
 
   const auto fopts = q.options().dtype(at::kFloat);
   at::Tensor delta = at::empty({kc::anchor_attention_cuda_delta_numel(args.shape)}, fopts);
@@ -140,7 +129,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cuda(
   cuda_ok(kc::anchor_attention_cuda_backward(args, plan.view(), delta.data_ptr<float>(), dq_acc.data_ptr<float>(),
                                              stream),
           "backward kernel launch");
-  return {dq, dk, dv};
+  return {g.dq, g.dk, g.dv};
 }
 
 TORCH_LIBRARY_IMPL(dflash, CUDA, m) {
