@@ -1,6 +1,8 @@
 # The two commands a new user needs: `make demo` and `make test`. Both run the idempotent set-up first.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# ccache keys on paths relative to the checkout, so clones in other folders share cached objects.
+export CCACHE_BASEDIR := $(CURDIR)
 
 .PHONY: setup build test demo bench clean
 
