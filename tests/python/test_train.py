@@ -180,6 +180,8 @@ def test_two_processes_gloo_equal_one_process(dflash_bin, target_dir, offline_di
         procs.append(subprocess.Popen([dflash_bin, "train", *base_args(target_dir[0], offline_dir[0], dist, steps=3)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    if any("this build has no Gloo" in e for _, e in outs):
+        pytest.skip("built without gloo headers (apt install libgloo-dev)")
     for p, (o, e) in zip(procs, outs):
         assert p.returncode == 0, e
     train(dflash_bin, base_args(target_dir[0], offline_dir[0], single, steps=3, grad_accum=2),
