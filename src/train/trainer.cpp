@@ -73,6 +73,29 @@ drafter::FrozenTarget frozen_from_model(const models::TargetModel& m) {
   return t;
 }
 
+// Embedding and LM head straight from an HF folder's safetensors (no architecture support needed).
+drafter::FrozenTarget frozen_from_folder(const std::string& dir, bool tied) {
+  const auto f = io::SafetensorsFolder::open(dir);
+  auto first = [&](std::initializer_list<const char*> names) -> std::string {
+    for (const char* n : names)
+      if (f.contains(n)) return n;
+    return "";
+  };
+  const std::string e = first({"model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
+                               "language_model.model.embed_tokens.weight", "embed_tokens.weight"});
+  if (e.empty()) throw std::invalid_argument(dir + ": no embedding tensor (expected model.embed_tokens.weight)");
+  drafter::FrozenTarget t;
+  t.embed = f.load(e);
+  const std::string h = first({"lm_head.weight", "model.lm_head.weight", "language_model.lm_head.weight"});
+  if (tied || h.empty()) {
+    if (!tied) throw std::invalid_argument(dir + ": no lm_head.weight and the drafter config does not tie embeddings");
+    t.lm_head = t.embed;
+  } else {
+    t.lm_head = f.load(h);
+  }
+  return t;
+}
+
 // --budget: the memory planner's peak for one worker's micro-batch must fit, checked before loading weights.
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
   if (cfg.budget.empty()) return;
@@ -215,19 +238,37 @@ int run_training(const TrainConfig& cfg) {
   // Target: its embedding and LM head are the drafter's (frozen); online data also runs its forward.
   // Architecture first: the memory budget is checked before any weight is read.
   auto samples = open_samples(cfg.data, cfg.data_format);
-  const models::TargetConfig tcfg = models::read_target_config(cfg.target);
-  const drafter::DrafterConfig dcfg = resolve_drafter_config(cfg, tcfg);
-  check_budget(cfg, dcfg, compute);
-  models::TargetLoadOptions topt;
-  topt.dtype = dtype_of(cfg.target_dtype);
-  if (!samples->has_features()) {  // online: the target's layers over target_devices (pipeline stages)
-    std::vector<at::Device> tdev;
-    for (const auto& d : cfg.target_device_list()) tdev.emplace_back(d);
-    if (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))
-      topt.stages = models::split_layers(int(tcfg.num_hidden_layers), tdev);
+  // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
+  // this project cannot run (hybrid architectures) still work with their existing hidden-state dumps.
+  const bool frozen_only = samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);
+  std::unique_ptr<models::TargetModel> target;
+  drafter::FrozenTarget frozen_cpu;
+  drafter::DrafterConfig dcfg;
+  if (frozen_only) {
+    const drafter::DrafterConfig file_cfg = drafter::load_drafter_config(cfg.drafter_config);
+    frozen_cpu = frozen_from_folder(cfg.target, file_cfg.tie_word_embeddings);
+    models::TargetConfig tcfg;  // what resolve_drafter_config checks, from the weights themselves
+    tcfg.vocab_size = frozen_cpu.embed.size(0);
+    tcfg.hidden_size = frozen_cpu.embed.size(1);
+    tcfg.num_hidden_layers = file_cfg.num_target_layers;
+    tcfg.tie_word_embeddings = file_cfg.tie_word_embeddings;
+    dcfg = resolve_drafter_config(cfg, tcfg);
+    check_budget(cfg, dcfg, compute);
+  } else {
+    const models::TargetConfig tcfg = models::read_target_config(cfg.target);
+    dcfg = resolve_drafter_config(cfg, tcfg);
+    check_budget(cfg, dcfg, compute);
+    models::TargetLoadOptions topt;
+    topt.dtype = dtype_of(cfg.target_dtype);
+    if (!samples->has_features()) {  // online: the target's layers over target_devices (pipeline stages)
+      std::vector<at::Device> tdev;
+      for (const auto& d : cfg.target_device_list()) tdev.emplace_back(d);
+      if (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))
+        topt.stages = models::split_layers(int(tcfg.num_hidden_layers), tdev);
+    }
+    target = std::make_unique<models::TargetModel>(models::load_target(cfg.target, topt));
+    frozen_cpu = frozen_from_model(*target);
   }
-  const auto target = std::make_unique<models::TargetModel>(models::load_target(cfg.target, topt));
-  const drafter::FrozenTarget frozen_cpu = frozen_from_model(*target);
 
   const int64_t per_step = cfg.batch_size * cfg.grad_accum * W * coll->world();
   const int64_t total_steps =

@@ -348,3 +348,19 @@ def test_worker_error_stops_all_threads(dflash_bin, target_dir, offline_dir, tmp
     r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "run", steps=50,
                                     drafter_devices="cpu,cpu"), env={"DFLASH_TEST_FAIL_WORKER": "1"}, check=False)
     assert r.returncode == 1 and "worker 1 (cpu): test failure" in r.stderr, r.stderr
+
+
+def test_offline_with_unsupported_target_reads_only_embedding(dflash_bin, target_dir, offline_dir, tmp_path):
+    """Offline dumps of a target we cannot run: with a drafter config, only the embedding (and LM head) of
+    the target folder are read, whatever its architecture says."""
+    import shutil
+    normal = tmp_path / "normal"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], normal, steps=2))
+    hybrid = tmp_path / "hybrid_target"
+    hybrid.mkdir()
+    shutil.copy(target_dir[0] / "model.safetensors", hybrid / "model.safetensors")
+    (hybrid / "config.json").write_text(json.dumps({"model_type": "some_hybrid_moe", "hidden_size": HIDDEN}))
+    run = tmp_path / "run"
+    train(dflash_bin, base_args(hybrid, offline_dir[0], run, steps=2) +
+          ["--drafter-config", str(normal / "drafter_config.json")])
+    assert [x["loss"] for x in metrics(run)] == [x["loss"] for x in metrics(normal)]
