@@ -201,9 +201,14 @@ nlohmann::json read_config_file(const std::string& path) {
 bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nlohmann::json* flag_values) {
   cli::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
   a.option("config", "FILE", "", "JSON settings file (flags override it)");
-  for (const auto& f : fields())
+  const nlohmann::json defaults = to_json(TrainConfig{});
+  for (const auto& f : fields()) {
+    // The parser's own default stays empty so that given() tells flags from file values; the help shows it.
+    const auto& d = defaults[f.info.key];
+    const std::string shown = d.is_string() ? d.get<std::string>() : d.dump();
     a.option(flag_name(f.info.key), f.info.kind == "bool" ? "" : f.info.kind == "str" ? "VALUE" : f.info.kind == "int" ? "N" : "X",
-             "", f.info.help);
+             "", f.info.help + (f.info.kind == "bool" || shown.empty() ? "" : " [" + shown + "]"));
+  }
   if (!a.parse(argv)) return false;
   TrainConfig c;
   if (a.given("config")) apply_json(c, read_config_file(a.str("config")), a.str("config"));
