@@ -364,3 +364,21 @@ def test_offline_with_unsupported_target_reads_only_embedding(dflash_bin, target
     train(dflash_bin, base_args(hybrid, offline_dir[0], run, steps=2) +
           ["--drafter-config", str(normal / "drafter_config.json")])
     assert [x["loss"] for x in metrics(run)] == [x["loss"] for x in metrics(normal)]
+
+
+def test_failure_in_one_rank_stops_the_other(dflash_bin, target_dir, offline_dir, tmp_path):
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, HF_HUB_OFFLINE="1", RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port)
+        if rank == 1:
+            env["DFLASH_TEST_FAIL_WORKER"] = "0"
+        procs.append(subprocess.Popen([dflash_bin, "train", *base_args(target_dir[0], offline_dir[0],
+                                                                       tmp_path / "run", steps=5)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=60) for p in procs]  # no hang: Gloo sees the peer's connection close
+    if any("this build has no Gloo" in e for _, e in outs):
+        pytest.skip("built without gloo headers (apt install libgloo-dev)")
+    assert procs[1].returncode == 1 and "worker 0 (cpu): test failure" in outs[1][1]
+    assert procs[0].returncode == 1 and "dflash: error:" in outs[0][1]
