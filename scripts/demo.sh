@@ -42,7 +42,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 if [ "$FULL" = 1 ]; then
   : "${DEMO_PROMPTS:=7473}" "${DEMO_MAX_NEW:=512}" "${DEMO_STEPS:=0}" "${DEMO_LAYERS:=4}"
   : "${DEMO_EVAL_PROMPTS:=200}" "${DEMO_EVAL_MAX_NEW:=256}" "${DEMO_ANCHORS:=256}" "${DEMO_MAX_LEN:=1024}"
-  OUT="${DEMO_OUT:-$ROOT/demo-out-full}"
+  OUT="${DEMO_OUT:-$ROOT/demo-out/full}"
 else
   : "${DEMO_PROMPTS:=120}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=150}" "${DEMO_LAYERS:=1}"
   : "${DEMO_EVAL_PROMPTS:=8}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=64}" "${DEMO_MAX_LEN:=512}"

@@ -29,8 +29,8 @@ LoadedDrafter load_drafter(const std::string& path) {
   return d;
 }
 
-DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target)
-    : d_(d), target_(target), cache_(d_.config, d_.weights) {
+DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft)
+    : d_(d), target_(target), cache_(d_.config, d_.weights), max_draft_(max_draft) {
   const auto& tc = target.config();
   const auto& c = d.config;
   auto fail = [&](const std::string& what) {
@@ -73,9 +73,12 @@ std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
   ids[0] = last_token;
   const at::Tensor emb = target_.embed(at::tensor(ids, at::kLong).view({1, B}).to(target_.input_device()));
   const at::Tensor h = cache_.block_hidden(emb.to(at::kCPU));
-  const at::Tensor logits = target_.lm_head(h.narrow(1, 1, B - 1).to(target_.dtype()));
+  const int64_t n = max_draft_ > 0 ? std::min(max_draft_, B - 1) : B - 1;
+  const at::Tensor logits = target_.lm_head(h.narrow(1, 1, n).to(target_.dtype()));
   const at::Tensor best = logits.argmax(-1).reshape({-1}).to(at::kCPU).contiguous();
-  return std::vector<int64_t>(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
+  std::vector<int64_t> out(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
+  out.resize(static_cast<size_t>(B - 1), d_.config.mask_token_id);  // slots past max_draft: never verified
+  return out;
 }
 
 void DFlashProposer::commit(const models::TargetOutput& verify, int64_t n) { cache_.append(features(verify, n)); }

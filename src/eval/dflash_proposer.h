@@ -24,7 +24,9 @@ LoadedDrafter load_drafter(const std::string& path);
 
 class DFlashProposer : public Proposer {
  public:
-  DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target);
+  // max_draft > 0: only slots 1..max_draft go through the LM head (the rest are never verified; on CPU the
+  // LM head over 15 rows costs more than a whole target decode step).
+  DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft = 0);
   int64_t block_size() const override { return d_.config.block_size; }
   std::vector<int> target_layers() const override;
   void start(const std::vector<int64_t>& prompt, const models::TargetOutput& prefill) override;
@@ -36,6 +38,7 @@ class DFlashProposer : public Proposer {
   const LoadedDrafter& d_;
   const models::TargetModel& target_;
   DrafterContextCache cache_;
+  int64_t max_draft_ = 0;
 };
 
 }  // namespace dflash::eval

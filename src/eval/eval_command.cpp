@@ -87,7 +87,7 @@ int eval_main(const std::vector<std::string>& args) {
   if (kind == "dflash") {
     if (a.str("drafter").empty()) throw std::invalid_argument("eval: --drafter is required with --proposer dflash");
     drafter = std::make_unique<eval::LoadedDrafter>(eval::load_drafter(a.str("drafter")));
-    proposer = std::make_unique<eval::DFlashProposer>(*drafter, target);
+    proposer = std::make_unique<eval::DFlashProposer>(*drafter, target, a.i64("max-draft"));
   } else if (kind == "oracle") {
     proposer = std::make_unique<eval::OracleProposer>(a.i64("block-size"));
   } else if (kind == "random") {
