@@ -45,7 +45,7 @@ if [ "$FULL" = 1 ]; then
   OUT="${DEMO_OUT:-$ROOT/demo-out/full}"
 else
   : "${DEMO_PROMPTS:=120}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=150}" "${DEMO_LAYERS:=1}"
-  : "${DEMO_EVAL_PROMPTS:=8}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=64}" "${DEMO_MAX_LEN:=512}"
+  : "${DEMO_EVAL_PROMPTS:=6}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=64}" "${DEMO_MAX_LEN:=512}"
 fi
 MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, SPEC.md)
 mkdir -p "$OUT/data"
