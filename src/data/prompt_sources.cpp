@@ -1,12 +1,43 @@
 #include "prompt_sources.h"
 
+#ifdef DFLASH_HAVE_ZLIB
 #include <zlib.h>
+#else
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#endif
 
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 namespace dflash::data {
 
+#ifndef DFLASH_HAVE_ZLIB
+// Built without zlib headers: plain files are read directly, .gz files through the gzip program.
+std::string read_text_file(const std::string& path) {
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  if (!gz) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error(path + ": cannot open for reading");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  if (!std::ifstream(path)) throw std::runtime_error(path + ": cannot open for reading");
+  std::string quoted = "'";
+  for (char c : path) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  FILE* p = ::popen(("gzip -dc -- " + quoted).c_str(), "r");
+  if (!p) throw std::runtime_error(path + ": cannot run gzip to decompress it");
+  std::string out;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  if (::pclose(p) != 0) throw std::runtime_error(path + ": gzip could not decompress it");
+  return out;
+}
+#else
 std::string read_text_file(const std::string& path) {
   // gzread reads plain files unchanged, so one path serves both.
   gzFile f = gzopen(path.c_str(), "rb");
@@ -27,6 +58,7 @@ std::string read_text_file(const std::string& path) {
   gzclose(f);
   return out;
 }
+#endif
 
 namespace {
 
