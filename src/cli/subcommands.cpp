@@ -6,11 +6,13 @@
 namespace dflash::cli {
 
 int bench_attention_main(const std::vector<std::string>& args);
-int drafter_selftest_main(const std::vector<std::string>& args);
 int plan_main(const std::vector<std::string>& args);
 int bench_step_main(const std::vector<std::string>& args);
+int drafter_selftest_main(const std::vector<std::string>& args);
 int safetensors_info_main(const std::vector<std::string>& args);
 int safetensors_copy_main(const std::vector<std::string>& args);
+int target_run_main(const std::vector<std::string>& args);
+int target_generate_main(const std::vector<std::string>& args);
 int gguf_info_main(const std::vector<std::string>& args);
 int gguf_dequant_main(const std::vector<std::string>& args);
 int tokenize_main(const std::vector<std::string>& args);
@@ -20,14 +22,12 @@ int plot_main(const std::vector<std::string>& args);
 int data_regenerate_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
 int bench_decode_main(const std::vector<std::string>& args);
-int target_run_main(const std::vector<std::string>& args);
-int target_generate_main(const std::vector<std::string>& args);
 
 const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
-      {{"drafter", "selftest"}, "internal: one drafter training step on a saved batch (tests)", &drafter_selftest_main},
       {{"plan"}, "predicted peak training memory of the drafter (breakdown, --budget, presets)", &plan_main},
       {{"bench", "step"}, "drafter forward+backward per checkpoint policy: time, measured vs planned memory", &bench_step_main},
+      {{"drafter", "selftest"}, "internal: one drafter training step on a saved batch (tests)", &drafter_selftest_main},
       {{"bench", "attention"}, "fused anchor-block attention vs dense / per-block SDPA / flex, time and memory",
        &bench_attention_main},
       {{"safetensors", "info"}, "validate a safetensors file and list its tensors", &safetensors_info_main},
@@ -76,11 +76,18 @@ int dispatch(const std::vector<std::string>& args) {
     if (match && (!best || c.path.size() > best->path.size())) best = &c;
   }
   if (!best) {
-    // A known group with a missing or wrong second word lists the group's entries.
-    std::vector<std::string> prefix{args[0]};
+    // A group word alone ("dflash bench") or with --help lists the group's entries.
+    const std::vector<std::string> group{args[0]};
+    const bool asked_help = args.size() == 1 || args[1] == "--help" || args[1] == "-h";
+    bool known_group = false;
+    for (const auto& c : subcommands()) known_group = known_group || (c.path.size() > 1 && c.path[0] == args[0]);
+    if (known_group && asked_help) {
+      print_usage(stdout, group);
+      return args.size() == 1 ? 2 : 0;
+    }
     std::fprintf(stderr, "dflash: unknown subcommand '%s'\n", args.size() > 1 ? (args[0] + " " + args[1]).c_str()
                                                                               : args[0].c_str());
-    print_usage(stderr, prefix);
+    print_usage(stderr, known_group ? group : std::vector<std::string>{});
     return 2;
   }
   return best->run(std::vector<std::string>(args.begin() + best->path.size(), args.end()));
