@@ -25,6 +25,7 @@
 #include "args.h"
 #include "drafter_model.h"
 #include "memory_planner.h"
+#include "python_driver.h"
 
 namespace dflash::cli {
 
@@ -203,6 +204,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("seed", "N", "0", "RNG seed");
   a.option("device", "NAME", "cpu", "cpu | cuda (GPU runs compare the plan with the caching allocator's peak)");
   a.option("json", "FILE", "", "write results as JSON");
+  a.option("reference", "0|1", "1",
+           "also time the plain-PyTorch drafter step (dense SPEC mask, eager autograd) on the same shapes (CPU)");
   if (!a.parse(argv)) return 0;
   MemoryProbe probe;
   probe.cuda = a.str("device") == "cuda";
@@ -260,6 +263,31 @@ int bench_step_main(const std::vector<std::string>& argv) {
                            {"measured_peak_bytes", r.measured_bytes}, {"planned_peak_bytes", p.peak_bytes},
                            {"planned_peak_phase", p.peak_phase}, {"ratio", p.peak_bytes / r.measured_bytes},
                            {"loss", r.loss}, {"plan", plan_to_json(p)}});
+  }
+  if (a.on("reference") && !probe.cuda && !out["runs"].empty()) {
+    // The plain-PyTorch drafter our tests compare against, timed in its own process on the same shapes.
+    std::string types;
+    for (const auto& t : c.layer_types) types += (types.empty() ? "" : ",") + t;
+    const auto num = [](int64_t x) { return std::to_string(x); };
+    const auto r = cli::run_python(
+        "bench_reference_step.py",
+        {"--hidden", num(c.hidden_size), "--intermediate", num(c.intermediate_size), "--heads", num(c.num_attention_heads),
+         "--kv-heads", num(c.num_key_value_heads), "--head-dim", num(c.head_dim), "--layers", num(c.num_hidden_layers),
+         "--vocab", num(c.vocab_size), "--block", num(c.block_size), "--seq", num(seq), "--anchors", num(anchors),
+         "--features", num(int64_t(c.target_layer_ids.size()) * c.hidden_size), "--iters", num(iters), "--threads",
+         num(at::get_num_threads()), "--window", num(c.sliding_window), "--layer-types", types, "--kl-weight",
+         std::to_string(kl), "--dtype", a.str("dtype")});
+    try {
+      const auto j = nlohmann::json::parse(r.stdout_text.substr(r.stdout_text.rfind('{')));
+      const double secs = j["mean_seconds"].get<double>(), bytes = j["peak_extra_mb"].get<double>() * (1 << 20);
+      const auto& ours = out["runs"][0];
+      std::printf("%-10s %14.3f %14s %14s %9s   plain PyTorch, dense mask (ours %s: %.1fx faster, %.1fx less memory)\n",
+                  "pytorch", secs, human_bytes(bytes).c_str(), "-", "-", ours["policy"].get<std::string>().c_str(),
+                  secs / ours["mean_seconds"].get<double>(), bytes / ours["measured_peak_bytes"].get<double>());
+      out["reference"] = {{"impl", "plain PyTorch, dense mask"}, {"mean_seconds", secs}, {"measured_peak_bytes", bytes}};
+    } catch (const std::exception&) {
+      std::printf("pytorch reference failed (exit %d)\n", r.exit_code);
+    }
   }
   if (!a.str("json").empty()) {
     std::ofstream f(a.str("json"));
