@@ -10,6 +10,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -204,9 +205,11 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("seed", "N", "0", "RNG seed");
   a.option("device", "NAME", "cpu", "cpu | cuda (GPU runs compare the plan with the caching allocator's peak)");
   a.option("json", "FILE", "", "write results as JSON");
+  a.option("threads", "N", std::to_string(std::max(1u, std::thread::hardware_concurrency())), "CPU threads");
   a.option("reference", "0|1", "1",
            "also time the plain-PyTorch drafter step (dense SPEC mask, eager autograd) on the same shapes (CPU)");
   if (!a.parse(argv)) return 0;
+  at::set_num_threads(int(a.i64("threads")));
   MemoryProbe probe;
   probe.cuda = a.str("device") == "cuda";
   if (a.str("device") != "cpu" && !probe.cuda)
