@@ -84,6 +84,22 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(
   return out;
 }
 
+
+namespace {
+// Tensors in drafter_weight_shapes() order (fc, hidden_norm, norm, then each layer's parameters).
+DrafterWeights assemble_weights(const DrafterConfig& c, const std::vector<at::Tensor>& made) {
+  DrafterWeights w;
+  w.fc = made[0];
+  w.hidden_norm = made[1];
+  w.norm = made[2];
+  size_t k = 3;
+  w.layers.resize(size_t(c.num_hidden_layers));
+  for (auto& l : w.layers)
+    for (int p = 0; p < kNumLayerParams; ++p) l.t[size_t(p)] = made[k++];
+  return w;
+}
+}  // namespace
+
 DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype, uint64_t seed, double std,
                                     double norm_jitter) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -95,15 +111,7 @@ DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype
     if (norm) t.add_(1.0);
     made.push_back(t.to(dtype));
   }
-  DrafterWeights w;
-  w.fc = made[0];
-  w.hidden_norm = made[1];
-  w.norm = made[2];
-  size_t k = 3;
-  w.layers.resize(size_t(c.num_hidden_layers));
-  for (auto& l : w.layers)
-    for (int p = 0; p < kNumLayerParams; ++p) l.t[size_t(p)] = made[k++];
-  return w;
+  return assemble_weights(c, made);
 }
 
 DrafterWeights drafter_weights_from(const DrafterConfig& c, const std::vector<std::string>& available,
@@ -130,15 +138,7 @@ DrafterWeights drafter_weights_from(const DrafterConfig& c, const std::vector<st
     if (!expected.count(n))
       throw std::invalid_argument(where + ": unexpected tensor '" + n +
                                   "' (not a DFlash drafter key for this config: wrong file or wrong num_hidden_layers?)");
-  DrafterWeights w;
-  w.fc = made[0];
-  w.hidden_norm = made[1];
-  w.norm = made[2];
-  size_t k = 3;
-  w.layers.resize(size_t(c.num_hidden_layers));
-  for (auto& l : w.layers)
-    for (int p = 0; p < kNumLayerParams; ++p) l.t[size_t(p)] = made[k++];
-  return w;
+  return assemble_weights(c, made);
 }
 
 DrafterWeights load_drafter_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype) {

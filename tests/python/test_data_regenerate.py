@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+from hf_greedy import hf_greedy
 
 GGUF = pathlib.Path(__file__).resolve().parents[2] / "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
@@ -33,19 +34,6 @@ def tiny_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny_llama")
     m.save_pretrained(str(d))
     return m, d
-
-
-def _hf_greedy(model, prompt, max_new, eos=2):
-    ids = torch.tensor([prompt])
-    out = []
-    with torch.no_grad():
-        for _ in range(max_new):
-            t = int(model(ids).logits[0, -1].argmax())
-            out.append(t)
-            if t == eos:
-                break
-            ids = torch.cat([ids, torch.tensor([[t]])], 1)
-    return out
 
 
 def _regen(dflash_bin, model_dir, inp, out, *extra, check=True):
@@ -79,7 +67,7 @@ def test_greedy_replies_match_hf_and_mask_covers_reply(dflash_bin, tiny_dir, tmp
     samples = _read(out)
     assert [s["index"] for s in samples] == list(range(len(prompts)))
     for s, p in zip(samples, prompts):
-        reply = _hf_greedy(model, p, 12)
+        reply = hf_greedy(model, p, 12)
         assert s["input_ids"] == p + reply
         assert s["loss_mask"] == [0] * len(p) + [1] * len(reply)
         assert s["prompt_tokens"] == len(p) and s["response_tokens"] == len(reply)
@@ -157,7 +145,7 @@ def test_text_prompts_use_the_chat_template(dflash_bin, tmp_path, shared_dir):
         assert prompt[:3] == [1, 9690, 198]  # <|im_start|>system\n
         assert prompt[-4:] == [1, 520, 9531, 198]  # <|im_start|>assistant\n
         assert any(prompt[i:i + 3] == [1, 4093, 198] for i in range(n))  # <|im_start|>user\n
-        assert s["input_ids"][n:] == _hf_greedy(m, prompt, 4)
+        assert s["input_ids"][n:] == hf_greedy(m, prompt, 4)
         assert sum(s["loss_mask"]) == s["response_tokens"] and s["loss_mask"][:n] == [0] * n
 
 

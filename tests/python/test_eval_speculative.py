@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
+from hf_greedy import hf_greedy
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
 
@@ -53,19 +54,6 @@ def _eval(dflash_bin, target_dir, data, tmp_path, *extra):
     return json.load(open(out)), [json.loads(l) for l in open(toks)], r.stdout
 
 
-def _hf_greedy(model, prompt, max_new, eos=2):
-    ids = torch.tensor([prompt])
-    out = []
-    with torch.no_grad():
-        for _ in range(max_new):
-            t = int(model(ids).logits[0, -1].argmax())
-            out.append(t)
-            if t == eos:
-                break
-            ids = torch.cat([ids, torch.tensor([[t]])], 1)
-    return out
-
-
 def test_oracle_gives_tau_b_and_lossless(dflash_bin, target, tmp_path):
     model, d = target
     data = _prompts(tmp_path / "p.jsonl", 3, 300)
@@ -76,7 +64,7 @@ def test_oracle_gives_tau_b_and_lossless(dflash_bin, target, tmp_path):
     assert ds["name"] == "tiny" and ds["prompts"] == 3 and ds["lossless"] is True
     prompts = [json.loads(l)["prompt_ids"] for l in open(data)]
     for rec, p in zip(toks, prompts):
-        assert rec["baseline"] == _hf_greedy(model, p, max_new)  # the baseline is the target's greedy decode
+        assert rec["baseline"] == hf_greedy(model, p, max_new)  # the baseline is the target's greedy decode
         assert rec["tokens"] == rec["baseline"]
         # Every cycle but a last one cut short by eos / max_new commits all B tokens.
         assert all(k == B for k in rec["accept_lengths"][:-1]), rec["accept_lengths"]
