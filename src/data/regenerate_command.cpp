@@ -5,12 +5,15 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <deque>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "args.h"
+#include "batched_generator.h"
 #include "held_out.h"
 #include "progress.h"
 #include "prompt_sources.h"
@@ -37,6 +40,8 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   a.option("temperature", "T", "0", "0: greedy; > 0: sample from softmax(logits / T)");
   a.option("seed", "S", "0", "sampling seed (each prompt draws from its own stream)");
   a.option("eos", "IDS", "config", "stop ids: config (model + tokenizer), none, or comma-separated ids");
+  a.option("batch", "N", "8", "replies decoded together (continuous batching); samples are still written in "
+           "prompt order");
   a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
   if (!a.parse(args)) return 0;
   for (const char* req : {"model", "input", "output"})
@@ -46,6 +51,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   data::check_split_allowed(input, split);
   if (a.f64("temperature") < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (a.i64("max-new") < 1) throw std::invalid_argument("--max-new must be >= 1");
+  if (a.i64("batch") < 1) throw std::invalid_argument("--batch must be >= 1");
 
   // Settings a resumed run must share with the first one (the limit may grow).
   nlohmann::json meta = {{"model", std::filesystem::absolute(a.str("model")).string()},
@@ -104,43 +110,79 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   const std::string source = std::filesystem::path(input).filename().string();
   data::Progress bar("regenerate", static_cast<int64_t>(prompts.size()), already);
   int64_t done = already, new_tokens = 0;
-  double decode_s = 0;
-  int64_t decode_tokens = 0;
-  for (const auto& p : prompts) {
-    if (store.has(p.index)) continue;
-    if (!held.empty() && held.count(data::prompt_user_text(p))) {
-      ++dropped;
-      ++done;
-      continue;
+
+  // Replies finish out of order; a reorder buffer writes them in prompt order, so the file does not depend on
+  // --batch and a resume (which skips the indices already written) sees the same order. Replies still in the
+  // buffer when the process dies are simply redone.
+  struct Pending {
+    std::vector<int64_t> prompt_ids;
+    bool finished = false;
+    data::GenerationResult reply;
+  };
+  std::map<int64_t, Pending> pending;  // by prompt index
+  std::deque<int64_t> order;           // indices handed to the generator, in prompt order
+  size_t cursor = 0;
+  auto next = [&](data::BatchPrompt& out) {
+    while (cursor < prompts.size()) {
+      const data::Prompt& p = prompts[cursor++];
+      if (store.has(p.index)) continue;
+      if (!held.empty() && held.count(data::prompt_user_text(p))) {
+        ++dropped;
+        ++done;
+        continue;
+      }
+      const std::string where = input + ": prompt " + std::to_string(p.index);
+      out.id = p.index;
+      out.stream = static_cast<uint64_t>(p.index);
+      out.tokens = data::prompt_token_ids(p, tokenizer.get(), chat.get(), where);
+      pending[p.index].prompt_ids = out.tokens;
+      order.push_back(p.index);
+      return true;
     }
-    const std::string where = input + ": prompt " + std::to_string(p.index);
-    std::vector<int64_t> ids = data::prompt_token_ids(p, tokenizer.get(), chat.get(), where);
-    const auto r = data::generate_response(model, ids, gen, static_cast<uint64_t>(p.index));
-    std::vector<int> mask(ids.size(), 0);
-    const int64_t prompt_len = static_cast<int64_t>(ids.size());
-    ids.insert(ids.end(), r.tokens.begin(), r.tokens.end());
-    mask.resize(ids.size(), 1);
-    store.append({{"index", p.index},
-                  {"source", source},
-                  {"split", split},
-                  {"input_ids", ids},
-                  {"loss_mask", mask},
-                  {"prompt_tokens", prompt_len},
-                  {"response_tokens", r.tokens.size()},
-                  {"finish", r.hit_eos ? "eos" : "length"}});
-    new_tokens += static_cast<int64_t>(r.tokens.size());
-    decode_s += r.decode_seconds;
-    decode_tokens += static_cast<int64_t>(r.tokens.size()) - 1;
-    bar.update(++done, new_tokens);
-  }
+    return false;
+  };
+  auto write_ready = [&] {
+    while (!order.empty() && pending.at(order.front()).finished) {
+      const int64_t index = order.front();
+      order.pop_front();
+      Pending& w = pending.at(index);
+      std::vector<int64_t> ids = std::move(w.prompt_ids);
+      const data::GenerationResult& r = w.reply;
+      std::vector<int> mask(ids.size(), 0);
+      const int64_t prompt_len = static_cast<int64_t>(ids.size());
+      ids.insert(ids.end(), r.tokens.begin(), r.tokens.end());
+      mask.resize(ids.size(), 1);
+      store.append({{"index", index},
+                    {"source", source},
+                    {"split", split},
+                    {"input_ids", ids},
+                    {"loss_mask", mask},
+                    {"prompt_tokens", prompt_len},
+                    {"response_tokens", r.tokens.size()},
+                    {"finish", r.hit_eos ? "eos" : "length"}});
+      new_tokens += static_cast<int64_t>(r.tokens.size());
+      pending.erase(index);
+      bar.update(++done, new_tokens);
+    }
+  };
+  auto reply_done = [&](int64_t index, data::GenerationResult&& r) {
+    Pending& w = pending.at(index);
+    w.reply = std::move(r);
+    w.finished = true;
+    write_ready();
+  };
+  const data::BatchStats stats = data::generate_batched(model, gen, a.i64("batch"), next, reply_done);
+  if (!order.empty()) throw std::logic_error("data regenerate: replies left unwritten");
   bar.finish();
   const double el = bar.seconds();
   std::fprintf(stderr,
                "regenerated %lld new samples (%lld already present, %lld dropped as held-out overlaps): "
-               "%lld tokens in %.1f s = %.1f tokens/s overall, decode %.1f tokens/s\n",
+               "%lld tokens in %.1f s = %.1f tokens/s overall, decode %.1f tokens/s (batch %lld, %.2f rows/step)\n",
                static_cast<long long>(done - already - dropped), static_cast<long long>(already),
                static_cast<long long>(dropped), static_cast<long long>(new_tokens), el, el > 0 ? new_tokens / el : 0.0,
-               decode_s > 0 ? decode_tokens / decode_s : 0.0);
+               stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0.0,
+               static_cast<long long>(a.i64("batch")),
+               stats.decode_steps > 0 ? static_cast<double>(stats.decode_tokens) / stats.decode_steps : 0.0);
   return 0;
 }
 

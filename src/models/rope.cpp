@@ -31,8 +31,11 @@ at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
 }
 
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, int64_t start, int64_t T) {
-  at::Tensor pos = at::arange(start, start + T, at::kLong).to(at::kFloat);
-  at::Tensor freqs = at::outer(pos, inv_freq);
+  return rope_cos_sin_at(inv_freq, at::arange(start, start + T, at::kLong));
+}
+
+std::pair<at::Tensor, at::Tensor> rope_cos_sin_at(const at::Tensor& inv_freq, const at::Tensor& positions) {
+  at::Tensor freqs = at::outer(positions.to(at::kFloat), inv_freq);
   at::Tensor emb = at::cat({freqs, freqs}, -1);
   return {emb.cos(), emb.sin()};
 }

@@ -145,12 +145,12 @@ at::Tensor TargetModel::lm_head(const at::Tensor& last_hidden) const {
   return at::linear(last_hidden.to(lm_head_.device()), lm_head_).to(at::kFloat);
 }
 
-at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                      KVCache* cache, int64_t past) const {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> TargetModel::attention_inputs(int i, const at::Tensor& x,
+                                                                            const at::Tensor& cos,
+                                                                            const at::Tensor& sin) const {
   const Layer& l = layers_[i];
   const int64_t B = x.size(0), T = x.size(1), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
-
   at::Tensor h = rms_norm(x, l.in_norm);
   at::Tensor q = at::linear(h, l.q, l.q_bias).view({B, T, Hq, D});
   at::Tensor k = at::linear(h, l.k, l.k_bias).view({B, T, Hkv, D});
@@ -161,7 +161,22 @@ at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tens
   }
   q = apply_rope(q.transpose(1, 2), cos, sin);
   k = apply_rope(k.transpose(1, 2), cos, sin);
+  return {q, k, v};
+}
 
+at::Tensor TargetModel::attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn) const {
+  const Layer& l = layers_[i];
+  const int64_t B = x.size(0), T = x.size(1);
+  at::Tensor out = x + at::linear(attn.transpose(1, 2).reshape({B, T, -1}), l.o, l.o_bias);
+  at::Tensor h = rms_norm(out, l.post_norm);
+  at::Tensor mlp = at::silu(at::linear(h, l.gate, l.gate_bias)) * at::linear(h, l.up, l.up_bias);
+  return out + at::linear(mlp, l.down, l.down_bias);
+}
+
+at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                      KVCache* cache, int64_t past) const {
+  const int64_t T = x.size(1);
+  auto [q, k, v] = attention_inputs(i, x, cos, sin);
   at::Tensor attn;
   if (cache) {
     auto [k_all, v_all] = cache->store(i, k, v);
@@ -181,12 +196,7 @@ at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tens
   } else {
     attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1, std::nullopt, true);
   }
-  attn = attn.transpose(1, 2).reshape({B, T, Hq * D});
-  at::Tensor out = x + at::linear(attn, l.o, l.o_bias);
-
-  h = rms_norm(out, l.post_norm);
-  at::Tensor mlp = at::silu(at::linear(h, l.gate, l.gate_bias)) * at::linear(h, l.up, l.up_bias);
-  return out + at::linear(mlp, l.down, l.down_bias);
+  return attention_output_and_mlp(i, x, attn);
 }
 
 TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
@@ -239,6 +249,51 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
     if (want_last_hidden) out.last_hidden = last;
   }
   return out;
+}
+
+at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches) const {
+  const int64_t B = static_cast<int64_t>(tokens.size());
+  const int L = static_cast<int>(layers_.size());
+  if (B < 1 || caches.size() != tokens.size())
+    throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
+                                std::to_string(caches.size()) + " caches (need one per sequence, at least one)");
+  std::vector<int64_t> positions(tokens.size());
+  for (int64_t b = 0; b < B; ++b) {
+    const KVCache* c = caches[b];
+    const std::string who = "decode_batch: sequence " + std::to_string(b);
+    if (!c) throw std::invalid_argument(who + " has no cache");
+    if (c->batch() != 1) throw std::invalid_argument(who + ": cache batch must be 1, got " + std::to_string(c->batch()));
+    if (c->num_layers() != L) throw std::invalid_argument(who + ": cache has the wrong layer count");
+    if (c->length() + 1 > c->capacity())
+      throw std::length_error(who + ": KV cache full (" + std::to_string(c->capacity()) + " positions)");
+    if (tokens[b] < 0 || tokens[b] >= config_.vocab_size)
+      throw std::invalid_argument(who + ": token id " + std::to_string(tokens[b]) + " outside the vocabulary [0, " +
+                                  std::to_string(config_.vocab_size) + ")");
+    for (int64_t e = 0; e < b; ++e)
+      if (caches[e] == c) throw std::invalid_argument(who + " shares its cache with sequence " + std::to_string(e));
+    positions[b] = c->length();
+  }
+  auto [cos_cpu, sin_cpu] = rope_cos_sin_at(inv_freq_, at::tensor(positions, at::kLong));
+  const int64_t D = config_.head_dim;
+  at::Tensor x = embed(at::tensor(tokens, at::kLong).view({B, 1}));  // [B, 1, hidden]
+  for (const auto& s : stages_) {
+    x = x.to(s.device);
+    // [B, 1, 1, D]: row b's rotation broadcast over its heads.
+    at::Tensor cos = cos_cpu.to(s.device, dtype_).view({B, 1, 1, D}), sin = sin_cpu.to(s.device, dtype_).view({B, 1, 1, D});
+    for (int i = s.begin; i < s.end; ++i) {
+      auto [q, k, v] = attention_inputs(i, x, cos, sin);
+      std::vector<at::Tensor> attn(B);
+      for (int64_t b = 0; b < B; ++b) {
+        auto [k_all, v_all] = caches[b]->store(i, k.narrow(0, b, 1), v.narrow(0, b, 1));
+        attn[b] = at::scaled_dot_product_attention(q.narrow(0, b, 1), k_all, v_all, {}, 0.0, false, std::nullopt,
+                                                   true);
+      }
+      x = attention_output_and_mlp(i, x, B == 1 ? attn[0] : at::cat(attn, 0));
+    }
+  }
+  for (KVCache* c : caches) c->advance(1);
+  at::Tensor last = rms_norm(x.to(final_norm_.device()), final_norm_);
+  return lm_head(last).view({B, -1});
 }
 
 std::vector<int64_t> TargetModel::generate(const std::vector<int64_t>& prompt, int64_t max_new,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kv_cache.h"
@@ -72,6 +73,12 @@ class TargetModel {
   at::Tensor embed(const at::Tensor& input_ids) const;       // [batch, T, hidden] on the first stage
   at::Tensor lm_head(const at::Tensor& last_hidden) const;   // float32 logits, on the last stage
 
+  // Ragged batched decode: B independent sequences, sequence b with its own batch-1 cache caches[b] (lengths
+  // may differ), each advance by one token (tokens[b]) at its own position. The linear layers and the LM head
+  // run on the B stacked rows; RoPE and attention are per sequence against its own cache. Returns float32
+  // logits [B, vocab] on the last stage. No hidden-state capture on this path.
+  at::Tensor decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches) const;
+
   // Greedy decode of a single sequence; returns the new tokens (ending with an eos id when one is produced).
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new,
                                 const std::vector<int64_t>& eos_ids, GenerateStats* stats = nullptr) const;
@@ -85,6 +92,11 @@ class TargetModel {
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                            KVCache* cache, int64_t past) const;
+  // The two halves of a layer around attention: q, k, v [B, heads, T, D] after norms and RoPE; then
+  // residual + o_proj(attn) + MLP, with attn [B, Hq, T, D].
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_inputs(int i, const at::Tensor& x, const at::Tensor& cos,
+                                                                  const at::Tensor& sin) const;
+  at::Tensor attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn) const;
 
   TargetConfig config_;
   at::ScalarType dtype_ = at::kFloat;

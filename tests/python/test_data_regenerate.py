@@ -1,10 +1,12 @@
 """`dflash data regenerate` on tiny random HF Llama models: replies equal HF greedy decoding, loss_mask covers
 the reply only, resuming after an interruption (torn last line) neither loses nor duplicates samples, sampling
-is reproducible per seed, and evaluation sets are refused as training data."""
+is reproducible per seed, evaluation sets are refused as training data, and continuous batching (--batch) writes
+the same file as one prompt at a time, also when resumed after a kill."""
 import json
 import os
 import pathlib
 import subprocess
+import time
 
 import pytest
 import torch
@@ -161,3 +163,66 @@ def test_shards_partition_the_prompts(dflash_bin, tiny_dir, tmp_path):
         shards += _read(out)
     assert [s["index"] % 2 for s in _read(tmp_path / "s1.jsonl")] == [1, 1]
     assert sorted(shards, key=lambda s: s["index"]) == _read(full)
+
+
+def _common_eos(samples, n=2):
+    """The n most frequent reply tokens: as stop ids they make replies end at different lengths."""
+    count = {}
+    for s in samples:
+        for t in s["input_ids"][s["prompt_tokens"]:]:
+            count[t] = count.get(t, 0) + 1
+    return ",".join(str(t) for t, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))[:n])
+
+
+def test_batched_runs_write_the_same_file_as_batch_1(dflash_bin, tiny_dir, tmp_path):
+    _, d = tiny_dir
+    inp, _ = _prompts(tmp_path, 9)
+    probe = tmp_path / "probe.jsonl"
+    _regen(dflash_bin, d, inp, probe, "--max-new", "14", "--eos", "none", "--batch", "1")
+    eos = _common_eos(_read(probe))
+    for mode in [[], ["--temperature", "1.2", "--seed", "3"]]:
+        files = {}
+        for b in ["1", "4"]:
+            out = tmp_path / f"b{b}_{len(mode)}.jsonl"
+            r = _regen(dflash_bin, d, inp, out, "--max-new", "14", "--eos", eos, "--batch", b, *mode)
+            assert f"batch {b}," in r.stderr
+            files[b] = open(out).read()
+        assert files["1"] == files["4"]
+        samples = [json.loads(l) for l in files["1"].splitlines()]
+        assert [s["index"] for s in samples] == list(range(9))
+        if not mode:  # replies finished at different steps
+            assert len({s["response_tokens"] for s in samples}) >= 3
+            assert {s["finish"] for s in samples} == {"eos", "length"}
+
+
+def test_resume_after_interrupted_batched_run(dflash_bin, tiny_dir, tmp_path):
+    _, d = tiny_dir
+    inp, _ = _prompts(tmp_path, 10)
+    full = tmp_path / "full.jsonl"
+    _regen(dflash_bin, d, inp, full, "--max-new", "10", "--batch", "1")
+    # A smaller first run, resumed with another batch size.
+    part = tmp_path / "part.jsonl"
+    _regen(dflash_bin, d, inp, part, "--max-new", "10", "--batch", "3", "--limit", "4")
+    assert [s["index"] for s in _read(part)] == [0, 1, 2, 3]
+    r = _regen(dflash_bin, d, inp, part, "--max-new", "10", "--batch", "4")
+    assert "4 already present" in r.stderr
+    assert open(part).read() == open(full).read()
+    # Killed mid-run (SIGKILL once some samples are on disk), then resumed.
+    many = tmp_path / "many.jsonl"
+    with open(many, "w") as f:
+        for i in range(300):
+            f.write(json.dumps({"prompt_ids": [3 + i % 290, 7, 11 + i % 13]}) + "\n")
+    ref = tmp_path / "ref.jsonl"
+    _regen(dflash_bin, d, many, ref, "--max-new", "24", "--batch", "4")
+    killed = tmp_path / "killed.jsonl"
+    cmd = [dflash_bin, "data", "regenerate", "--model", str(d), "--input", str(many), "--output", str(killed),
+           "--threads", "1", "--max-new", "24", "--batch", "4"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    while p.poll() is None and (not killed.exists() or open(killed).read().count("\n") < 5):
+        time.sleep(0.01)
+    p.kill()
+    p.wait()
+    n_before = open(killed).read().count("\n")
+    r = _regen(dflash_bin, d, many, killed, "--max-new", "24", "--batch", "4")
+    assert f"{n_before} already present" in r.stderr
+    assert open(killed).read() == open(ref).read()

@@ -1,0 +1,70 @@
+// Tiny random Llama / Qwen3 targets built in memory, shared by the model and data tests.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "target_config.h"
+#include "target_model.h"
+
+namespace dflash::models::tiny {
+
+inline TargetConfig tiny_config(const std::string& type) {
+  TargetConfig c;
+  c.model_type = type;
+  c.qk_norm = type == "qwen3";
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = type == "qwen3" ? 16 : 8;
+  c.tie_word_embeddings = type == "llama";
+  if (type == "llama") {
+    c.rope.type = "llama3";
+    c.rope.theta = 500000;
+    c.rope.factor = 8;
+    c.rope.original_max_position_embeddings = 16;
+  }
+  return c;
+}
+
+inline std::map<std::string, at::Tensor> random_weights(const TargetConfig& c, uint64_t seed) {
+  at::manual_seed(seed);
+  std::map<std::string, at::Tensor> w;
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  auto mat = [](int64_t o, int64_t i) { return at::randn({o, i}) / std::sqrt(static_cast<double>(i)); };
+  auto norm = [](int64_t n) { return 1 + 0.1 * at::randn({n}); };
+  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, H});
+  w["model.norm.weight"] = norm(H);
+  if (!c.tie_word_embeddings) w["lm_head.weight"] = mat(c.vocab_size, H);
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    w[p + "input_layernorm.weight"] = norm(H);
+    w[p + "post_attention_layernorm.weight"] = norm(H);
+    w[p + "self_attn.q_proj.weight"] = mat(c.num_attention_heads * D, H);
+    w[p + "self_attn.k_proj.weight"] = mat(c.num_key_value_heads * D, H);
+    w[p + "self_attn.v_proj.weight"] = mat(c.num_key_value_heads * D, H);
+    w[p + "self_attn.o_proj.weight"] = mat(H, c.num_attention_heads * D);
+    if (c.qk_norm) {
+      w[p + "self_attn.q_norm.weight"] = norm(D);
+      w[p + "self_attn.k_norm.weight"] = norm(D);
+    }
+    w[p + "mlp.gate_proj.weight"] = mat(I, H);
+    w[p + "mlp.up_proj.weight"] = mat(I, H);
+    w[p + "mlp.down_proj.weight"] = mat(H, I);
+  }
+  return w;
+}
+
+inline TargetModel make_model(const TargetConfig& c, const std::map<std::string, at::Tensor>& w,
+                       TargetLoadOptions opts = {}) {
+  return TargetModel::from_weights(
+      c, [&](const std::string& n) { return w.at(n); }, [&](const std::string& n) { return w.count(n) > 0; },
+      opts);
+}
+
+}  // namespace dflash::models::tiny
