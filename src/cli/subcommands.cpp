@@ -20,6 +20,7 @@ int train_main(const std::vector<std::string>& args);
 int export_main(const std::vector<std::string>& args);
 int plot_main(const std::vector<std::string>& args);
 int data_regenerate_main(const std::vector<std::string>& args);
+int data_dump_hidden_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
 int bench_decode_main(const std::vector<std::string>& args);
 
@@ -41,6 +42,8 @@ const std::vector<Subcommand>& subcommands() {
       {{"export"}, "write a training run's latest checkpoint as an HF drafter folder", &export_main},
       {{"plot"}, "PNG curves (loss, accuracy) of a training run's metrics.jsonl", &plot_main},
       {{"data", "regenerate"}, "the target's own replies to prompts as training samples (resumable)", &data_regenerate_main},
+      {{"data", "dump-hidden"}, "target hidden states of samples as offline training shards (resumable)",
+       &data_dump_hidden_main},
       {{"eval"}, "speculative decoding with a drafter: tau, speedup, lossless check per dataset", &eval_main},
       {{"bench", "decode"}, "target greedy decode tokens/s: dflash vs Hugging Face transformers", &bench_decode_main},
   };

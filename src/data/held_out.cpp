@@ -34,12 +34,28 @@ nlohmann::json first_record(const std::string& path) {
 
 }  // namespace
 
-std::string benchmark_name(const std::string& path) {
-  const std::string base = lower(std::filesystem::path(path).filename().string());
+std::string benchmark_from_file_name(const std::string& name) {
+  const std::string base = lower(std::filesystem::path(name).filename().string());
   if (base.find("humaneval") != std::string::npos) return "humaneval";
   if (base.find("mt_bench") != std::string::npos || base.find("mt-bench") != std::string::npos) return "mt_bench";
   if (base.find("vicuna") != std::string::npos) return "vicuna_bench";
   if (base.find("gsm8k") != std::string::npos && base.find("test") != std::string::npos) return "gsm8k_test";
+  return "";
+}
+
+std::string held_out_record_reason(const nlohmann::json& record) {
+  if (!record.is_object()) return "";
+  if (record.contains("split") && !(record["split"].is_string() && record["split"].get<std::string>() == "train"))
+    return "its split is " + record["split"].dump() + " (only \"train\" samples are trained on)";
+  if (record.contains("source") && record["source"].is_string()) {
+    const std::string b = benchmark_from_file_name(record["source"].get<std::string>());
+    if (!b.empty()) return "its source " + record["source"].dump() + " is the evaluation set '" + b + "'";
+  }
+  return "";
+}
+
+std::string benchmark_name(const std::string& path) {
+  if (const std::string b = benchmark_from_file_name(path); !b.empty()) return b;
   const nlohmann::json j = first_record(path);
   if (j.is_object()) {
     if (j.contains("task_id") && j["task_id"].is_string() &&

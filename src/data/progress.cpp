@@ -16,8 +16,8 @@ std::string format_duration(double s) {
   return buf;
 }
 
-Progress::Progress(std::string label, int64_t total, int64_t already_done)
-    : label_(std::move(label)), total_(total), start_done_(already_done), done_(already_done),
+Progress::Progress(std::string label, int64_t total, int64_t already_done, std::string unit)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), start_done_(already_done), done_(already_done),
       tty_(::isatty(2) != 0), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 double Progress::seconds() const {
@@ -38,8 +38,14 @@ void Progress::update(int64_t done, int64_t tokens, bool force) {
   const int fill = total_ > 0 ? static_cast<int>(width * done_ / total_) : 0;
   std::string bar(static_cast<size_t>(fill), '#');
   bar.resize(width, '.');
-  std::fprintf(stderr, "%s%s [%s] %lld/%lld  %lld tok  %.1f tok/s  elapsed %s  ETA %s%s", tty_ ? "\r" : "",
-               label_.c_str(), bar.c_str(), static_cast<long long>(done_), static_cast<long long>(total_),
+  std::string rate;
+  if (!unit_.empty()) {
+    char r[64];
+    std::snprintf(r, sizeof r, "  %.2f %s/s", el > 0 ? static_cast<double>(run_done) / el : 0.0, unit_.c_str());
+    rate = r;
+  }
+  std::fprintf(stderr, "%s%s [%s] %lld/%lld%s  %lld tok  %.1f tok/s  elapsed %s  ETA %s%s", tty_ ? "\r" : "",
+               label_.c_str(), bar.c_str(), static_cast<long long>(done_), static_cast<long long>(total_), rate.c_str(),
                static_cast<long long>(tokens_), el > 0 ? tokens_ / el : 0.0, format_duration(el).c_str(),
                run_done > 0 ? format_duration(eta).c_str() : "?", tty_ ? "\x1b[K" : "\n");
   std::fflush(stderr);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -37,28 +36,6 @@ std::vector<std::string> files_with(const std::string& path, const std::vector<s
   return out;
 }
 
-std::vector<int64_t> parse_ids(const std::string& s, const std::string& where) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      out.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      throw std::invalid_argument(where + ": metadata target_layer_ids must be a comma list of integers, got '" + s + "'");
-    }
-  }
-  return out;
-}
-
-std::string meta_or_throw(const io::SafetensorsFile& f, const std::string& key) {
-  const auto it = f.metadata().find(key);
-  if (it == f.metadata().end())
-    throw std::invalid_argument(f.path() + ": metadata '" + key + "' missing (expected a " +
-                                std::string(kDflashHiddenFormat) + " shard)");
-  return it->second;
-}
-
 void check_sample(const Sample& s, const std::string& where) {
   if (s.input_ids.dim() != 1 || s.loss_mask.dim() != 1 || s.input_ids.size(0) != s.loss_mask.size(0))
     throw std::invalid_argument(where + ": input_ids and loss_mask must be [S] of the same length");
@@ -71,58 +48,30 @@ void check_sample(const Sample& s, const std::string& where) {
 
 class DflashHidden : public SampleSource {
  public:
-  explicit DflashHidden(const std::string& path) : path_(path) {
-    for (const auto& f : files_with(path, {".safetensors"})) {
-      auto file = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(f));
-      if (meta_or_throw(*file, "format") != kDflashHiddenFormat)
-        throw std::invalid_argument(f + ": metadata format is '" + file->metadata().at("format") + "', expected " +
-                                    kDflashHiddenFormat);
-      const auto ids = parse_ids(meta_or_throw(*file, "target_layer_ids"), f);
-      if (files_.empty()) {
-        meta_.target_layer_ids = ids;
-        meta_.hidden_size = std::stoll(meta_or_throw(*file, "hidden_size"));
-      } else if (ids != meta_.target_layer_ids) {
-        throw std::invalid_argument(f + ": target_layer_ids differ from the first shard's");
-      }
-      int64_t n = 0;
-      while (file->contains(std::to_string(n) + ".input_ids")) ++n;
-      if (n == 0) throw std::invalid_argument(f + ": no samples (expected tensors '0.input_ids', ...)");
-      for (int64_t i = 0; i < n; ++i) index_.push_back({files_.size(), i});
-      files_.push_back(file);
-    }
-    if (files_.empty()) throw std::invalid_argument(path + ": no *.safetensors shards");
-  }
-  int64_t size() const override { return int64_t(index_.size()); }
+  explicit DflashHidden(const std::string& path) : path_(path), shards_(path) {}
+  int64_t size() const override { return shards_.size(); }
   bool has_features() const override { return true; }
   std::string describe() const override {
-    return path_ + " (" + kDflashHiddenFormat + ", " + std::to_string(index_.size()) + " samples)";
+    std::string d = path_ + " (" + kDflashHiddenFormat + ", " + std::to_string(shards_.size()) + " samples";
+    if (shards_.skipped_on_open() > 0) d += ", " + std::to_string(shards_.skipped_on_open()) + " skipped";
+    return d + ")";
   }
   Sample get(int64_t i) const override {
-    const auto [fi, k] = index_.at(size_t(i));
-    const auto& f = *files_[fi];
-    const std::string p = std::to_string(k) + ".";
-    const std::string where = f.path() + " sample " + std::to_string(k);
-    for (const char* req : {"input_ids", "loss_mask", "hidden_states"})
-      if (!f.contains(p + req)) throw std::invalid_argument(where + ": tensor '" + p + req + "' missing");
-    Sample s;
-    s.input_ids = f.load(p + "input_ids").to(at::kLong);
-    s.loss_mask = f.load(p + "loss_mask").ne(0);
-    s.features = f.load(p + "hidden_states");
-    if (f.contains(p + "last_hidden")) s.last_hidden = f.load(p + "last_hidden");
-    check_sample(s, where);
-    const int64_t nh = int64_t(meta_.target_layer_ids.size()) * meta_.hidden_size;
-    if (s.features.size(1) != nh)
-      throw std::invalid_argument(where + ": hidden_states has " + std::to_string(s.features.size(1)) +
-                                  " features, expected " + std::to_string(nh) + " (layers x hidden_size)");
-    return s;
+    // A non-finite sample is replaced by the next valid one: the step's batch stays full and deterministic.
+    for (int64_t t = 0; t < size(); ++t) {
+      const int64_t j = (i + t) % size();
+      if (auto h = shards_.get(j)) return Sample{h->input_ids, h->loss_mask, h->hidden_states, h->last_hidden};
+    }
+    throw std::invalid_argument(path_ + ": every sample holds NaN or Inf (see warnings above)");
   }
-  const HiddenMeta& meta() const { return meta_; }
+  std::vector<int64_t> target_layer_ids() const override { return shards_.meta().target_layer_ids; }
+  int64_t target_num_layers() const override { return shards_.meta().target_num_layers; }
+  int64_t skipped() const override { return shards_.skipped(); }
+  const HiddenMeta& meta() const { return shards_.meta(); }
 
  private:
   std::string path_;
-  HiddenMeta meta_;
-  std::vector<std::shared_ptr<io::SafetensorsFile>> files_;
-  std::vector<std::pair<size_t, int64_t>> index_;
+  data::HiddenShards shards_;
 };
 
 std::vector<char> read_maybe_gzip(const std::string& path) {
@@ -199,30 +148,16 @@ class SpecForge : public SampleSource {
 std::unique_ptr<SampleSource> open_dflash_hidden(const std::string& path) { return std::make_unique<DflashHidden>(path); }
 std::unique_ptr<SampleSource> open_specforge(const std::string& path) { return std::make_unique<SpecForge>(path); }
 
-bool is_dflash_hidden(const std::string& path) {
-  const auto files = files_with(path, {".safetensors"});
-  if (files.empty()) return false;
-  const auto f = io::SafetensorsFile::open(files.front());
-  const auto it = f.metadata().find("format");
-  return it != f.metadata().end() && it->second == kDflashHiddenFormat;
-}
-
 HiddenMeta dflash_hidden_meta(const std::string& path) { return DflashHidden(path).meta(); }
 
 void write_dflash_shard(const std::string& path, const std::vector<Sample>& samples,
                         const std::vector<int64_t>& target_layer_ids, int64_t hidden_size) {
-  std::vector<std::pair<std::string, at::Tensor>> t;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const std::string p = std::to_string(i) + ".";
-    t.emplace_back(p + "input_ids", samples[i].input_ids.to(at::kLong));
-    t.emplace_back(p + "loss_mask", samples[i].loss_mask.to(at::kByte));
-    t.emplace_back(p + "hidden_states", samples[i].features);
-    if (samples[i].last_hidden.defined()) t.emplace_back(p + "last_hidden", samples[i].last_hidden);
-  }
-  std::string ids;
-  for (auto id : target_layer_ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  io::save_safetensors(path, t,
-                       {{"format", kDflashHiddenFormat}, {"target_layer_ids", ids}, {"hidden_size", std::to_string(hidden_size)}});
+  std::vector<data::HiddenSample> h;
+  for (const auto& s : samples) h.push_back({s.input_ids, s.loss_mask, s.features, s.last_hidden});
+  HiddenMeta m;
+  m.target_layer_ids = target_layer_ids;
+  m.hidden_size = hidden_size;
+  data::write_hidden_shard(path, h, m);
 }
 
 std::unique_ptr<SampleSource> open_samples(const std::string& path, const std::string& format) {
@@ -233,6 +168,7 @@ std::unique_ptr<SampleSource> open_samples(const std::string& path, const std::s
   auto ends = [&](const std::string& e) { return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0; };
   if (ends(".jsonl") || ends(".jsonl.gz")) return open_token_samples(path);
   if (ends(".pt") || ends(".ckpt") || ends(".gz")) return open_specforge(path);
+  if (fs::is_directory(path) && fs::exists(fs::path(path) / data::kHiddenIndexFile)) return open_dflash_hidden(path);
   if (ends(".safetensors") || fs::is_directory(path)) {
     if (fs::is_directory(path) && files_with(path, {".safetensors"}).empty()) {
       if (!files_with(path, {".ckpt", ".pt", ".gz"}).empty()) return open_specforge(path);

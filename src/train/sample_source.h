@@ -24,6 +24,10 @@ class SampleSource {
   virtual Sample get(int64_t i) const = 0;
   virtual bool has_features() const = 0;  // false: online (the trainer runs the target)
   virtual std::string describe() const = 0;
+  // What the features were computed with, when the files record it (empty / 0: unknown).
+  virtual std::vector<int64_t> target_layer_ids() const { return {}; }
+  virtual int64_t target_num_layers() const { return 0; }
+  virtual int64_t skipped() const { return 0; }  // invalid samples left out so far (warned on stderr)
 };
 
 // `format`: auto | tokens | dflash | specforge (docs/TRAINING.md "Data formats").

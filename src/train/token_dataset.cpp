@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "held_out.h"
 #include "safetensors.h"
 #include "sample_source.h"
 
@@ -68,6 +69,8 @@ class TokenSamples : public SampleSource {
       if (!j.is_object() || !j.contains("input_ids") || !j.contains("loss_mask") || !j["input_ids"].is_array() ||
           !j["loss_mask"].is_array())
         throw std::invalid_argument(where + ": expected {\"input_ids\": [...], \"loss_mask\": [...]}");
+      if (const std::string why = data::held_out_record_reason(j); !why.empty())
+        throw std::invalid_argument(where + ": held-out sample, never trained on: " + why);
       std::vector<int64_t> ids, mask;
       try {
         ids = j["input_ids"].get<std::vector<int64_t>>();

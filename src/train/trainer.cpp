@@ -22,6 +22,7 @@
 #include "checkpoint.h"
 #include "distributed.h"
 #include "drafter_model.h"
+#include "hidden_shards.h"
 #include "memory_planner.h"
 #include "optimizer.h"
 #include "safetensors.h"
@@ -171,6 +172,21 @@ int64_t default_threads_per_worker(size_t workers) {
   return std::max<int64_t>(1, int64_t(hw) / int64_t(workers));
 }
 
+// Offline features only fit the drafter they were dumped for: the same target layers of a target as deep.
+void check_features_match(const SampleSource& samples, const drafter::DrafterConfig& d, const std::string& path) {
+  const auto ids = samples.target_layer_ids();
+  const std::string have = data::join_ids(ids), want = data::join_ids(d.target_layer_ids);
+  if (!ids.empty() && ids != d.target_layer_ids)
+    throw std::invalid_argument("data: " + path + " holds hidden states of target layers [" + have +
+                                "], the drafter config asks for [" + want +
+                                "]; dump again with `dflash data dump-hidden --target-layer-ids " + want +
+                                "` or train with target_layer_ids = " + have);
+  const int64_t L = samples.target_num_layers();
+  if (L > 0 && L != d.num_target_layers)
+    throw std::invalid_argument("data: " + path + " was dumped from a target with " + std::to_string(L) +
+                                " layers, the drafter config's target has " + std::to_string(d.num_target_layers));
+}
+
 }  // namespace
 
 void install_sigint_handler() { std::signal(SIGINT, on_sigint); }
@@ -270,6 +286,7 @@ int run_training(const TrainConfig& cfg) {
     frozen_cpu = frozen_from_model(*target);
   }
 
+  check_features_match(*samples, dcfg, cfg.data);
   const int64_t per_step = cfg.batch_size * cfg.grad_accum * W * coll->world();
   const int64_t total_steps =
       cfg.steps > 0 ? cfg.steps : (cfg.epochs * samples->size() + per_step - 1) / per_step;
@@ -472,6 +489,8 @@ int run_training(const TrainConfig& cfg) {
     if (stopped || pause) break;
   }
   producer.stop();
+  if (lead && samples->skipped() > 0)
+    log.message("data: " + std::to_string(samples->skipped()) + " invalid samples skipped (named in the warnings above)");
   if (const char* d = std::getenv("DFLASH_TEST_DUMP_RANK_WEIGHTS"); d && std::string(d) == "1") {
     // Test hook: every rank writes its master weights, to check that the ranks stayed identical.
     io::save_safetensors((fs::path(cfg.out) / ("weights.rank" + std::to_string(coll->rank()) + ".safetensors")).string(),

@@ -1,0 +1,282 @@
+// `dflash data dump-hidden`: offline training data. The target runs over the samples of a JSONL file written
+// by `dflash data regenerate` (input_ids + loss_mask per line) and each sample's target-layer outputs are
+// stored as bf16 [S, n*H] in dflash-hidden-v1 shards (hidden_shards.h). Resumable: every shard is written
+// atomically, then index.json (also atomic) lists it; a rerun continues after the last listed shard.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "args.h"
+#include "drafter_config.h"
+#include "held_out.h"
+#include "hidden_shards.h"
+#include "progress.h"
+#include "prompt_sources.h"
+#include "target_loader.h"
+
+namespace fs = std::filesystem;
+
+namespace dflash::cli {
+namespace {
+
+struct Record {
+  std::vector<int64_t> ids, mask;
+};
+
+// Every sample of a regenerate-style JSONL file, in line order; held-out samples are an error.
+std::vector<Record> read_records(const std::string& path, int64_t limit) {
+  const std::string text = data::read_text_file(path);
+  std::vector<Record> out;
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < text.size() && (limit < 0 || int64_t(out.size()) < limit)) {
+    size_t end = text.find('\n', pos);
+    const bool last_unterminated = end == std::string::npos;
+    if (last_unterminated) end = text.size();
+    const std::string l = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line;
+    if (l.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(l);
+    } catch (const std::exception& e) {
+      if (last_unterminated) {  // a writer still appending (or interrupted): the line is not complete yet
+        std::fprintf(stderr, "%s: ignoring an unterminated last line\n", where.c_str());
+        break;
+      }
+      throw std::invalid_argument(where + ": invalid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("input_ids") || !j.contains("loss_mask") || !j["input_ids"].is_array() ||
+        !j["loss_mask"].is_array())
+      throw std::invalid_argument(where + ": expected {\"input_ids\": [...], \"loss_mask\": [...]}");
+    if (const std::string why = data::held_out_record_reason(j); !why.empty())
+      throw std::invalid_argument(where + ": held-out sample, never dumped as training data: " + why);
+    Record r;
+    try {
+      r.ids = j["input_ids"].get<std::vector<int64_t>>();
+      for (const auto& v : j["loss_mask"]) r.mask.push_back(v.is_boolean() ? int64_t(v.get<bool>()) : v.get<int64_t>());
+    } catch (const std::exception&) {
+      throw std::invalid_argument(where + ": input_ids and loss_mask must be integer arrays");
+    }
+    if (r.ids.size() != r.mask.size())
+      throw std::invalid_argument(where + ": input_ids and loss_mask differ in length (" + std::to_string(r.ids.size()) +
+                                  " vs " + std::to_string(r.mask.size()) + ")");
+    if (r.ids.size() < 2) throw std::invalid_argument(where + ": a sample needs at least 2 tokens");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Atomic small-file write: temporary file, fsync, rename, fsync of the folder.
+void write_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error(tmp.string() + ": cannot create");
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) {
+      ::close(fd);
+      throw std::runtime_error(tmp.string() + ": write failed");
+    }
+    off += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) throw std::runtime_error(tmp.string() + ": fsync failed");
+  fs::rename(tmp, path);
+  const int dfd = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// The shards of an earlier run that are still intact (listed, present, of the recorded size); a damaged one
+// and everything after it are dropped so they are written again.
+nlohmann::json intact_shards(const fs::path& dir, const nlohmann::json& listed) {
+  nlohmann::json keep = nlohmann::json::array();
+  int64_t next = 0;
+  for (const auto& s : listed) {
+    const fs::path f = dir / s.at("file").get<std::string>();
+    std::error_code ec;
+    const auto size = fs::file_size(f, ec);
+    if (ec || int64_t(size) != s.at("bytes").get<int64_t>() || s.at("first_record").get<int64_t>() != next) {
+      std::fprintf(stderr, "%s: missing, truncated or out of order; it and later shards are written again\n",
+                   f.string().c_str());
+      break;
+    }
+    next += s.at("records").get<int64_t>();
+    keep.push_back(s);
+  }
+  return keep;
+}
+
+}  // namespace
+
+int data_dump_hidden_main(const std::vector<std::string>& args) {
+  Args a("data dump-hidden", "target hidden states of training samples as dflash-hidden-v1 shards (offline mode)");
+  a.option("target", "PATH", "", "target: a .gguf file or a Hugging Face folder");
+  a.option("data", "PATH", "", "samples JSONL from `dflash data regenerate` (input_ids + loss_mask per line)");
+  a.option("out", "DIR", "", "output folder: shard-NNNNN.safetensors + index.json (rerun to resume)");
+  a.option("target-layer-ids", "IDS", "", "comma list of target layers (empty: SPEC default for --drafter-layers)");
+  a.option("drafter-layers", "N", "1", "drafter layers the SPEC default layer choice is made for");
+  a.option("max-len", "N", "4096", "truncate samples to this many tokens (as the trainer's max_len)");
+  a.option("samples-per-shard", "N", "1000", "samples per shard file");
+  a.option("target-dtype", "DTYPE", "fp32", "dtype the target runs in: fp32 | bf16 (stored features are bf16)");
+  a.flag("last-hidden", "also store the final-normed last hidden state (needed for kl_weight > 0)");
+  a.option("limit", "N", "-1", "dump the first N samples (-1: all); a rerun may raise it");
+  a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
+  if (!a.parse(args)) return 0;
+  for (const char* req : {"target", "data", "out"})
+    if (a.str(req).empty()) throw std::invalid_argument(std::string("data dump-hidden: --") + req + " is required");
+  if (a.i64("threads") > 0) at::set_num_threads(static_cast<int>(a.i64("threads")));
+  const int64_t max_len = a.i64("max-len"), per_shard = a.i64("samples-per-shard");
+  if (max_len < 2) throw std::invalid_argument("--max-len must be >= 2");
+  if (per_shard < 1) throw std::invalid_argument("--samples-per-shard must be >= 1");
+  if (a.i64("drafter-layers") < 1) throw std::invalid_argument("--drafter-layers must be >= 1");
+  const std::string tdt = a.str("target-dtype");
+  if (tdt != "fp32" && tdt != "bf16") throw std::invalid_argument("--target-dtype must be fp32 or bf16, got '" + tdt + "'");
+  const std::string data_path = a.str("data");
+  data::check_split_allowed(data_path, "train");  // an evaluation set's file is refused by name or shape
+
+  const std::string target_path = a.str("target");
+  const models::TargetConfig tcfg = models::read_target_config(target_path);
+  const std::vector<int64_t> layer_ids =
+      a.str("target-layer-ids").empty()
+          ? drafter::default_target_layer_ids(tcfg.num_hidden_layers, a.i64("drafter-layers"))
+          : data::parse_layer_ids(a.str("target-layer-ids"), "--target-layer-ids");
+  for (auto id : layer_ids)
+    if (id < 0 || id >= tcfg.num_hidden_layers)
+      throw std::invalid_argument("--target-layer-ids: layer " + std::to_string(id) + " is outside the target's " +
+                                  std::to_string(tcfg.num_hidden_layers) + " layers");
+
+  data::HiddenMeta meta;
+  meta.target_layer_ids = layer_ids;
+  meta.hidden_size = tcfg.hidden_size;
+  meta.target_num_layers = tcfg.num_hidden_layers;
+  fs::path tname = fs::absolute(target_path).lexically_normal();
+  if (tname.filename().empty()) tname = tname.parent_path();  // "folder/" names the folder
+  meta.target = tname.filename().string() + " (" + tcfg.model_type +
+                ", " + std::to_string(tcfg.num_hidden_layers) + " layers, hidden " + std::to_string(tcfg.hidden_size) +
+                ", vocab " + std::to_string(tcfg.vocab_size) + ")";
+  // What a resumed run must share with the first one (the limit may grow).
+  const nlohmann::json settings = {{"target", fs::absolute(target_path).lexically_normal().string()},
+                                   {"target_identity", meta.target},
+                                   {"target_num_layers", tcfg.num_hidden_layers},
+                                   {"data", fs::absolute(data_path).lexically_normal().string()},
+                                   {"target_layer_ids", layer_ids},
+                                   {"hidden_size", tcfg.hidden_size},
+                                   {"max_len", max_len},
+                                   {"samples_per_shard", per_shard},
+                                   {"target_dtype", tdt},
+                                   {"last_hidden", a.on("last-hidden")},
+                                   {"dtype", "bf16"}};
+
+  const fs::path out = a.str("out");
+  fs::create_directories(out);
+  const fs::path index_path = out / data::kHiddenIndexFile;
+  nlohmann::json index = {{"format", data::kDflashHiddenFormat}, {"settings", settings}, {"shards", nlohmann::json::array()}};
+  if (fs::exists(index_path)) {
+    nlohmann::json old;
+    try {
+      std::ifstream in(index_path);
+      old = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(index_path.string() + ": invalid JSON (" + e.what() + ")");
+    }
+    const nlohmann::json& os = old.contains("settings") ? old["settings"] : nlohmann::json::object();
+    for (const auto& [k, v] : settings.items())
+      if (!os.contains(k) || os[k] != v)
+        throw std::runtime_error(out.string() + ": was dumped with " + k + " = " + (os.contains(k) ? os[k].dump() : "?") +
+                                 ", this run has " + v.dump() + "; use another --out or the same settings");
+    index["shards"] = intact_shards(out, old.value("shards", nlohmann::json::array()));
+  }
+
+  for (const auto& e : fs::directory_iterator(out))  // temporary files of an interrupted run
+    if (e.path().filename().string().rfind("shard-", 0) == 0 && e.path().filename().string().find(".tmp") != std::string::npos)
+      fs::remove(e.path());
+
+  const std::vector<Record> records = read_records(data_path, a.i64("limit"));
+  int64_t next = 0, stored = 0;  // records covered, samples written
+  for (const auto& s : index["shards"]) next += s["records"].get<int64_t>(), stored += s["samples"].get<int64_t>();
+  if (next > int64_t(records.size()))
+    throw std::runtime_error(out.string() + ": already holds " + std::to_string(next) + " samples, " + data_path +
+                             " (with --limit) has only " + std::to_string(records.size()));
+  const int64_t already = next;
+  if (already > 0)
+    std::fprintf(stderr, "%s: resuming after %lld samples in %zu complete shards\n", out.string().c_str(),
+                 (long long)already, index["shards"].size());
+
+  models::TargetLoadOptions topt;
+  topt.dtype = tdt == "bf16" ? at::kBFloat16 : at::kFloat;
+  const models::TargetModel model = models::load_target(target_path, topt);
+  const std::vector<int> capture(layer_ids.begin(), layer_ids.end());
+  at::NoGradGuard no_grad;
+
+  data::Progress bar("dump-hidden", int64_t(records.size()), already, "samples");
+  int64_t tokens = 0, nonfinite = 0;
+  while (next < int64_t(records.size())) {
+    const int64_t count = std::min<int64_t>(per_shard, int64_t(records.size()) - next);
+    std::vector<data::HiddenSample> samples;
+    int64_t shard_tokens = 0;
+    for (int64_t r = next; r < next + count; ++r) {
+      const Record& rec = records[size_t(r)];
+      const int64_t S = std::min<int64_t>(max_len, int64_t(rec.ids.size()));
+      data::HiddenSample s;
+      s.input_ids = at::tensor(std::vector<int64_t>(rec.ids.begin(), rec.ids.begin() + S), at::kLong);
+      s.loss_mask = at::tensor(std::vector<int64_t>(rec.mask.begin(), rec.mask.begin() + S), at::kLong).ne(0);
+      const auto o = model.forward(s.input_ids.unsqueeze(0), nullptr, capture, false, a.on("last-hidden"));
+      std::vector<at::Tensor> parts;
+      for (int id : capture) parts.push_back(o.hidden.at(id)[0].to(at::kCPU));
+      s.hidden_states = at::cat(parts, -1).to(at::kBFloat16).contiguous();
+      if (a.on("last-hidden")) s.last_hidden = o.last_hidden[0].to(at::kCPU).to(at::kBFloat16).contiguous();
+      bar.update(r + 1, tokens += S);
+      if (!at::isfinite(s.hidden_states).all().item<bool>() ||
+          (s.last_hidden.defined() && !at::isfinite(s.last_hidden).all().item<bool>())) {
+        ++nonfinite;  // the reader would skip it anyway; leaving it out keeps the shards clean
+        std::fprintf(stderr, "\nwarning: %s: sample %lld: the target's hidden states hold NaN/Inf (in bf16); not stored\n",
+                     data_path.c_str(), (long long)r);
+        continue;
+      }
+      samples.push_back(std::move(s));
+      shard_tokens += S;
+    }
+    char name[64];
+    std::snprintf(name, sizeof name, "shard-%05zu.safetensors", index["shards"].size());
+    const fs::path shard = out / name;
+    data::write_hidden_shard(shard.string(), samples, meta, {{"split", "train"}});
+    index["shards"].push_back({{"file", name},
+                               {"samples", int64_t(samples.size())},
+                               {"records", count},
+                               {"first_record", next},
+                               {"tokens", shard_tokens},
+                               {"bytes", int64_t(fs::file_size(shard))}});
+    next += count;
+    stored += int64_t(samples.size());
+    index["samples"] = stored;
+    write_atomic(index_path, index.dump(1) + "\n");  // the shard counts only once the index lists it
+  }
+  if (!fs::exists(index_path)) {
+    index["samples"] = stored;
+    write_atomic(index_path, index.dump(1) + "\n");
+  }
+  bar.finish();
+  std::fprintf(stderr,
+               "dumped %lld new samples (%lld tokens, %lld left out for NaN/Inf) in %.1f s; %s holds %lld samples in "
+               "%zu shards\n",
+               (long long)(next - already - nonfinite), (long long)tokens, (long long)nonfinite, bar.seconds(),
+               out.string().c_str(), (long long)stored, index["shards"].size());
+  return 0;
+}
+
+}  // namespace dflash::cli
