@@ -6,7 +6,7 @@
 #
 # The device machine has its own python3 with torch (no .venv, no network, maybe no GTest or
 # nlohmann-json). Before the device call, run here:   bash scripts/gpu_check.sh --prepare
-# which downloads the two Debian dev packages into .cache/gpu_deps; then call the device with
+# which downloads the Debian dev packages (json, gtest, yaml-cpp) into .cache/gpu_deps; then call the device with
 #   carry: [".cache/gpu_deps"]   command: bash scripts/gpu_check.sh   timeout_s: 540
 # Outputs (logs, JSON) go to $OUT when set, else to gpu-check-out/.
 set -uo pipefail
@@ -15,7 +15,7 @@ ROOT=$PWD
 DEPS=$ROOT/.cache/gpu_deps
 
 if [[ "${1:-}" == "--prepare" ]]; then
-  mkdir -p "$DEPS" && cd "$DEPS" && apt-get download nlohmann-json3-dev libgtest-dev && ls -l "$DEPS"
+  mkdir -p "$DEPS" && cd "$DEPS" && apt-get download nlohmann-json3-dev libgtest-dev libyaml-cpp-dev libyaml-cpp0.7 && ls -l "$DEPS"
   exit $?
 fi
 
@@ -99,6 +99,18 @@ step "gpu_bench_attention.py (ours vs flex vs per-block SDPA)" 180 "$OUTDIR/benc
 step "build dflash CLI" 150 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash -j16
 step "dflash bench attention --device cuda" 120 "$OUTDIR/bench_cli.log" "$BUILD/dflash" bench attention \
   --device cuda --configs seed-scaled-bf16,seed,qwen3.6-27b --json "$OUTDIR/bench_cli.json"
+
+# NCCL smoke (cheap: tiny model, 3 steps): two CUDA workers on one GPU in one process, gradients summed on the
+# device and all-reduced by c10d ProcessGroupNCCL in a group of one; weights must match the CPU run. A skip
+# (no NCCL in the build, no GPU seen) fails here: DFLASH_REQUIRE_CUDA turns it into a test failure.
+if grep -q "c10d NCCL enabled" "$OUTDIR/build.log"; then
+  note "INFO  configure: c10d NCCL enabled"
+else
+  note "INFO  configure did not enable c10d NCCL (see build.log)"
+fi
+step "build test_train" 150 "$OUTDIR/build.log" cmake --build "$BUILD" --target test_train -j16
+step "NCCL smoke: 2 CUDA workers + NCCL group of one == CPU" 90 "$OUTDIR/nccl.log" env DFLASH_REQUIRE_CUDA=1 \
+  "$BUILD/tests/train/test_train" --gtest_filter='MiniTraining.NcclTwoCudaWorkersMatchCpu:DistBackend.*'
 
 # Later: a tiny GPU training run (a few hundred steps of the drafter on the SmolLM2 target with
 # --device cuda, checking that the loss falls and tau > 1) belongs here, once `dflash train` exists.

@@ -4,10 +4,13 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #ifdef DFLASH_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+#ifdef DFLASH_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 namespace dflash::train {
@@ -24,8 +27,8 @@ class Single : public Collective {
 std::string env_or_throw(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v)
-    throw std::invalid_argument(std::string("distributed: WORLD_SIZE > 1 but ") + name +
-                                " is not set (set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun does)");
+    throw std::invalid_argument(std::string("distributed: a process group needs ") + name +
+                                " (set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun does)");
   return v;
 }
 
@@ -40,31 +43,52 @@ int env_int(const char* name) {
   throw std::invalid_argument(std::string("distributed: ") + name + " must be an integer, got '" + v + "'");
 }
 
+[[maybe_unused]] c10::intrusive_ptr<c10d::TCPStore> make_store(int rank, int world, const std::string& addr, int port) {
+  c10d::TCPStoreOptions o;
+  o.port = uint16_t(port);
+  o.isServer = rank == 0;
+  o.numWorkers = world;
+  o.waitWorkers = true;
+  o.timeout = std::chrono::seconds(120);
+  return c10::make_intrusive<c10d::TCPStore>(addr, o);
+}
+
+std::string where(int rank, int world, const std::string& addr, int port) {
+  return "rank " + std::to_string(rank) + " of " + std::to_string(world) + " via " + addr + ":" + std::to_string(port);
+}
+
+// Runs `reduce` on `t` itself when it is on `dev`, else on a copy there that is copied back.
+template <typename F>
+void on_device(at::Tensor& t, const at::Device& dev, F reduce) {
+  if (t.device() == dev && t.is_contiguous()) {
+    reduce(t);
+    return;
+  }
+  at::Tensor x = t.to(dev).contiguous();
+  reduce(x);
+  t.copy_(x);
+}
+
 #ifdef DFLASH_HAVE_GLOO
 class Gloo : public Collective {
  public:
   Gloo(int rank, int world, const std::string& addr, int port) : rank_(rank), world_(world) {
-    c10d::TCPStoreOptions o;
-    o.port = uint16_t(port);
-    o.isServer = rank == 0;
-    o.numWorkers = world;
-    o.waitWorkers = true;
-    o.timeout = std::chrono::seconds(120);
-    store_ = c10::make_intrusive<c10d::TCPStore>(addr, o);
+    store_ = make_store(rank, world, addr, port);
     auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
     // Loopback runs bind Gloo to 127.0.0.1; otherwise Gloo picks the interface of this host's name.
     const bool loopback = addr == "127.0.0.1" || addr == "localhost";
     opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                      : c10d::ProcessGroupGloo::createDefaultDevice());
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, world, opts);
-    desc_ = "c10d Gloo, rank " + std::to_string(rank) + " of " + std::to_string(world) + " via " + addr + ":" +
-            std::to_string(port);
+    desc_ = "c10d Gloo, " + where(rank, world, addr, port);
   }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   void allreduce_sum(at::Tensor& t) override {
-    std::vector<at::Tensor> v{t};
-    pg_->allreduce(v)->wait();
+    on_device(t, at::kCPU, [&](at::Tensor& x) {
+      std::vector<at::Tensor> v{x};
+      pg_->allreduce(v)->wait();
+    });
   }
   std::string describe() const override { return desc_; }
 
@@ -73,6 +97,44 @@ class Gloo : public Collective {
   std::string desc_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+#endif
+
+#ifdef DFLASH_HAVE_NCCL
+class Nccl : public Collective {
+ public:
+  Nccl(int rank, int world, const std::string& addr, int port, const at::Device& dev)
+      : rank_(rank), world_(world), dev_(dev) {
+    store_ = make_store(rank, world, addr, port);
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = std::chrono::seconds(300);
+    pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank, world, opts);
+    desc_ = "c10d NCCL on " + dev.str() + ", " + where(rank, world, addr, port);
+  }
+  // An explicit shutdown: destroying a ProcessGroupNCCL without one makes it warn and abort its communicators.
+  ~Nccl() override {
+    try {
+      pg_->shutdown();
+    } catch (const std::exception&) {
+    }
+  }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  void allreduce_sum(at::Tensor& t) override {
+    on_device(t, dev_, [&](at::Tensor& x) {
+      std::vector<at::Tensor> v{x};
+      // wait() orders the current stream after NCCL's; later kernels and copies on it see the sum.
+      pg_->allreduce(v)->wait();
+    });
+  }
+  std::string describe() const override { return desc_; }
+
+ private:
+  int rank_, world_;
+  at::Device dev_;
+  std::string desc_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
 };
 #endif
 
@@ -86,24 +148,54 @@ bool have_gloo() {
 #endif
 }
 
-std::unique_ptr<Collective> collective_from_env() {
+bool have_nccl() {
+#ifdef DFLASH_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string resolve_backend(const std::string& setting, const at::Device& grad_device) {
+  const bool cuda = grad_device.is_cuda();
+  if (setting == "auto") return cuda && have_nccl() ? "nccl" : "gloo";
+  if (setting == "gloo") return "gloo";
+  if (setting != "nccl")
+    throw std::invalid_argument("train config: 'dist_backend' must be auto, gloo or nccl, got '" + setting + "'");
+  if (!cuda)
+    throw std::invalid_argument("train config: 'dist_backend' nccl needs every drafter device to be CUDA (cuda:N); "
+                                "use gloo or auto for CPU workers");
+  if (!have_nccl())
+    throw std::invalid_argument("train config: 'dist_backend' nccl: this build has no c10d NCCL (it needs the CUDA "
+                                "torch wheel and nccl.h at configure time); use gloo");
+  return "nccl";
+}
+
+std::unique_ptr<Collective> collective_from_env(const std::string& setting, const at::Device& grad_device) {
+  const std::string backend = resolve_backend(setting, grad_device);
   const char* ws = std::getenv("WORLD_SIZE");
-  if (!ws || std::string(ws).empty() || std::string(ws) == "1") return std::make_unique<Single>();
+  if (!ws || std::string(ws).empty()) return std::make_unique<Single>();
+  if (std::string(ws) == "1" && setting == "auto") return std::make_unique<Single>();
   const int world = env_int("WORLD_SIZE"), rank = env_int("RANK");
   if (world < 1 || rank < 0 || rank >= world)
     throw std::invalid_argument("distributed: need 0 <= RANK < WORLD_SIZE, got RANK=" + std::to_string(rank) +
                                 " WORLD_SIZE=" + std::to_string(world));
   const std::string addr = env_or_throw("MASTER_ADDR");
   const int port = env_int("MASTER_PORT");
-#ifdef DFLASH_HAVE_GLOO
-  return std::make_unique<Gloo>(rank, world, addr, port);
-#else
-  (void)addr;
-  (void)port;
-  throw std::invalid_argument(
-      "distributed: this build has no Gloo (the torch wheel ships no gloo headers; install Debian's libgloo-dev "
-      "and re-run cmake)");
+  if (backend == "nccl") {
+#ifdef DFLASH_HAVE_NCCL
+    return std::make_unique<Nccl>(rank, world, addr, port, grad_device);
 #endif
+  } else {
+#ifdef DFLASH_HAVE_GLOO
+    return std::make_unique<Gloo>(rank, world, addr, port);
+#else
+    throw std::invalid_argument(
+        "distributed: this build has no Gloo (the torch wheel ships no gloo headers; install Debian's libgloo-dev "
+        "and re-run cmake)");
+#endif
+  }
+  throw std::logic_error("distributed: no backend for '" + backend + "'");
 }
 
 }  // namespace dflash::train

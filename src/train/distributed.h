@@ -1,13 +1,16 @@
 // Gradient averaging across processes with c10d (PyTorch's distributed engine, from the LibTorch in the
 // wheel): rendezvous from torchrun-style env vars RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT through a
-// c10d::TCPStore on rank 0, and c10d::ProcessGroupGloo for the all-reduce. The trainer reduces its workers'
-// gradients into one CPU buffer first, so one Gloo all-reduce per step serves CPU and GPU workers alike.
-// (ProcessGroupNCCL is not wired: the all-reduce runs on the CPU master buffer.)
+// c10d::TCPStore on rank 0, then one of two backends for the all-reduce:
+// - ProcessGroupGloo (CPU workers): the trainer sums its workers' gradients into one CPU buffer.
+// - ProcessGroupNCCL (CUDA workers; builds with the CUDA torch wheel and nccl.h): the trainer sums its
+//   workers' gradients on the first drafter device and NCCL reduces them there, with no copy to the host.
+// A tensor on another device than the backend's is copied over and back (e.g. Gloo with CUDA workers).
 #pragma once
 #include <memory>
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 namespace dflash::train {
 
@@ -16,15 +19,22 @@ class Collective {
   virtual ~Collective() = default;
   virtual int rank() const = 0;
   virtual int world() const = 0;
-  // In-place sum over all processes of a contiguous CPU tensor (same shape/dtype everywhere).
+  // In-place sum over all processes of a contiguous tensor (same shape/dtype everywhere), on any device.
   virtual void allreduce_sum(at::Tensor& t) = 0;
   virtual std::string describe() const = 0;
 };
 
-// WORLD_SIZE unset or 1: a single-process collective (no-op). Otherwise joins the c10d group; throws with
-// the missing variable's name, or when this build has no Gloo (then says how to get it).
-std::unique_ptr<Collective> collective_from_env();
+// "gloo" or "nccl" for the `dist_backend` setting ("auto": nccl when the gradients live on a CUDA device
+// and this build has NCCL, else gloo). Throws for nccl with a CPU gradient device or without NCCL.
+std::string resolve_backend(const std::string& setting, const at::Device& grad_device);
+
+// WORLD_SIZE unset, or 1 with dist_backend auto: a single-process collective (no-op). Otherwise joins the
+// c10d group (WORLD_SIZE=1 with an explicit backend joins a group of one: a smoke test of that backend).
+// Throws with the missing variable's name, or when this build lacks the backend (then says how to get it).
+std::unique_ptr<Collective> collective_from_env(const std::string& setting = "auto",
+                                                const at::Device& grad_device = at::kCPU);
 
 bool have_gloo();
+bool have_nccl();
 
 }  // namespace dflash::train

@@ -27,11 +27,10 @@ int train_main(const std::vector<std::string>& argv) {
     base.stop_after = 0;  // a pause applies to the invocation that asked for it
     for (size_t i = 0; i < argv.size(); ++i) {
       if (argv[i] == "--config" && i + 1 < argv.size()) {
-        train::apply_json(base, train::read_config_file(argv[i + 1]), argv[i + 1]);
+        train::apply_config_file(base, argv[i + 1]);
         ++i;
       } else if (argv[i].rfind("--config=", 0) == 0) {
-        const std::string f = argv[i].substr(9);
-        train::apply_json(base, train::read_config_file(f), f);
+        train::apply_config_file(base, argv[i].substr(9));
       }
     }
     train::apply_json(base, flags, "command line");

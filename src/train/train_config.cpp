@@ -1,12 +1,14 @@
 #include "train_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <variant>
 
 #include "args.h"
+#include "config_yaml.h"
 
 namespace dflash::train {
 namespace {
@@ -53,6 +55,8 @@ const std::vector<Field>& fields() {
       {{"loss_chunk_rows", "int", "rows of logits per loss chunk"}, &C::loss_chunk_rows},
       {{"drafter_devices", "str", "one worker thread per device, e.g. cpu,cpu"}, &C::drafter_devices},
       {{"target_devices", "str", "online target pipeline devices"}, &C::target_devices},
+      {{"dist_backend", "str", "multi-process all-reduce: auto (nccl for CUDA workers, else gloo) | gloo | nccl"},
+       &C::dist_backend},
       {{"checkpoint_every", "int", "steps between checkpoints"}, &C::checkpoint_every},
       {{"keep_checkpoints", "int", "checkpoints kept"}, &C::keep_checkpoints},
       {{"log_every", "int", "steps between metrics lines"}, &C::log_every},
@@ -138,6 +142,8 @@ void TrainConfig::validate() const {
   require(queue_depth >= 1, "queue_depth", ">= 1", std::to_string(queue_depth));
   require(stop_after >= 0, "stop_after", ">= 0", std::to_string(stop_after));
   require(init_std > 0, "init_std", "> 0", std::to_string(init_std));
+  require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
+          "auto, gloo or nccl", "'" + dist_backend + "'");
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
@@ -153,7 +159,12 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
     const Field* f = nullptr;
     for (const auto& x : fields())
       if (x.info.key == key) f = &x;
-    if (!f) throw std::invalid_argument(where + ": unknown key '" + key + "' (see docs/TRAINING.md)");
+    if (!f) {
+      std::string valid;
+      for (const auto& x : fields()) valid += (valid.empty() ? "" : ", ") + x.info.key;
+      throw std::invalid_argument(where + ": unknown key '" + key + "' (valid keys: " + valid +
+                                  "; see docs/TRAINING.md)");
+    }
     const std::string bad = where + ": key '" + key + "' expects ";
     std::visit(
         [&](auto m) {
@@ -183,24 +194,54 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
   }
 }
 
-nlohmann::json read_config_file(const std::string& path) {
-  const auto ext = path.size() >= 5 ? path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.')) : "";
-  if (ext == ".yaml" || ext == ".yml")
-    throw std::invalid_argument(path + ": YAML configs are not supported; write the same keys as JSON");
+namespace {
+
+std::string read_text(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(path + ": cannot read the config file");
   std::stringstream ss;
   ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string extension(const std::string& path) {
+  const auto slash = path.find_last_of('/'), dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  std::string e = path.substr(dot);
+  for (char& ch : e) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return e;
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& path) {
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw std::invalid_argument(path + ": invalid JSON: " + e.what());
   }
 }
 
+}  // namespace
+
+nlohmann::json read_config_file(const std::string& path) { return parse_json_text(read_text(path), path); }
+
+bool have_yaml() { return yaml_supported(); }
+
+void apply_config_file(TrainConfig& c, const std::string& path) {
+  const std::string text = read_text(path), ext = extension(path);
+  bool yaml = ext == ".yaml" || ext == ".yml";
+  if (!yaml && ext != ".json") {  // decide by content: JSON settings are an object
+    const auto first = text.find_first_not_of(" \t\r\n");
+    yaml = first == std::string::npos || text[first] != '{';
+  }
+  if (yaml)
+    apply_yaml_settings(c, text, path);
+  else
+    apply_json(c, parse_json_text(text, path), path);
+}
+
 bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nlohmann::json* flag_values) {
   cli::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
-  a.option("config", "FILE", "", "JSON settings file (flags override it)");
+  a.option("config", "FILE", "", "JSON or YAML settings file (flags override it)");
   const nlohmann::json defaults = to_json(TrainConfig{});
   for (const auto& f : fields()) {
     // The parser's own default stays empty so that given() tells flags from file values; the help shows it.
@@ -211,7 +252,7 @@ bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nl
   }
   if (!a.parse(argv)) return false;
   TrainConfig c;
-  if (a.given("config")) apply_json(c, read_config_file(a.str("config")), a.str("config"));
+  if (a.given("config")) apply_config_file(c, a.str("config"));
   nlohmann::json flags = nlohmann::json::object();
   for (const auto& f : fields()) {
     const std::string name = flag_name(f.info.key);

@@ -1,5 +1,5 @@
-// `dflash train` settings: one table of fields (name, kind, default, help) read from a JSON file and from
-// flags (--num-anchors for num_anchors); flags override the file; unknown keys and flags are errors.
+// `dflash train` settings: one table of fields (name, kind, default, help) read from a JSON or YAML file and
+// from flags (--num-anchors for num_anchors); flags override the file; unknown keys and flags are errors.
 // Defaults follow SPEC.md (AdamW wd 0, lr 6e-4, cosine with 4% warmup, clip 1.0, 512 anchors, B=16).
 // Torch-free.
 #pragma once
@@ -29,6 +29,7 @@ struct TrainConfig {
   std::string budget;
   int64_t queue_depth = 2;
   double init_std = 0.02;
+  std::string dist_backend = "auto";  // auto | gloo | nccl (multi-process gradient all-reduce)
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
 
@@ -49,8 +50,14 @@ const std::vector<FieldInfo>& train_fields();
 nlohmann::json to_json(const TrainConfig& c);
 // Sets the fields present in `j` on `c`; `where` names the source (a file) in errors.
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where);
-// Reads a JSON config file (YAML is not supported: a .yaml/.yml file is an error that says so).
+// Reads a JSON config file (YAML files are read by apply_config_file).
 nlohmann::json read_config_file(const std::string& path);
+// Sets the fields of a JSON or YAML settings file on `c`: .json is JSON, .yaml/.yml is YAML, any other name
+// is JSON when its first non-blank character is '{', else YAML. YAML scalars are read as the field's kind
+// (so `target_layer_ids: 5` and `out: 2024` are strings); errors name the file, line, key and expectation.
+void apply_config_file(TrainConfig& c, const std::string& path);
+// Whether this build reads YAML (libyaml-cpp-dev found at configure time).
+bool have_yaml();
 
 // Parses `dflash train` argv: --config FILE first, then every other flag over it. Returns false for --help.
 // `given` receives the keys set by flags (used by --resume to override the saved settings).

@@ -132,14 +132,14 @@ struct Replica {
 };
 
 struct WorkerOut {
-  std::vector<at::Tensor> grads;  // master dtype, CPU, w.named() order
+  std::vector<at::Tensor> grads;  // master dtype, on the gradient device, w.named() order
   double loss_sum = 0;            // sum over micro-batches of loss_mb * weight_mb
   at::Tensor slot_correct, slot_count;
 };
 
 WorkerOut run_worker(int index, Replica& r, const drafter::DrafterConfig& dcfg, const drafter::DrafterLossOptions& lopt,
                      drafter::CheckpointPolicy ckpt, const std::vector<const MicroBatch*>& micro,
-                     at::ScalarType master_dtype, at::ScalarType compute) {
+                     at::ScalarType master_dtype, at::ScalarType compute, const at::Device& grad_device) {
   // Test hook: DFLASH_TEST_FAIL_WORKER=i makes worker i throw (error propagation tests).
   if (const char* f = std::getenv("DFLASH_TEST_FAIL_WORKER"); f && std::atoi(f) == index)
     throw std::runtime_error("worker " + std::to_string(index) + " (" + r.device.str() + "): test failure");
@@ -161,7 +161,8 @@ WorkerOut run_worker(int index, Replica& r, const drafter::DrafterConfig& dcfg, 
     out.slot_count += res.slot_count.to(at::kCPU, at::kDouble);
   }
   for (auto& p : r.params) {
-    out.grads.push_back(p.grad().defined() ? p.grad().to(at::kCPU, master_dtype) : at::zeros(p.sizes(), master_dtype));
+    out.grads.push_back(p.grad().defined() ? p.grad().to(grad_device, master_dtype)
+                                           : at::zeros(p.sizes(), at::TensorOptions(master_dtype).device(grad_device)));
     p.mutable_grad() = at::Tensor();
   }
   return out;
@@ -233,9 +234,14 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
 
 int run_training(const TrainConfig& cfg) {
   cfg.validate();
-  auto coll = collective_from_env();
-  const bool lead = coll->rank() == 0;
   const auto devices = cfg.drafter_device_list();
+  // Where gradients are summed, clipped and applied (master weights, AdamW state): the first drafter device
+  // when every worker is on CUDA (no host round trip; NCCL reduces there), else the CPU.
+  bool all_cuda = true;
+  for (const auto& d : devices) all_cuda = all_cuda && at::Device(d).is_cuda();
+  const at::Device grad_device = all_cuda ? at::Device(devices.front()) : at::Device(at::kCPU);
+  auto coll = collective_from_env(cfg.dist_backend, grad_device);
+  const bool lead = coll->rank() == 0;
   const int64_t W = int64_t(devices.size());
   const at::ScalarType compute = dtype_of(cfg.dtype);
   const at::ScalarType master_dtype = compute == at::kDouble ? at::kDouble : at::kFloat;
@@ -262,12 +268,15 @@ int run_training(const TrainConfig& cfg) {
   drafter::DrafterConfig dcfg;
   if (frozen_only) {
     const drafter::DrafterConfig file_cfg = drafter::load_drafter_config(cfg.drafter_config);
-    frozen_cpu = frozen_from_folder(cfg.target, file_cfg.tie_word_embeddings);
-    models::TargetConfig tcfg;  // what resolve_drafter_config checks, from the weights themselves
-    tcfg.vocab_size = frozen_cpu.embed.size(0);
-    tcfg.hidden_size = frozen_cpu.embed.size(1);
+    models::TargetConfig tcfg;  // what resolve_drafter_config checks: the drafter config's shapes first
+    tcfg.vocab_size = file_cfg.vocab_size;
+    tcfg.hidden_size = file_cfg.hidden_size;
     tcfg.num_hidden_layers = file_cfg.num_target_layers;
     tcfg.tie_word_embeddings = file_cfg.tie_word_embeddings;
+    check_budget(cfg, resolve_drafter_config(cfg, tcfg), compute);  // before the embedding is read
+    frozen_cpu = frozen_from_folder(cfg.target, file_cfg.tie_word_embeddings);
+    tcfg.vocab_size = frozen_cpu.embed.size(0);  // then checked against the weights themselves
+    tcfg.hidden_size = frozen_cpu.embed.size(1);
     dcfg = resolve_drafter_config(cfg, tcfg);
     check_budget(cfg, dcfg, compute);
   } else {
@@ -317,9 +326,17 @@ int run_training(const TrainConfig& cfg) {
   } else {
     master = drafter::init_drafter_weights(dcfg, master_dtype, uint64_t(cfg.seed), cfg.init_std);
   }
-  const auto named = master.named();
+  NamedTensors named;
   std::vector<at::Tensor> mparams;
-  for (const auto& [n, t] : named) mparams.push_back(t);
+  for (const auto& [n, t] : master.named()) {
+    named.emplace_back(n, t.to(grad_device));
+    mparams.push_back(named.back().second);
+  }
+  auto to_host = [](const NamedTensors& v) {
+    NamedTensors out;
+    for (const auto& [n, t] : v) out.emplace_back(n, t.to(at::kCPU));
+    return out;
+  };
   AdamW adam(mparams, AdamWSettings{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
   if (resume) {
     auto find = [&](const NamedTensors& v, const std::string& n) {
@@ -391,10 +408,10 @@ int run_training(const TrainConfig& cfg) {
     TrainState st;
     st.step = step;
     st.data_pos = pos;
-    st.master = named;
+    st.master = to_host(named);
     for (size_t i = 0; i < named.size(); ++i) {
-      st.exp_avg.emplace_back(named[i].first, adam.exp_avg()[i]);
-      st.exp_avg_sq.emplace_back(named[i].first, adam.exp_avg_sq()[i]);
+      st.exp_avg.emplace_back(named[i].first, adam.exp_avg()[i].to(at::kCPU));
+      st.exp_avg_sq.emplace_back(named[i].first, adam.exp_avg_sq()[i].to(at::kCPU));
     }
     st.info = {{"settings", to_json(cfg)}, {"seed", cfg.seed}, {"world", coll->world()}, {"workers", W}};
     const std::string p = save_checkpoint(cfg.out, st, cfg.keep_checkpoints);
@@ -411,7 +428,7 @@ int run_training(const TrainConfig& cfg) {
       for (const auto& mb : item->micro)
         if (mb.worker == int(wi)) mine.push_back(&mb);
       futs.push_back(workers[wi]->submit([&, wi, mine] {
-        return run_worker(int(wi), replicas[wi], dcfg, lopt, ckpt_policy, mine, master_dtype, compute);
+        return run_worker(int(wi), replicas[wi], dcfg, lopt, ckpt_policy, mine, master_dtype, compute, grad_device);
       }));
     }
     std::vector<WorkerOut> outs;
@@ -425,7 +442,7 @@ int run_training(const TrainConfig& cfg) {
     }
     if (err) std::rethrow_exception(err);
 
-    // Sum gradients in worker order (deterministic), then across processes.
+    // Sum gradients in worker order (deterministic) on the gradient device, then across processes.
     std::vector<at::Tensor> flat_parts;
     for (size_t i = 0; i < named.size(); ++i) {
       at::Tensor g = outs[0].grads[i];
@@ -494,7 +511,7 @@ int run_training(const TrainConfig& cfg) {
   if (const char* d = std::getenv("DFLASH_TEST_DUMP_RANK_WEIGHTS"); d && std::string(d) == "1") {
     // Test hook: every rank writes its master weights, to check that the ranks stayed identical.
     io::save_safetensors((fs::path(cfg.out) / ("weights.rank" + std::to_string(coll->rank()) + ".safetensors")).string(),
-                         named);
+                         to_host(named));
   }
   log.finish(stopped ? "interrupted: checkpoint written, exiting" : "done");
   return stopped ? 130 : 0;

@@ -265,7 +265,10 @@ def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tm
     ({"flags": ["--lr", "-1"]}, "'lr' must be > 0"),
     ({"flags": ["--mask-token-id", "-1"]}, "'mask_token_id' is required"),
     ({"flags": ["--drafter-devices", ""]}, "'drafter_devices' must be"),
-    ({"yaml": True}, "YAML configs are not supported"),
+    ({"yaml": "lr: fast\n"}, "c.yaml:1: key 'lr' expects a number, got \"fast\""),
+    ({"yaml": "lr: 1e-3\nnum_anchor: 5\n"}, "c.yaml:2: unknown key 'num_anchor' (valid keys: target, data,"),
+    ({"yaml": "lr: [1e-3\n"}, "invalid YAML"),
+    ({"flags": ["--dist-backend", "nccl"]}, "'dist_backend' nccl needs every drafter device to be CUDA"),
 ])
 def test_config_errors_are_clear(dflash_bin, target_dir, offline_dir, tmp_path, setup, needle):
     argv = base_args(target_dir[0], offline_dir[0], tmp_path / "run")
@@ -273,9 +276,9 @@ def test_config_errors_are_clear(dflash_bin, target_dir, offline_dir, tmp_path, 
         f = tmp_path / "c.json"
         f.write_text(json.dumps(setup["file"]))
         argv = ["--config", str(f)] + argv
-    if setup.get("yaml"):
+    if "yaml" in setup:
         f = tmp_path / "c.yaml"
-        f.write_text("lr: 1\n")
+        f.write_text(setup["yaml"])
         argv = ["--config", str(f)] + argv
     argv += setup.get("flags", [])
     r = train(dflash_bin, argv, check=False)
@@ -291,6 +294,29 @@ def test_flags_override_config_file(dflash_bin, target_dir, offline_dir, tmp_pat
           + ["--lr", "2e-3"])
     cfg = json.loads((run / "train_config.json").read_text())
     assert cfg["lr"] == 2e-3
+
+
+def test_yaml_config_equals_json_config(dflash_bin, target_dir, offline_dir, tmp_path):
+    settings = {"num_anchors": 5, "lr": 2e-3, "drafter_devices": ["cpu", "cpu"], "warmup_ratio": 0.5,
+                "activation_checkpoint": "every:1", "resume": False}
+    (tmp_path / "c.json").write_text(json.dumps(settings))
+    (tmp_path / "c.yaml").write_text("# same settings\nnum_anchors: 5\nlr: 2.0e-3\ndrafter_devices:\n  - cpu\n"
+                                     "  - cpu\nwarmup_ratio: 0.5\nactivation_checkpoint: every:1\nresume: false\n")
+    runs = {}
+    for name in ("c.json", "c.yaml"):
+        run = tmp_path / ("run_" + name)
+        args = base_args(target_dir[0], offline_dir[0], run, steps=2)
+        for k in settings:  # only in the file
+            i = args.index("--" + k.replace("_", "-")) if "--" + k.replace("_", "-") in args else -1
+            if i >= 0:
+                del args[i:i + 2]
+        train(dflash_bin, ["--config", str(tmp_path / name)] + args)
+        runs[name] = (json.loads((run / "train_config.json").read_text()), metrics(run))
+    cfg_json, m_json = runs["c.json"]
+    cfg_yaml, m_yaml = runs["c.yaml"]
+    assert {k: v for k, v in cfg_json.items() if k != "out"} == {k: v for k, v in cfg_yaml.items() if k != "out"}
+    assert cfg_yaml["drafter_devices"] == "cpu,cpu" and cfg_yaml["num_anchors"] == 5 and cfg_yaml["lr"] == 2e-3
+    assert [x["loss"] for x in m_json] == [x["loss"] for x in m_yaml]
 
 
 def test_producer_error_stops_training(dflash_bin, target_dir, tmp_path):
@@ -322,6 +348,17 @@ def test_budget_refuses_before_loading(dflash_bin, target_dir, offline_dir, tmp_
     r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "run", budget="10KB"), check=False)
     assert r.returncode != 0 and "budget: the planned peak per worker is" in r.stderr, r.stderr
     train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "ok", steps=1, budget="10GB"))
+    # "Before loading": a target whose weights file is garbage still gets the budget refusal, for the whole
+    # target (no drafter config) and for the embedding-only path (offline data + drafter config).
+    broken = tmp_path / "broken_target"
+    broken.mkdir()
+    (broken / "config.json").write_text((target_dir[0] / "config.json").read_text())
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    for extra in ([], ["--drafter-config", str(tmp_path / "ok" / "drafter_config.json")]):
+        r = train(dflash_bin, base_args(broken, offline_dir[0], tmp_path / "run2", budget="10KB") + extra, check=False)
+        assert r.returncode != 0 and "budget: the planned peak per worker is" in r.stderr, (extra, r.stderr)
+        r = train(dflash_bin, base_args(broken, offline_dir[0], tmp_path / "run3", budget="10GB") + extra, check=False)
+        assert r.returncode != 0 and "budget:" not in r.stderr and "safetensors" in r.stderr, (extra, r.stderr)
 
 
 def test_sigint_finishes_step_checkpoints_and_exits_130(dflash_bin, target_dir, offline_dir, tmp_path):

@@ -16,6 +16,7 @@
 
 #include "bounded_queue.h"
 #include "checkpoint.h"
+#include "distributed.h"
 #include "offline_dataset.h"
 #include "optimizer.h"
 #include "safetensors.h"
@@ -185,5 +186,98 @@ TEST(MiniTraining, TwoWorkerThreads) {
   const TrainState st = load_latest_checkpoint(c.out, &path);
   EXPECT_EQ(st.step, 3);
   EXPECT_EQ(st.data_pos, 3 * 2);
+  remove_tree(root);
+}
+
+namespace {
+
+// The mini run of TwoWorkerThreads on `devices`, in a fresh run folder; returns the final master weights.
+NamedTensors mini_run(const fs::path& root, const std::string& name, const std::string& devices,
+                      const std::string& backend) {
+  TrainConfig c;
+  c.target = write_tiny_target(root / "target");
+  std::vector<Sample> samples;
+  at::manual_seed(2);
+  for (int i = 0; i < 6; ++i) {
+    const int64_t S = 12 + i;
+    Sample s;
+    s.input_ids = at::randint(3, 60, {S}, at::kLong);
+    s.loss_mask = at::arange(S) >= 3;
+    s.features = at::randn({S, 16});
+    samples.push_back(s);
+  }
+  write_dflash_shard((root / "data.safetensors").string(), samples, {1}, 16);
+  c.data = (root / "data.safetensors").string();
+  c.out = (root / name).string();
+  c.mask_token_id = 63;
+  c.block_size = 4;
+  c.num_anchors = 4;
+  c.steps = 3;
+  c.dtype = "fp32";
+  c.drafter_devices = devices;
+  c.dist_backend = backend;
+  c.threads = 1;
+  c.checkpoint_every = 3;
+  c.log_every = 1;
+  EXPECT_EQ(run_training(c), 0);
+  return load_latest_checkpoint(c.out).master;
+}
+
+// torchrun's variables for a group of one on a free loopback port; unset again at scope exit.
+struct GroupOfOne {
+  GroupOfOne() {
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(29500 + ::getpid() % 20000).c_str(), 1);
+  }
+  ~GroupOfOne() {
+    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
+  }
+};
+
+}  // namespace
+
+// `--dist-backend gloo` with WORLD_SIZE=1 joins a real c10d group of one; the all-reduce must then change
+// nothing: the weights equal the single-process run's bit for bit.
+TEST(MiniTraining, GlooGroupOfOneEqualsSingleProcess) {
+  if (!have_gloo()) GTEST_SKIP() << "built without gloo headers";
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_gloo1_" + std::to_string(::getpid()));
+  remove_tree(root);
+  const NamedTensors single = mini_run(root, "single", "cpu,cpu", "auto");
+  NamedTensors group;
+  {
+    GroupOfOne env;
+    group = mini_run(root, "group", "cpu,cpu", "gloo");
+  }
+  ASSERT_EQ(single.size(), group.size());
+  for (size_t i = 0; i < single.size(); ++i) EXPECT_TRUE(at::equal(single[i].second, group[i].second)) << single[i].first;
+  remove_tree(root);
+}
+
+// GPU only (skipped here): two CUDA workers on one GPU in one process, gradients summed on the device and
+// all-reduced by ProcessGroupNCCL in a group of one; the weights match the CPU run to fp32 rounding.
+TEST(MiniTraining, NcclTwoCudaWorkersMatchCpu) {
+  // scripts/gpu_check.sh sets DFLASH_REQUIRE_CUDA: there a skip would hide a broken build or device.
+  const bool required = std::getenv("DFLASH_REQUIRE_CUDA") != nullptr;
+  if (!have_nccl() || at::getNumGPUs() < 1) {
+    const std::string why = !have_nccl() ? "built without c10d NCCL" : "no CUDA device";
+    if (required) FAIL() << why << " (DFLASH_REQUIRE_CUDA is set)";
+    GTEST_SKIP() << why;
+  }
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_nccl_" + std::to_string(::getpid()));
+  remove_tree(root);
+  const NamedTensors cpu = mini_run(root, "cpu", "cpu,cpu", "auto");
+  NamedTensors gpu;
+  {
+    GroupOfOne env;
+    gpu = mini_run(root, "gpu", "cuda:0,cuda:0", "nccl");
+  }
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_TRUE(gpu[i].second.device().is_cpu());
+    EXPECT_TRUE(at::allclose(cpu[i].second, gpu[i].second, 1e-4, 1e-5))
+        << cpu[i].first << " max diff " << (cpu[i].second - gpu[i].second).abs().max().item<double>();
+  }
   remove_tree(root);
 }

@@ -1,0 +1,197 @@
+// `dflash train` settings files: YAML and JSON give identical configs; unknown keys, wrong types and
+// malformed files give errors naming the file, line, key and expectation; flags override both; the
+// dist_backend choice.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "distributed.h"
+#include "train_config.h"
+
+using namespace dflash::train;
+
+namespace {
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = "/tmp/dflash_cfg_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The message of the std::invalid_argument that `f` throws ("" when it throws none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TrainConfig from_file(const std::string& path) {
+  TrainConfig c;
+  apply_config_file(c, path);
+  return c;
+}
+
+// Every field set away from its default, so a field the YAML reader drops or misreads shows.
+TrainConfig all_fields_changed() {
+  TrainConfig c;
+  c.target = "models/t.gguf";
+  c.data = "data/dir";
+  c.data_format = "dflash";
+  c.out = "runs/a b";
+  c.drafter_config = "d.json";
+  c.drafter_layers = 3;
+  c.target_layer_ids = "1,9,17";
+  c.mask_token_id = 151669;
+  c.block_size = 8;
+  c.steps = 1000;
+  c.epochs = 2;
+  c.batch_size = 4;
+  c.grad_accum = 2;
+  c.max_len = 2048;
+  c.lr = 3e-4;
+  c.warmup_ratio = 0.1;
+  c.min_lr_ratio = 0.05;
+  c.weight_decay = 0.01;
+  c.beta1 = 0.8;
+  c.beta2 = 0.95;
+  c.eps = 1e-6;
+  c.clip = 0.5;
+  c.seed = 7;
+  c.num_anchors = 256;
+  c.gamma = 5.5;
+  c.kl_weight = 0.25;
+  c.dtype = "fp32";
+  c.target_dtype = "bf16";
+  c.activation_checkpoint = "every:2";
+  c.loss_chunk_rows = 256;
+  c.drafter_devices = "cuda:0,cuda:1";
+  c.target_devices = "cuda:2";
+  c.dist_backend = "nccl";
+  c.checkpoint_every = 50;
+  c.keep_checkpoints = 3;
+  c.log_every = 5;
+  c.threads = 4;
+  c.budget = "90GB";
+  c.queue_depth = 4;
+  c.init_std = 0.01;
+  c.stop_after = 10;
+  c.resume = true;
+  return c;
+}
+
+}  // namespace
+
+TEST(YamlConfig, EveryFieldReadsAsInJson) {
+  if (!have_yaml()) GTEST_SKIP() << "built without yaml-cpp";
+  const TrainConfig want = all_fields_changed();
+  const nlohmann::json j = to_json(want);
+  ASSERT_EQ(j.size(), train_fields().size());
+  // YAML written the way people write it: plain scalars, no quotes (the out path has a space, fine in YAML).
+  std::string yaml = "# every setting\n";
+  for (const auto& [k, v] : j.items()) yaml += k + ": " + (v.is_string() ? v.get<std::string>() : v.dump()) + "\n";
+  const TrainConfig from_yaml = from_file(write_file("all.yaml", yaml));
+  const TrainConfig from_json = from_file(write_file("all.json", j.dump(2)));
+  EXPECT_EQ(to_json(from_yaml), j) << yaml;
+  EXPECT_EQ(to_json(from_json), j);
+}
+
+TEST(YamlConfig, HandWrittenFileEqualsJson) {
+  if (!have_yaml()) GTEST_SKIP() << "built without yaml-cpp";
+  const std::string yaml = R"(# a comment
+target: models/smollm2/SmolLM2-135M-Instruct-Q8_0.gguf
+data: data/regen.jsonl
+out: "runs/smollm2"      # quoted strings work too
+mask_token_id: 0
+target_layer_ids: [1, 15, 28]
+drafter_devices:
+  - cpu
+  - cpu
+lr: 6.0e-4
+steps: 200
+resume: false
+budget: 90GB
+)";
+  const std::string json = R"({"target": "models/smollm2/SmolLM2-135M-Instruct-Q8_0.gguf",
+    "data": "data/regen.jsonl", "out": "runs/smollm2", "mask_token_id": 0, "target_layer_ids": [1, 15, 28],
+    "drafter_devices": ["cpu", "cpu"], "lr": 6.0e-4, "steps": 200, "resume": false, "budget": "90GB"})";
+  const TrainConfig y = from_file(write_file("hand.yml", yaml)), j = from_file(write_file("hand.json", json));
+  EXPECT_EQ(to_json(y), to_json(j));
+  EXPECT_EQ(y.target_layer_ids, "1,15,28");
+  EXPECT_EQ(y.drafter_devices, "cpu,cpu");
+  EXPECT_DOUBLE_EQ(y.lr, 6e-4);
+  // Without a telling extension, the content decides.
+  EXPECT_EQ(to_json(from_file(write_file("hand_yaml_noext", yaml))), to_json(j));
+  EXPECT_EQ(to_json(from_file(write_file("hand_json_noext", json))), to_json(j));
+  // An empty YAML file (or only comments) sets nothing.
+  EXPECT_EQ(to_json(from_file(write_file("empty.yaml", "# nothing\n"))), to_json(TrainConfig{}));
+}
+
+TEST(YamlConfig, ErrorsNameFileLineKeyAndExpectation) {
+  if (!have_yaml()) GTEST_SKIP() << "built without yaml-cpp";
+  const std::string unknown = write_file("unknown.yaml", "lr: 1e-3\n\nnum_anchor: 5\n");
+  std::string e = error_of([&] { from_file(unknown); });
+  EXPECT_NE(e.find(unknown + ":3: unknown key 'num_anchor' (valid keys: target, data,"), std::string::npos) << e;
+  EXPECT_NE(e.find("num_anchors"), std::string::npos) << e;
+
+  const std::string type = write_file("type.yaml", "steps: 10\nlr: fast\n");
+  e = error_of([&] { from_file(type); });
+  EXPECT_EQ(e, type + ":2: key 'lr' expects a number, got \"fast\"");
+  e = error_of([&] { from_file(write_file("int.yaml", "steps: 1.5\n")); });
+  EXPECT_NE(e.find(":1: key 'steps' expects an integer, got \"1.5\""), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("quoted.yaml", "steps: \"10\"\n")); });  // quoted: a string, as in JSON
+  EXPECT_NE(e.find("key 'steps' expects an integer"), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("bool.yaml", "resume: maybe\n")); });
+  EXPECT_NE(e.find(":1: key 'resume' expects true or false, got \"maybe\""), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("map.yaml", "drafter_devices:\n  a: 1\n")); });
+  EXPECT_NE(e.find(":1: key 'drafter_devices' expects a string"), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("null.yaml", "lr:\n")); });
+  EXPECT_NE(e.find(":1: key 'lr' expects a number, got null"), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("twice.yaml", "lr: 1\nlr: 2\n")); });
+  EXPECT_NE(e.find(":2: key 'lr' is given twice"), std::string::npos) << e;
+
+  const std::string bad = write_file("bad.yaml", "lr: 1e-3\nsteps: [1, 2\n");
+  e = error_of([&] { from_file(bad); });
+  EXPECT_EQ(e.rfind(bad + ":", 0), 0u) << e;
+  EXPECT_NE(e.find("invalid YAML"), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("list.yaml", "- lr\n- steps\n")); });
+  EXPECT_NE(e.find(":1: expected a YAML mapping of settings"), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("bad.json", "{\"lr\": 1,}")); });
+  EXPECT_NE(e.find("bad.json: invalid JSON"), std::string::npos) << e;
+  e = error_of([&] { from_file("/nonexistent/c.yaml"); });
+  EXPECT_EQ(e, "/nonexistent/c.yaml: cannot read the config file");
+}
+
+TEST(YamlConfig, FlagsOverrideTheFile) {
+  if (!have_yaml()) GTEST_SKIP() << "built without yaml-cpp";
+  const std::string f = write_file("flags.yaml", "lr: 1e-3\nnum_anchors: 3\ndist_backend: gloo\n");
+  TrainConfig c;
+  ASSERT_TRUE(parse_train_args({"--config", f, "--lr", "2e-3"}, c));
+  EXPECT_DOUBLE_EQ(c.lr, 2e-3);
+  EXPECT_EQ(c.num_anchors, 3);
+  EXPECT_EQ(c.dist_backend, "gloo");
+}
+
+TEST(DistBackend, ChoiceAndErrors) {
+  TrainConfig c;
+  c.target = "t";
+  c.data = "d";
+  c.out = "o";
+  c.dist_backend = "mpi";
+  const std::string e = error_of([&] { c.validate(); });
+  EXPECT_EQ(e, "train config: 'dist_backend' must be auto, gloo or nccl, got 'mpi'");
+  EXPECT_EQ(resolve_backend("auto", at::kCPU), "gloo");
+  EXPECT_EQ(resolve_backend("gloo", at::Device("cuda:0")), "gloo");
+  EXPECT_EQ(resolve_backend("auto", at::Device("cuda:0")), have_nccl() ? "nccl" : "gloo");
+  EXPECT_NE(error_of([] { resolve_backend("nccl", at::kCPU); }).find("needs every drafter device to be CUDA"),
+            std::string::npos);
+  if (have_nccl()) EXPECT_EQ(resolve_backend("nccl", at::Device("cuda:1")), "nccl");
+}
