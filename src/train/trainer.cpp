@@ -278,7 +278,6 @@ int run_training(const TrainConfig& cfg) {
     tcfg.vocab_size = frozen_cpu.embed.size(0);  // then checked against the weights themselves
     tcfg.hidden_size = frozen_cpu.embed.size(1);
     dcfg = resolve_drafter_config(cfg, tcfg);
-    check_budget(cfg, dcfg, compute);
   } else {
     const models::TargetConfig tcfg = models::read_target_config(cfg.target);
     dcfg = resolve_drafter_config(cfg, tcfg);
