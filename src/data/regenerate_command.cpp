@@ -40,7 +40,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   a.option("temperature", "T", "0", "0: greedy; > 0: sample from softmax(logits / T)");
   a.option("seed", "S", "0", "sampling seed (each prompt draws from its own stream)");
   a.option("eos", "IDS", "config", "stop ids: config (model + tokenizer), none, or comma-separated ids");
-  a.option("batch", "N", "8", "replies decoded together (continuous batching); samples are still written in "
+  a.option("batch", "N", "16", "replies decoded together (continuous batching); samples are still written in "
            "prompt order");
   a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
   if (!a.parse(args)) return 0;
