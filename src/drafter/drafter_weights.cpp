@@ -101,14 +101,14 @@ DrafterWeights assemble_weights(const DrafterConfig& c, const std::vector<at::Te
 }  // namespace
 
 DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype, uint64_t seed, double std,
-                                    double norm_jitter) {
+                                    double norm_jitter, double final_norm) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto opts = at::TensorOptions().dtype(at::kDouble);
   std::vector<at::Tensor> made;
   for (auto& [name, shape] : drafter_weight_shapes(c)) {
     const bool norm = shape.size() == 1;
     at::Tensor t = at::normal(0.0, norm ? norm_jitter : std, shape, gen, opts);
-    if (norm) t.add_(1.0);
+    if (norm) t.add_(name == "norm.weight" ? final_norm : 1.0);
     made.push_back(t.to(dtype));
   }
   return assemble_weights(c, made);

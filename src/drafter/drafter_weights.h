@@ -39,9 +39,10 @@ struct DrafterWeights {
 // Expected shape of each named tensor for `c` (used to validate loads and to size the planner).
 std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(const DrafterConfig& c);
 
-// Linear weights ~ N(0, std); norm weights 1 + N(0, norm_jitter) (jitter > 0 makes tests see norm grads).
+// Linear weights ~ N(0, std); norm weights 1 + N(0, norm_jitter) (jitter > 0 makes tests see norm grads), except
+// the final `norm`, which starts at final_norm (+ jitter): with the target's tied LM head, logits scale with it.
 DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype, uint64_t seed, double std = 0.02,
-                                    double norm_jitter = 0.0);
+                                    double norm_jitter = 0.0, double final_norm = 1.0);
 
 // Builds weights from a lookup (name -> tensor), checking presence and shapes; `where` names the source in
 // errors. Tensors are converted to `dtype`. Unknown extra names are an error too (a wrong file, not ours).

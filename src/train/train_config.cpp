@@ -64,6 +64,8 @@ const std::vector<Field>& fields() {
       {{"budget", "str", "refuse configs whose planned peak exceeds this (e.g. 90GB)"}, &C::budget},
       {{"queue_depth", "int", "prepared steps buffered ahead of the workers"}, &C::queue_depth},
       {{"init_std", "float", "std of initial linear weights"}, &C::init_std},
+      {{"init_final_norm", "float", "initial weight of the drafter's final norm (logits scale with it)"},
+       &C::init_final_norm},
       {{"stop_after", "int", "stop with a checkpoint after this many steps of this run (0: never)"}, &C::stop_after},
       {{"resume", "bool", "continue from out's latest checkpoint"}, &C::resume},
   };
@@ -142,6 +144,7 @@ void TrainConfig::validate() const {
   require(queue_depth >= 1, "queue_depth", ">= 1", std::to_string(queue_depth));
   require(stop_after >= 0, "stop_after", ">= 0", std::to_string(stop_after));
   require(init_std > 0, "init_std", "> 0", std::to_string(init_std));
+  require(init_final_norm > 0, "init_final_norm", "> 0", std::to_string(init_final_norm));
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
 }

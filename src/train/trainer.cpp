@@ -323,7 +323,8 @@ int run_training(const TrainConfig& cfg) {
         },
         master_dtype, "checkpoint");
   } else {
-    master = drafter::init_drafter_weights(dcfg, master_dtype, uint64_t(cfg.seed), cfg.init_std);
+    master = drafter::init_drafter_weights(dcfg, master_dtype, uint64_t(cfg.seed), cfg.init_std, 0.0,
+                                          cfg.init_final_norm);
   }
   NamedTensors named;
   std::vector<at::Tensor> mparams;

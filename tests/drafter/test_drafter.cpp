@@ -297,6 +297,17 @@ TEST(DrafterWeights, NamesShapesAndLoadErrors) {
                std::invalid_argument);
 }
 
+TEST(DrafterWeights, FinalNormStartsAtItsOwnValue) {
+  // Only the final norm (the one in front of the tied LM head) takes final_norm; the other norms stay at 1.
+  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1, 0.02, 0.0, 0.3);
+  for (const auto& [name, t] : w.named()) {
+    if (t.dim() != 1) continue;
+    const double expected = name == "norm.weight" ? 0.3 : 1.0;
+    EXPECT_TRUE(at::allclose(t, at::full_like(t, expected))) << name;
+  }
+}
+
 TEST(CheckpointPolicy, Parses) {
   EXPECT_EQ(CheckpointPolicy::parse("none").every, 0);
   EXPECT_EQ(CheckpointPolicy::parse("layer").every, 1);

@@ -83,6 +83,7 @@ TrainConfig all_fields_changed() {
   c.budget = "90GB";
   c.queue_depth = 4;
   c.init_std = 0.01;
+  c.init_final_norm = 0.25;
   c.stop_after = 10;
   c.resume = true;
   return c;
