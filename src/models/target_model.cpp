@@ -1,6 +1,7 @@
 #include "target_model.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -145,16 +146,39 @@ at::Tensor TargetModel::lm_head(const at::Tensor& last_hidden) const {
   return at::linear(last_hidden.to(lm_head_.device()), lm_head_).to(at::kFloat);
 }
 
+at::Tensor TargetModel::linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                               const at::Tensor& w_onednn) const {
+  if (!w_onednn.defined() || x.numel() == x.size(-1)) return at::linear(x, w, b);  // one row: gemv is faster
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = w.size(0);
+  at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous().to_mkldnn();
+  return at::mkldnn_linear(x2, w_onednn, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt)
+      .to_dense()
+      .view(shape);
+}
+
+void TargetModel::enable_onednn_decode() {
+  if (!at::hasMKLDNN() || dtype_ != at::kFloat) return;
+  auto copy = [](const at::Tensor& w) { return w.device().is_cpu() ? w.to_mkldnn() : at::Tensor(); };
+  for (Layer& l : layers_) {
+    l.onednn = {copy(l.q), copy(l.k), copy(l.v), copy(l.o), copy(l.gate), copy(l.up), copy(l.down)};
+  }
+  lm_head_onednn_ = copy(lm_head_);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> TargetModel::attention_inputs(int i, const at::Tensor& x,
                                                                             const at::Tensor& cos,
-                                                                            const at::Tensor& sin) const {
+                                                                            const at::Tensor& sin,
+                                                                            bool onednn) const {
   const Layer& l = layers_[i];
   const int64_t B = x.size(0), T = x.size(1), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
   at::Tensor h = rms_norm(x, l.in_norm);
-  at::Tensor q = at::linear(h, l.q, l.q_bias).view({B, T, Hq, D});
-  at::Tensor k = at::linear(h, l.k, l.k_bias).view({B, T, Hkv, D});
-  at::Tensor v = at::linear(h, l.v, l.v_bias).view({B, T, Hkv, D}).transpose(1, 2);
+  const bool od = onednn && !l.onednn.empty();
+  const at::Tensor none;
+  at::Tensor q = linear(h, l.q, l.q_bias, od ? l.onednn[0] : none).view({B, T, Hq, D});
+  at::Tensor k = linear(h, l.k, l.k_bias, od ? l.onednn[1] : none).view({B, T, Hkv, D});
+  at::Tensor v = linear(h, l.v, l.v_bias, od ? l.onednn[2] : none).view({B, T, Hkv, D}).transpose(1, 2);
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm);
     k = rms_norm(k, l.k_norm);
@@ -164,13 +188,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> TargetModel::attention_inputs(int
   return {q, k, v};
 }
 
-at::Tensor TargetModel::attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn) const {
+at::Tensor TargetModel::attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn,
+                                                 bool onednn) const {
   const Layer& l = layers_[i];
   const int64_t B = x.size(0), T = x.size(1);
-  at::Tensor out = x + at::linear(attn.transpose(1, 2).reshape({B, T, -1}), l.o, l.o_bias);
+  const bool od = onednn && !l.onednn.empty();
+  const at::Tensor none;
+  at::Tensor out = x + linear(attn.transpose(1, 2).reshape({B, T, -1}), l.o, l.o_bias, od ? l.onednn[3] : none);
   at::Tensor h = rms_norm(out, l.post_norm);
-  at::Tensor mlp = at::silu(at::linear(h, l.gate, l.gate_bias)) * at::linear(h, l.up, l.up_bias);
-  return out + at::linear(mlp, l.down, l.down_bias);
+  at::Tensor mlp = at::silu(linear(h, l.gate, l.gate_bias, od ? l.onednn[4] : none)) *
+                   linear(h, l.up, l.up_bias, od ? l.onednn[5] : none);
+  return out + linear(mlp, l.down, l.down_bias, od ? l.onednn[6] : none);
 }
 
 at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -281,19 +309,19 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
     // [B, 1, 1, D]: row b's rotation broadcast over its heads.
     at::Tensor cos = cos_cpu.to(s.device, dtype_).view({B, 1, 1, D}), sin = sin_cpu.to(s.device, dtype_).view({B, 1, 1, D});
     for (int i = s.begin; i < s.end; ++i) {
-      auto [q, k, v] = attention_inputs(i, x, cos, sin);
+      auto [q, k, v] = attention_inputs(i, x, cos, sin, /*onednn=*/true);
       std::vector<at::Tensor> attn(B);
       for (int64_t b = 0; b < B; ++b) {
         auto [k_all, v_all] = caches[b]->store(i, k.narrow(0, b, 1), v.narrow(0, b, 1));
         attn[b] = at::scaled_dot_product_attention(q.narrow(0, b, 1), k_all, v_all, {}, 0.0, false, std::nullopt,
                                                    true);
       }
-      x = attention_output_and_mlp(i, x, B == 1 ? attn[0] : at::cat(attn, 0));
+      x = attention_output_and_mlp(i, x, B == 1 ? attn[0] : at::cat(attn, 0), /*onednn=*/true);
     }
   }
   for (KVCache* c : caches) c->advance(1);
-  at::Tensor last = rms_norm(x.to(final_norm_.device()), final_norm_);
-  return lm_head(last).view({B, -1});
+  at::Tensor last = rms_norm(x.to(final_norm_.device()), final_norm_).view({B, -1});
+  return linear(last, lm_head_, {}, lm_head_onednn_).to(at::kFloat);
 }
 
 std::vector<int64_t> TargetModel::generate(const std::vector<int64_t>& prompt, int64_t max_new,

@@ -78,6 +78,11 @@ class TargetModel {
   // run on the B stacked rows; RoPE and attention are per sequence against its own cache. Returns float32
   // logits [B, vocab] on the last stage. No hidden-state capture on this path.
   at::Tensor decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches) const;
+  // Opt-in: decode_batch runs its multi-row matmuls through oneDNN (faster than MKL's small-M GEMM on a 2-core
+  // AMD EPYC: 8-15% more tokens/s at 8-16 rows on SmolLM2-135M) on extra copies of the CPU float32 weights
+  // (twice the weight memory). A no-op for other dtypes or without oneDNN; single-row products and the other
+  // paths are unchanged.
+  void enable_onednn_decode();
 
   // Greedy decode of a single sequence; returns the new tokens (ending with an eos id when one is produced).
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new,
@@ -88,21 +93,24 @@ class TargetModel {
     at::Device device = at::kCPU;
     at::Tensor in_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
     at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
+    std::vector<at::Tensor> onednn;  // q, k, v, o, gate, up, down in oneDNN layout (enable_onednn_decode)
   };
+  // x [..., in] times w^T (+ b); through oneDNN when w_onednn is defined and x has several rows.
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& w_onednn) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                            KVCache* cache, int64_t past) const;
   // The two halves of a layer around attention: q, k, v [B, heads, T, D] after norms and RoPE; then
   // residual + o_proj(attn) + MLP, with attn [B, Hq, T, D].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_inputs(int i, const at::Tensor& x, const at::Tensor& cos,
-                                                                  const at::Tensor& sin) const;
-  at::Tensor attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn) const;
+                                                                  const at::Tensor& sin, bool onednn = false) const;
+  at::Tensor attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn, bool onednn = false) const;
 
   TargetConfig config_;
   at::ScalarType dtype_ = at::kFloat;
   std::vector<PipelineStage> stages_;
   std::vector<Layer> layers_;
-  at::Tensor embed_tokens_, final_norm_, lm_head_;
+  at::Tensor embed_tokens_, final_norm_, lm_head_, lm_head_onednn_;
   at::Tensor inv_freq_;
 };
 

@@ -1,7 +1,9 @@
 // Ragged batched decode (TargetModel::decode_batch) against the single-sequence cached forward: sequences
 // with different prompt lengths, joining the batch at different steps and finishing at different times must
-// get the same greedy tokens and logits within 1e-4; on one and two pipeline stages; bad inputs are refused.
+// get the same greedy tokens and logits within 1e-4; on one and two pipeline stages, with the oneDNN matmuls;
+// bad inputs are refused.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -114,6 +116,15 @@ TEST_P(BatchedDecodeTest, TwoCpuPipelineStages) {
   TargetLoadOptions opts;
   opts.stages = split_layers(3, {at::Device(at::kCPU), at::Device(at::kCPU)});
   TargetModel m = make_model(c, w, opts);
+  check_batched(m, ragged_sequences(c.vocab_size));
+}
+
+TEST_P(BatchedDecodeTest, OneDnnMatmuls) {
+  TargetConfig c = tiny_config(GetParam());
+  auto w = random_weights(c, 24);
+  TargetModel m = make_model(c, w);
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "LibTorch without oneDNN";
+  m.enable_onednn_decode();
   check_batched(m, ragged_sequences(c.vocab_size));
 }
 
