@@ -195,6 +195,8 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
 int bench_step_main(const std::vector<std::string>& argv) {
   Args a("bench step", "drafter forward+backward+zero_grad per checkpoint policy: time, measured vs planned memory");
   a.option("model", "NAME", "cpu-small", "cpu-small | cpu-sliding | cpu-vocab");
+  a.option("drafter-config", "FILE", "",
+           "a drafter config.json instead of --model (e.g. a run's drafter_config.json: the drafter you train)");
   a.option("seq-len", "S", "1024", "context tokens");
   a.option("anchors", "N", "64", "blocks");
   a.option("dtype", "DTYPE", "float32", "float32 | bfloat16 | float64");
@@ -225,7 +227,9 @@ int bench_step_main(const std::vector<std::string>& argv) {
   // grows by that cache and the comparison would measure MKL, not the step. Read at MKL's first call.
   setenv("MKL_DISABLE_FAST_MM", "1", 0);
 
-  const DrafterConfig c = bench_config(a.str("model"));
+  const std::string cfg_file = a.str("drafter-config");
+  const DrafterConfig c = cfg_file.empty() ? bench_config(a.str("model")) : load_drafter_config(cfg_file);
+  const std::string model_name = cfg_file.empty() ? a.str("model") : cfg_file;
   const auto dtype = parse_dtype_name(a.str("dtype"));
   const int64_t seq = a.i64("seq-len"), anchors = a.i64("anchors"), chunk = a.i64("loss-chunk");
   const int64_t iters = a.i64("iters");
@@ -235,12 +239,12 @@ int bench_step_main(const std::vector<std::string>& argv) {
   run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{0}, 1, 1, probe);
 
   nlohmann::json out;
-  out["model"] = a.str("model");
+  out["model"] = model_name;
   out["device"] = a.str("device");
   out["settings"] = {{"seq_len", seq}, {"anchors", anchors}, {"block_size", c.block_size}, {"dtype", a.str("dtype")},
                      {"kl_weight", kl}, {"loss_chunk_rows", chunk}, {"iters", iters}, {"threads", at::get_num_threads()}};
   std::printf("bench step: model %s, seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
-              a.str("model").c_str(), (long long)seq, (long long)anchors, (long long)c.block_size, a.str("dtype").c_str(),
+              model_name.c_str(), (long long)seq, (long long)anchors, (long long)c.block_size, a.str("dtype").c_str(),
               kl, (long long)chunk, at::get_num_threads());
   std::printf("%-10s %14s %14s %14s %9s\n", "policy", "s/iter (mean)", "measured peak", "planned peak", "plan/meas");
   for (const auto& pol_name : a.str_list("policies")) {
