@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the whole DFlash pipeline on SmolLM2-135M-Instruct, on CPU, in about half an hour on 2 cores.
-#   1. the target writes its own answers to GSM8K *train* prompts      (dflash data regenerate, 2 shards)
+#   1. the target writes its own answers to 200 GSM8K *train* prompts  (dflash data regenerate, 2 shards,
+#                                                                       16 answers decoded together each)
 #   2. a 1-layer drafter is trained on them with 2 workers              (dflash train, live progress)
 #   3. speculative decoding on held-out prompts: GSM8K test, HumanEval,  (dflash eval: tau, speedup,
 #      MT-Bench first turns, against the target alone in the same run    lossless check)
@@ -10,8 +11,8 @@
 # usage: bash scripts/demo.sh BUILD_DIR [--full]
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
 #            4 drafter layers, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
-# Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_EVAL_PROMPTS,
-# DEMO_EVAL_MAX_NEW, DEMO_OUT.
+# Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_TARGET_LAYERS,
+# DEMO_LR, DEMO_FINAL_NORM, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_OUT.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -42,11 +43,16 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 if [ "$FULL" = 1 ]; then
   : "${DEMO_PROMPTS:=7473}" "${DEMO_MAX_NEW:=512}" "${DEMO_STEPS:=0}" "${DEMO_LAYERS:=4}"
   : "${DEMO_EVAL_PROMPTS:=200}" "${DEMO_EVAL_MAX_NEW:=256}" "${DEMO_ANCHORS:=256}" "${DEMO_MAX_LEN:=1024}"
+  : "${DEMO_LR:=6e-4}"   # the paper's lr for multi-epoch runs
   OUT="${DEMO_OUT:-$ROOT/demo-out/full}"
 else
-  : "${DEMO_PROMPTS:=120}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=150}" "${DEMO_LAYERS:=1}"
+  : "${DEMO_PROMPTS:=200}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=250}" "${DEMO_LAYERS:=1}"
   : "${DEMO_EVAL_PROMPTS:=6}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=64}" "${DEMO_MAX_LEN:=512}"
 fi
+# Five target layers spread over SmolLM2's 30 (the SPEC formula for 5 drafter layers) even for a 1-layer
+# drafter: the deep ones carry most of the next-token signal. A higher peak lr (short run) and a small start
+# for the final norm (logits through the tied LM head scale with it) make the few hundred CPU steps count.
+: "${DEMO_TARGET_LAYERS:=1,8,14,20,27}" "${DEMO_LR:=2e-3}" "${DEMO_FINAL_NORM:=0.3}"
 MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, SPEC.md)
 mkdir -p "$OUT/data"
 STAGE_T0=$(date +%s)
@@ -62,7 +68,7 @@ if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ];
 else
   rm -f "$OUT/data/.done"
   common=(data regenerate --model "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train
-          --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1)
+          --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1 --batch 16)
   "$DFLASH" "${common[@]}" --shard 1 --output "$OUT/data/shard1.jsonl" 2> "$OUT/data/shard1.log" &
   other=$!
   "$DFLASH" "${common[@]}" --shard 0 --output "$OUT/data/shard0.jsonl"
@@ -78,6 +84,7 @@ stage_done
 RUN="$OUT/run"
 DRAFTER="$OUT/drafter"
 TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
+TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM"
 stage "2/4 train a $DEMO_LAYERS-layer drafter, 2 workers, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
@@ -90,7 +97,8 @@ else
     echo "$TRAIN_KEY" > "$OUT/.train_key"
     "$DFLASH" train --target "$MODEL" --data "$TRAIN" --out "$RUN" --drafter-layers "$DEMO_LAYERS" \
       --mask-token-id "$MASK_TOKEN" --block-size 16 --steps "$DEMO_STEPS" --drafter-devices cpu,cpu \
-      --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype fp32 --log-every 5 --checkpoint-every 50
+      --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype fp32 --log-every 5 --checkpoint-every 50 \
+      --target-layer-ids "$DEMO_TARGET_LAYERS" --lr "$DEMO_LR" --init-final-norm "$DEMO_FINAL_NORM"
   fi
   rm -rf "$DRAFTER"
   "$DFLASH" export "$RUN" --out "$DRAFTER"
