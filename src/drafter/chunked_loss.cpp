@@ -20,74 +20,78 @@ at::Tensor chunk_logits(const at::Tensor& rows_hidden, const at::Tensor& lm_head
   return at::linear(rows_hidden, lm_head).to(acc);
 }
 
+// d(loss)/d(logits) of one chunk, written over `logits` in place: softmax - (1-kl) onehot(label) - kl q,
+// times w_row / sum(w). `q` is the teacher's softmax (undefined without soft labels).
+void logits_to_grad_(at::Tensor& logits, const at::Tensor& q, const at::Tensor& lab, const at::Tensor& row_scale,
+                     double kl_weight) {
+  logits.sub_(at::logsumexp(logits, -1, true)).exp_();  // softmax in place
+  if (q.defined()) logits.sub_(q, kl_weight);
+  logits.scatter_add_(1, lab.unsqueeze(1), at::full({lab.size(0), 1}, -(1.0 - kl_weight), logits.options()));
+  logits.mul_(row_scale.unsqueeze(1));
+}
+
+// The gradient w.r.t. hidden is computed inside the forward, chunk by chunk, while each chunk's logits exist
+// anyway (as Liger's fused linear cross-entropy does): backward then only scales it by the incoming gradient.
+// That is 2 LM-head GEMMs per chunk instead of 3 (forward, recomputed forward, grad), still with no stored
+// logits; the price is one [R, H] tensor kept from forward to backward instead of `hidden`.
 class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& lm_head,
                                const at::Tensor& labels, const at::Tensor& weights, const at::Tensor& teacher_hidden,
-                               const at::Tensor& teacher_index, int64_t chunk_rows, double kl_weight) {
+                               const at::Tensor& teacher_index, int64_t chunk_rows, double kl_weight, bool need_grad) {
     const at::ScalarType acc = acc_of(hidden);
     const at::Tensor w = weights.to(acc);
     const at::Tensor rows = at::nonzero(w > 0).view({-1});
     const at::Tensor wsum = w.sum();
+    const double wsum_value = wsum.item<double>();
     const bool soft = kl_weight != 0.0;
     at::Tensor total = at::zeros({}, hidden.options().dtype(acc));
     at::Tensor row_ce = at::zeros({hidden.size(0)}, hidden.options().dtype(acc));
     at::Tensor row_correct = at::zeros({hidden.size(0)}, hidden.options().dtype(at::kBool));
+    at::Tensor dhidden = need_grad ? at::zeros_like(hidden) : at::Tensor();
     for (int64_t c0 = 0; c0 < rows.size(0); c0 += chunk_rows) {
       const at::Tensor idx = rows.narrow(0, c0, std::min(chunk_rows, rows.size(0) - c0));
       const at::Tensor lab = labels.index_select(0, idx);
-      const at::Tensor logits = chunk_logits(hidden.index_select(0, idx), lm_head, acc);
+      const at::Tensor wrow = w.index_select(0, idx);
+      at::Tensor logits = chunk_logits(hidden.index_select(0, idx), lm_head, acc);
       const at::Tensor lse = at::logsumexp(logits, -1);
       const at::Tensor ce = lse - logits.gather(1, lab.unsqueeze(1)).squeeze(1);
       row_ce.index_copy_(0, idx, ce);
       row_correct.index_copy_(0, idx, logits.argmax(-1).eq(lab));
       at::Tensor row_loss = ce;
+      at::Tensor q;
       if (soft) {
         at::Tensor logq = chunk_logits(teacher_hidden.index_select(0, teacher_index.index_select(0, idx)), lm_head, acc);
         logq.sub_(at::logsumexp(logq, -1, true));
-        const at::Tensor q = logq.exp();
+        q = logq.exp();
         // KL(q || p) = sum q log q - sum q * logits + lse (sum q = 1); row dot products via bmm, no rows x V temp.
         const at::Tensor q3 = q.unsqueeze(1);
         const at::Tensor kl = at::bmm(q3, logq.unsqueeze(2)).view({-1}) - at::bmm(q3, logits.unsqueeze(2)).view({-1}) + lse;
         row_loss = ce * (1.0 - kl_weight) + kl * kl_weight;
       }
-      total.add_((row_loss * w.index_select(0, idx)).sum());
+      total.add_((row_loss * wrow).sum());
+      if (need_grad && wsum_value > 0) {
+        logits_to_grad_(logits, q, lab, wrow / wsum, kl_weight);
+        dhidden.index_copy_(0, idx, at::matmul(logits.to(hidden.scalar_type()), lm_head));
+      }
     }
-    const at::Tensor loss = wsum.item<double>() > 0 ? total / wsum : total;
-    ctx->save_for_backward({hidden, lm_head, labels, w, teacher_hidden, teacher_index, rows, wsum});
-    ctx->saved_data["chunk_rows"] = chunk_rows;
-    ctx->saved_data["kl_weight"] = kl_weight;
+    const at::Tensor loss = wsum_value > 0 ? total / wsum : total;
+    if (need_grad) ctx->save_for_backward({dhidden});
     ctx->mark_non_differentiable({row_ce, row_correct});
     return {loss, row_ce, row_correct};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    const at::Tensor &hidden = s[0], &lm_head = s[1], &labels = s[2], &w = s[3], &teacher_hidden = s[4],
-                     &teacher_index = s[5], &rows = s[6], &wsum = s[7];
-    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
-    const double kl_weight = ctx->saved_data["kl_weight"].toDouble();
-    const at::ScalarType acc = acc_of(hidden);
-    at::Tensor dhidden = at::zeros_like(hidden);
-    if (!grads[0].defined() || wsum.item<double>() <= 0)
-      return {dhidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const at::Tensor scale = grads[0].to(acc) / wsum;
-    for (int64_t c0 = 0; c0 < rows.size(0); c0 += chunk_rows) {
-      const at::Tensor idx = rows.narrow(0, c0, std::min(chunk_rows, rows.size(0) - c0));
-      at::Tensor p = chunk_logits(hidden.index_select(0, idx), lm_head, acc);
-      p.sub_(at::logsumexp(p, -1, true)).exp_();  // softmax in place
-      if (kl_weight != 0.0) {
-        at::Tensor q = chunk_logits(teacher_hidden.index_select(0, teacher_index.index_select(0, idx)), lm_head, acc);
-        q.sub_(at::logsumexp(q, -1, true)).exp_();
-        p.sub_(q, kl_weight);
-      }
-      // d/dlogits = p - (1-kl) onehot(label) - kl q, times w_row / sum(w).
-      const at::Tensor lab = labels.index_select(0, idx).unsqueeze(1);
-      p.scatter_add_(1, lab, at::full({idx.size(0), 1}, -(1.0 - kl_weight), p.options()));
-      p.mul_((w.index_select(0, idx) * scale).unsqueeze(1));
-      dhidden.index_copy_(0, idx, at::matmul(p.to(hidden.scalar_type()), lm_head));
+    at::Tensor dhidden;
+    if (!s.empty() && s[0].defined()) {
+      dhidden = s[0];
+      // The loss is a scalar: d(hidden) = d(loss)/d(hidden) * incoming gradient.
+      if (grads[0].defined()) dhidden = dhidden * grads[0].to(dhidden.scalar_type());
+      else dhidden = at::zeros_like(dhidden);
     }
-    return {dhidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dhidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -111,8 +115,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> chunked_lm_loss(const at::Tensor&
   // Autograd functions take no undefined tensors: without soft labels the teacher inputs are empty.
   const at::Tensor th = soft ? teacher_hidden.to(hidden.scalar_type()) : hidden.new_empty({0, hidden.size(1)});
   const at::Tensor ti = soft ? teacher_index.reshape({-1}) : at::empty({0}, hidden.options().dtype(at::kLong));
+  const bool need_grad = at::GradMode::is_enabled() && hidden.requires_grad();
   auto out = ChunkedLossFunction::apply(hidden, lm_head.detach(), labels.reshape({-1}), weights.reshape({-1}), th, ti,
-                                        opt.chunk_rows, opt.kl_weight);
+                                        opt.chunk_rows, opt.kl_weight, need_grad);
   return {out[0], out[1], out[2]};
 }
 

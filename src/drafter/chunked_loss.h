@@ -1,5 +1,6 @@
 // Weighted block cross-entropy (+ optional soft labels) through the frozen LM head, in chunks of rows:
-// at most one chunk of logits exists at a time, in forward and in backward (backward recomputes them).
+// at most one chunk of logits exists at a time; when hidden needs a gradient it is computed in the same
+// pass (no logits are recomputed in backward).
 #pragma once
 #include <cstdint>
 #include <tuple>

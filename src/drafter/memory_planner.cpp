@@ -137,10 +137,12 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     phase("forward: last layer", base + before + full + d.T * d.H * d.e,
           "static + shared + saved layers 0..L-2 + one layer's activations");
   }
-  phase("forward: loss chunk", base + saved_sum + final_norm + loss_chunk,
-        "static + shared + all saved + final norm + one loss chunk");
-  phase("backward: loss chunk", base + saved_sum + final_norm + d.T * d.H * d.e + loss_chunk,
-        "... + d(hidden) + one recomputed loss chunk");
+  // The loss computes d(hidden) inside its forward (chunked_loss.cpp), so it holds that [T, H] tensor while a
+  // chunk's logits are alive; its backward only scales it (one more [T, H]) and recomputes no logits.
+  phase("forward: loss chunk", base + saved_sum + final_norm + d.T * d.H * d.e + loss_chunk,
+        "static + shared + all saved + final norm + d(hidden) + one loss chunk");
+  phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e,
+        "... + d(hidden) and its scaled copy");
   double grads_so_far = d.H * d.e;  // norm.weight
   const double dy = d.T * d.H * d.e;
   const double dctx = d.C * d.H * d.e;

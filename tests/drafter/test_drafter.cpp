@@ -9,6 +9,7 @@
 #include <set>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -230,6 +231,15 @@ TEST(ChunkedLoss, MatchesDenseLossAndGradientForAnyChunkSize) {
       EXPECT_NEAR(row_ce[0].item<double>(), ce[0].item<double>(), 1e-12);
       EXPECT_EQ(correct[0].item<bool>(), logp[0].argmax().item<int64_t>() == labels[0].item<int64_t>());
     }
+    // The gradient is computed in the forward: it must still scale with the incoming gradient,
+    // and a call without autograd (evaluation) must give the same loss.
+    const at::Tensor h = h0.clone().requires_grad_(true);
+    auto scaled = std::get<0>(chunked_lm_loss(h, lm_head, labels, w, teacher, tidx, {4, kl}));
+    (scaled * -2.5).backward();
+    EXPECT_LT((h.grad() + 2.5 * hd.grad()).abs().max().item<double>(), 1e-12);
+    c10::NoGradGuard no_grad;
+    const auto plain = std::get<0>(chunked_lm_loss(h0, lm_head, labels, w, teacher, tidx, {4, kl}));
+    EXPECT_NEAR(plain.item<double>(), dense.item<double>(), 1e-12);
   }
 }
 
