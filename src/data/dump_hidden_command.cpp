@@ -22,61 +22,12 @@
 #include "progress.h"
 #include "prompt_sources.h"
 #include "target_loader.h"
+#include "token_records.h"
 
 namespace fs = std::filesystem;
 
 namespace dflash::cli {
 namespace {
-
-struct Record {
-  std::vector<int64_t> ids, mask;
-};
-
-// Every sample of a regenerate-style JSONL file, in line order; held-out samples are an error.
-std::vector<Record> read_records(const std::string& path, int64_t limit) {
-  const std::string text = data::read_text_file(path);
-  std::vector<Record> out;
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size() && (limit < 0 || int64_t(out.size()) < limit)) {
-    size_t end = text.find('\n', pos);
-    const bool last_unterminated = end == std::string::npos;
-    if (last_unterminated) end = text.size();
-    const std::string l = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line;
-    if (l.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(l);
-    } catch (const std::exception& e) {
-      if (last_unterminated) {  // a writer still appending (or interrupted): the line is not complete yet
-        std::fprintf(stderr, "%s: ignoring an unterminated last line\n", where.c_str());
-        break;
-      }
-      throw std::invalid_argument(where + ": invalid JSON: " + e.what());
-    }
-    if (!j.is_object() || !j.contains("input_ids") || !j.contains("loss_mask") || !j["input_ids"].is_array() ||
-        !j["loss_mask"].is_array())
-      throw std::invalid_argument(where + ": expected {\"input_ids\": [...], \"loss_mask\": [...]}");
-    if (const std::string why = data::held_out_record_reason(j); !why.empty())
-      throw std::invalid_argument(where + ": held-out sample, never dumped as training data: " + why);
-    Record r;
-    try {
-      r.ids = j["input_ids"].get<std::vector<int64_t>>();
-      for (const auto& v : j["loss_mask"]) r.mask.push_back(v.is_boolean() ? int64_t(v.get<bool>()) : v.get<int64_t>());
-    } catch (const std::exception&) {
-      throw std::invalid_argument(where + ": input_ids and loss_mask must be integer arrays");
-    }
-    if (r.ids.size() != r.mask.size())
-      throw std::invalid_argument(where + ": input_ids and loss_mask differ in length (" + std::to_string(r.ids.size()) +
-                                  " vs " + std::to_string(r.mask.size()) + ")");
-    if (r.ids.size() < 2) throw std::invalid_argument(where + ": a sample needs at least 2 tokens");
-    out.push_back(std::move(r));
-  }
-  return out;
-}
 
 // Atomic small-file write: temporary file, fsync, rename, fsync of the folder.
 void write_atomic(const fs::path& path, const std::string& text) {
@@ -206,7 +157,7 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
     if (e.path().filename().string().rfind("shard-", 0) == 0 && e.path().filename().string().find(".tmp") != std::string::npos)
       fs::remove(e.path());
 
-  const std::vector<Record> records = read_records(data_path, a.i64("limit"));
+  const std::vector<data::TokenRecord> records = data::read_token_records(data_path, a.i64("limit"));
   int64_t next = 0, stored = 0;  // records covered, samples written
   for (const auto& s : index["shards"]) next += s["records"].get<int64_t>(), stored += s["samples"].get<int64_t>();
   if (next > int64_t(records.size()))
@@ -230,7 +181,7 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
     std::vector<data::HiddenSample> samples;
     int64_t shard_tokens = 0;
     for (int64_t r = next; r < next + count; ++r) {
-      const Record& rec = records[size_t(r)];
+      const data::TokenRecord& rec = records[size_t(r)];
       const int64_t S = std::min<int64_t>(max_len, int64_t(rec.ids.size()));
       data::HiddenSample s;
       s.input_ids = at::tensor(std::vector<int64_t>(rec.ids.begin(), rec.ids.begin() + S), at::kLong);

@@ -3,12 +3,10 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
-#include <zlib.h>
 
-#include "held_out.h"
 #include "safetensors.h"
 #include "sample_source.h"
+#include "token_records.h"
 
 namespace dflash::train {
 namespace {
@@ -43,43 +41,8 @@ class TokenSamples : public SampleSource {
     samples_.push_back(Sample{ids, mask, {}, {}});
   }
   void read_jsonl(const std::string& path) {
-    gzFile g = gzopen(path.c_str(), "rb");
-    if (!g) throw std::invalid_argument(path + ": cannot open");
-    std::string text;
-    char buf[1 << 16];
-    int n;
-    while ((n = gzread(g, buf, sizeof buf)) > 0) text.append(buf, size_t(n));
-    gzclose(g);
-    size_t start = 0;
-    int64_t line = 0;
-    while (start < text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      const std::string l = text.substr(start, end - start);
-      start = end + 1;
-      ++line;
-      if (l.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = path + ":" + std::to_string(line);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(l);
-      } catch (const std::exception& e) {
-        throw std::invalid_argument(where + ": invalid JSON: " + e.what());
-      }
-      if (!j.is_object() || !j.contains("input_ids") || !j.contains("loss_mask") || !j["input_ids"].is_array() ||
-          !j["loss_mask"].is_array())
-        throw std::invalid_argument(where + ": expected {\"input_ids\": [...], \"loss_mask\": [...]}");
-      if (const std::string why = data::held_out_record_reason(j); !why.empty())
-        throw std::invalid_argument(where + ": held-out sample, never trained on: " + why);
-      std::vector<int64_t> ids, mask;
-      try {
-        ids = j["input_ids"].get<std::vector<int64_t>>();
-        for (const auto& v : j["loss_mask"]) mask.push_back(v.is_boolean() ? int64_t(v.get<bool>()) : v.get<int64_t>());
-      } catch (const std::exception&) {
-        throw std::invalid_argument(where + ": input_ids and loss_mask must be integer arrays");
-      }
-      add(at::tensor(ids, at::kLong), at::tensor(mask, at::kLong).ne(0), where);
-    }
+    for (const auto& r : data::read_token_records(path))
+      add(at::tensor(r.ids, at::kLong), at::tensor(r.mask, at::kLong).ne(0), r.where);
   }
   std::string path_;
   std::vector<Sample> samples_;

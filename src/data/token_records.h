@@ -1,0 +1,19 @@
+// The samples files `dflash data regenerate` writes (JSONL, optionally .gz): one
+// {"input_ids": [...], "loss_mask": [...], ...} object per line. Read by the trainer and by dump-hidden.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dflash::data {
+
+struct TokenRecord {
+  std::vector<int64_t> ids, mask;  // same length, >= 2
+  std::string where;               // "file:line", for later error messages
+};
+
+// Every sample in line order (at most `limit`; -1: all). Malformed lines and held-out samples are errors
+// naming file:line; an unparsable unterminated last line (a writer still appending) is skipped with a warning.
+std::vector<TokenRecord> read_token_records(const std::string& path, int64_t limit = -1);
+
+}  // namespace dflash::data
