@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # `make demo`: the whole DFlash pipeline on SmolLM2-135M-Instruct, on CPU, in about half an hour on 2 cores.
-#   1. the target writes its own answers to 200 GSM8K *train* prompts  (dflash data regenerate, 2 shards,
+#   1. the target writes its own answers to 300 GSM8K *train* prompts  (dflash data regenerate, 2 shards,
 #                                                                       16 answers decoded together each)
-#   2. a 1-layer drafter is trained on them with 2 workers              (dflash train, live progress)
-#   3. speculative decoding on held-out prompts: GSM8K test, HumanEval,  (dflash eval: tau, speedup,
+#   2. the target's layer outputs for those samples, stored once         (dflash data dump-hidden)
+#   3. a 1-layer drafter (block 8) is trained on them with 2 workers    (dflash train, offline, live progress)
+#   4. speculative decoding on held-out prompts: GSM8K test, HumanEval,  (dflash eval: tau, speedup,
 #      MT-Bench first turns, against the target alone in the same run    lossless check)
-#   4. plots: training loss and acceptance histogram
+#   5. plots: training loss and acceptance histogram
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
 # usage: bash scripts/demo.sh BUILD_DIR [--full]
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
-#            4 drafter layers, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
-# Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_TARGET_LAYERS,
-# DEMO_LR, DEMO_FINAL_NORM, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_OUT.
+#            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
+# Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
+# DEMO_TARGET_LAYERS, DEMO_LR, DEMO_FINAL_NORM, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_OUT.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -22,7 +23,7 @@ FULL=0
 for arg in "$@"; do
   case "$arg" in
     --full) FULL=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "demo: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,13 +42,18 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 # Sizes. The defaults fit ~30 minutes on 2 CPU cores (rates measured on this machine: see docs/BENCHMARKS.md).
 if [ "$FULL" = 1 ]; then
-  : "${DEMO_PROMPTS:=7473}" "${DEMO_MAX_NEW:=512}" "${DEMO_STEPS:=0}" "${DEMO_LAYERS:=4}"
+  : "${DEMO_PROMPTS:=7473}" "${DEMO_MAX_NEW:=512}" "${DEMO_STEPS:=0}" "${DEMO_LAYERS:=4}" "${DEMO_BLOCK:=16}"
+  : "${DEMO_OFFLINE:=0}"  # 7473 samples of features would be ~15 GB on disk: the target runs online instead
   : "${DEMO_EVAL_PROMPTS:=200}" "${DEMO_EVAL_MAX_NEW:=256}" "${DEMO_ANCHORS:=256}" "${DEMO_MAX_LEN:=1024}"
   : "${DEMO_LR:=6e-4}"   # the paper's lr for multi-epoch runs
   OUT="${DEMO_OUT:-$ROOT/demo-out/full}"
 else
-  : "${DEMO_PROMPTS:=200}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=250}" "${DEMO_LAYERS:=1}"
-  : "${DEMO_EVAL_PROMPTS:=6}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=64}" "${DEMO_MAX_LEN:=512}"
+  # Many small steps (16 anchors per sequence, 2 sequences) learn more per CPU second than few large ones at
+  # this size, and block 8 halves the LM-head rows per anchor and the verify cost per cycle while slots past
+  # 7 are almost never accepted yet (docs/BENCHMARKS.md, "demo recipe").
+  : "${DEMO_PROMPTS:=300}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=2000}" "${DEMO_LAYERS:=1}" "${DEMO_BLOCK:=8}"
+  : "${DEMO_OFFLINE:=1}"
+  : "${DEMO_EVAL_PROMPTS:=6}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=16}" "${DEMO_MAX_LEN:=512}"
 fi
 # Five target layers spread over SmolLM2's 30 (the SPEC formula for 5 drafter layers) even for a 1-layer
 # drafter: the deep ones carry most of the next-token signal. A higher peak lr (short run) and a small start
@@ -62,7 +68,7 @@ stage_done() { echo "-- done in $(( $(date +%s) - STAGE_T0 )) s"; }
 # 1. Regenerate: the target's own greedy answers (two processes, one core each; resumable, per shard).
 TRAIN="$OUT/data/train.jsonl"
 REGEN_KEY="prompts=$DEMO_PROMPTS max_new=$DEMO_MAX_NEW"
-stage "1/4 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)"
+stage "1/5 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)"
 if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ]; then
   echo "cached: $TRAIN ($(wc -l < "$TRAIN") samples)"
 else
@@ -80,12 +86,33 @@ else
 fi
 stage_done
 
-# 2. Train the drafter (2 worker threads), export it as an HF drafter folder, plot the loss.
+# 2. Offline features: the target runs once over every sample and its layer outputs are stored (bf16), so the
+#    many training epochs below do not rerun it (5x faster steps here; the losses match online training).
+HIDDEN="$OUT/data/hidden"
+TRAIN_DATA="$TRAIN"
+DUMP_KEY="$REGEN_KEY target_layers=$DEMO_TARGET_LAYERS max_len=$DEMO_MAX_LEN"
+if [ "$DEMO_OFFLINE" = 1 ]; then
+  stage "2/5 target features of the samples, for offline training (dflash data dump-hidden)"
+  if [ "$(cat "$OUT/data/.hidden_done" 2>/dev/null)" = "$DUMP_KEY" ]; then
+    echo "cached: $HIDDEN"
+  else
+    # A rerun with the same key resumes the dump; different samples or layers start it again.
+    [ "$(cat "$OUT/data/.hidden_key" 2>/dev/null)" = "$DUMP_KEY" ] || rm -rf "$HIDDEN"
+    echo "$DUMP_KEY" > "$OUT/data/.hidden_key"
+    "$DFLASH" data dump-hidden --target "$MODEL" --data "$TRAIN" --out "$HIDDEN" --target-layer-ids "$DEMO_TARGET_LAYERS" \
+      --max-len "$DEMO_MAX_LEN" --samples-per-shard 100 --threads 2
+    echo "$DUMP_KEY" > "$OUT/data/.hidden_done"
+  fi
+  TRAIN_DATA="$HIDDEN"
+  stage_done
+fi
+
+# 3. Train the drafter (2 worker threads), export it as an HF drafter folder, plot the loss.
 RUN="$OUT/run"
 DRAFTER="$OUT/drafter"
-TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
-TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM"
-stage "2/4 train a $DEMO_LAYERS-layer drafter, 2 workers, $DEMO_STEPS steps"
+TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS block=$DEMO_BLOCK anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
+TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM offline=$DEMO_OFFLINE"
+stage "3/5 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK), 2 workers, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
 else
@@ -95,9 +122,9 @@ else
   else
     rm -rf "$RUN"
     echo "$TRAIN_KEY" > "$OUT/.train_key"
-    "$DFLASH" train --target "$MODEL" --data "$TRAIN" --out "$RUN" --drafter-layers "$DEMO_LAYERS" \
-      --mask-token-id "$MASK_TOKEN" --block-size 16 --steps "$DEMO_STEPS" --drafter-devices cpu,cpu \
-      --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype fp32 --log-every 5 --checkpoint-every 50 \
+    "$DFLASH" train --target "$MODEL" --data "$TRAIN_DATA" --out "$RUN" --drafter-layers "$DEMO_LAYERS" \
+      --mask-token-id "$MASK_TOKEN" --block-size "$DEMO_BLOCK" --steps "$DEMO_STEPS" --drafter-devices cpu,cpu \
+      --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype fp32 --log-every 10 --checkpoint-every 200 \
       --target-layer-ids "$DEMO_TARGET_LAYERS" --lr "$DEMO_LR" --init-final-norm "$DEMO_FINAL_NORM"
   fi
   rm -rf "$DRAFTER"
@@ -108,10 +135,10 @@ cp "$RUN/metrics.jsonl" "$OUT/metrics.jsonl"
 "$DFLASH" plot "$RUN" --out "$OUT" || echo "demo: warning: loss plot failed (dflash plot)" >&2
 stage_done
 
-# 3. Evaluate on held-out prompts (never in the training data): speculative vs the target alone.
+# 4. Evaluate on held-out prompts (never in the training data): speculative vs the target alone.
 EVAL="$OUT/eval.json"
 EVAL_KEY="$TRAIN_KEY eval=$DEMO_EVAL_PROMPTS eval_max_new=$DEMO_EVAL_MAX_NEW"
-stage "3/4 evaluate: $DEMO_EVAL_PROMPTS prompts each of GSM8K test, HumanEval, MT-Bench (max $DEMO_EVAL_MAX_NEW tokens)"
+stage "4/5 evaluate: $DEMO_EVAL_PROMPTS prompts each of GSM8K test, HumanEval, MT-Bench (max $DEMO_EVAL_MAX_NEW tokens)"
 sets="gsm8k_test=$DATA/gsm8k_test.jsonl"
 [ -f "$DATA/humaneval.jsonl.gz" ] && sets="$sets,humaneval=$DATA/humaneval.jsonl.gz"
 [ -f "$DATA/mt_bench_questions.jsonl" ] && sets="$sets,mt_bench=$DATA/mt_bench_questions.jsonl"
@@ -128,7 +155,7 @@ fi
 stage_done
 
 # 4. Plots and the summary table.
-stage "4/4 plots and summary"
+stage "5/5 plots and summary"
 "$PY" python/dflash_py/plot_eval.py "$EVAL" "$OUT/acceptance.png"
 "$PY" - "$EVAL" <<'PYEOF'
 import json, sys
