@@ -21,10 +21,11 @@ at::Tensor chunk_logits(const at::Tensor& rows_hidden, const at::Tensor& lm_head
 }
 
 // d(loss)/d(logits) of one chunk, written over `logits` in place: softmax - (1-kl) onehot(label) - kl q,
-// times w_row / sum(w). `q` is the teacher's softmax (undefined without soft labels).
-void logits_to_grad_(at::Tensor& logits, const at::Tensor& q, const at::Tensor& lab, const at::Tensor& row_scale,
-                     double kl_weight) {
-  logits.sub_(at::logsumexp(logits, -1, true)).exp_();  // softmax in place
+// times w_row / sum(w). `lse` is the chunk's logsumexp [r]; `q` the teacher's softmax (undefined without
+// soft labels).
+void logits_to_grad_(at::Tensor& logits, const at::Tensor& lse, const at::Tensor& q, const at::Tensor& lab,
+                     const at::Tensor& row_scale, double kl_weight) {
+  logits.sub_(lse.unsqueeze(1)).exp_();  // softmax in place
   if (q.defined()) logits.sub_(q, kl_weight);
   logits.scatter_add_(1, lab.unsqueeze(1), at::full({lab.size(0), 1}, -(1.0 - kl_weight), logits.options()));
   logits.mul_(row_scale.unsqueeze(1));
@@ -71,7 +72,7 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
       }
       total.add_((row_loss * wrow).sum());
       if (need_grad && wsum_value > 0) {
-        logits_to_grad_(logits, q, lab, wrow / wsum, kl_weight);
+        logits_to_grad_(logits, lse, q, lab, wrow / wsum, kl_weight);
         dhidden.index_copy_(0, idx, at::matmul(logits.to(hidden.scalar_type()), lm_head));
       }
     }
