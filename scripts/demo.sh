@@ -49,8 +49,8 @@ if [ "$FULL" = 1 ]; then
   OUT="${DEMO_OUT:-$ROOT/demo-out/full}"
 else
   # Many small steps (16 anchors per sequence, 2 sequences) learn more per CPU second than few large ones at
-  # this size, and block 8 halves the LM-head rows per anchor and the verify cost per cycle while slots past
-  # 7 are almost never accepted yet (docs/BENCHMARKS.md, "demo recipe").
+  # this size, and block 8 halves the LM-head rows per anchor and the tokens verified per cycle while slots
+  # past 7 are almost never accepted yet (docs/BENCHMARKS.md, "How the demo recipe was chosen").
   : "${DEMO_PROMPTS:=300}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=2000}" "${DEMO_LAYERS:=1}" "${DEMO_BLOCK:=8}"
   : "${DEMO_OFFLINE:=1}"
   : "${DEMO_EVAL_PROMPTS:=6}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=16}" "${DEMO_MAX_LEN:=512}"
@@ -154,7 +154,7 @@ else
 fi
 stage_done
 
-# 4. Plots and the summary table.
+# 5. Plots and the summary table.
 stage "5/5 plots and summary"
 "$PY" python/dflash_py/plot_eval.py "$EVAL" "$OUT/acceptance.png"
 "$PY" - "$EVAL" <<'PYEOF'
