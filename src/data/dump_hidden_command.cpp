@@ -157,7 +157,7 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
     if (e.path().filename().string().rfind("shard-", 0) == 0 && e.path().filename().string().find(".tmp") != std::string::npos)
       fs::remove(e.path());
 
-  const std::vector<data::TokenRecord> records = data::read_token_records(data_path, a.i64("limit"));
+  const std::vector<data::TokenRecord> records = data::read_token_records(data_path, a.i64("limit"), /*skip_partial_last_line=*/true);
   int64_t next = 0, stored = 0;  // records covered, samples written
   for (const auto& s : index["shards"]) next += s["records"].get<int64_t>(), stored += s["samples"].get<int64_t>();
   if (next > int64_t(records.size()))

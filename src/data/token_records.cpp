@@ -9,7 +9,7 @@
 
 namespace dflash::data {
 
-std::vector<TokenRecord> read_token_records(const std::string& path, int64_t limit) {
+std::vector<TokenRecord> read_token_records(const std::string& path, int64_t limit, bool skip_partial_last_line) {
   const std::string text = read_text_file(path);
   std::vector<TokenRecord> out;
   size_t pos = 0;
@@ -28,7 +28,7 @@ std::vector<TokenRecord> read_token_records(const std::string& path, int64_t lim
     try {
       j = nlohmann::json::parse(l);
     } catch (const std::exception& e) {
-      if (last_unterminated) {
+      if (last_unterminated && skip_partial_last_line) {
         std::fprintf(stderr, "%s: ignoring an unterminated last line\n", r.where.c_str());
         break;
       }

@@ -13,7 +13,8 @@ struct TokenRecord {
 };
 
 // Every sample in line order (at most `limit`; -1: all). Malformed lines and held-out samples are errors
-// naming file:line; an unparsable unterminated last line (a writer still appending) is skipped with a warning.
-std::vector<TokenRecord> read_token_records(const std::string& path, int64_t limit = -1);
+// naming file:line. With `skip_partial_last_line`, an unparsable unterminated last line (a writer still
+// appending) is skipped with a warning instead.
+std::vector<TokenRecord> read_token_records(const std::string& path, int64_t limit, bool skip_partial_last_line);
 
 }  // namespace dflash::data

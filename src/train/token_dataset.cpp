@@ -1,5 +1,4 @@
 // Token samples for online training (the trainer runs the target): JSONL or safetensors.
-#include <fstream>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -41,7 +40,8 @@ class TokenSamples : public SampleSource {
     samples_.push_back(Sample{ids, mask, {}, {}});
   }
   void read_jsonl(const std::string& path) {
-    for (const auto& r : data::read_token_records(path))
+    // A training file must be complete: a broken last line is an error here, not skipped.
+    for (const auto& r : data::read_token_records(path, -1, /*skip_partial_last_line=*/false))
       add(at::tensor(r.ids, at::kLong), at::tensor(r.mask, at::kLong).ne(0), r.where);
   }
   std::string path_;
