@@ -4,11 +4,13 @@
 
 #include <stdexcept>
 
+#include "few_rows_linear.h"
 #include "norm_ops.h"
 
 namespace dflash::eval {
 
 using drafter::apply_rope;
+using models::few_rows_linear;
 using drafter::rms_norm;
 using drafter::rope_tables;
 
@@ -31,16 +33,16 @@ void DrafterContextCache::append(const at::Tensor& features) {
   const int64_t n = features.size(1);
   if (n == 0) return;
   const at::ScalarType dt = w_.fc.scalar_type();
-  const at::Tensor ctx = rms_norm(at::linear(features.to(dt), w_.fc), w_.hidden_norm, c_.rms_norm_eps);
+  const at::Tensor ctx = rms_norm(few_rows_linear(features.to(dt), w_.fc), w_.hidden_norm, c_.rms_norm_eps);
   const at::Tensor pos = at::arange(length_, length_ + n, at::kLong).view({1, n});
   auto [cos, sin] = rope_tables(pos, c_.head_dim, c_.rope_theta, dt);
   const int64_t L = c_.num_hidden_layers;
   if (k_.empty()) k_.resize(static_cast<size_t>(L)), v_.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
     const auto& w = w_.layers[static_cast<size_t>(l)];
-    at::Tensor k = at::linear(ctx, w[drafter::kKProj]).view({1, n, c_.num_key_value_heads, c_.head_dim});
+    at::Tensor k = few_rows_linear(ctx, w[drafter::kKProj]).view({1, n, c_.num_key_value_heads, c_.head_dim});
     k = apply_rope(rms_norm(k, w[drafter::kKNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
-    at::Tensor v = at::linear(ctx, w[drafter::kVProj]).view({1, n, c_.num_key_value_heads, c_.head_dim}).transpose(1, 2);
+    at::Tensor v = few_rows_linear(ctx, w[drafter::kVProj]).view({1, n, c_.num_key_value_heads, c_.head_dim}).transpose(1, 2);
     auto& K = k_[static_cast<size_t>(l)];
     auto& V = v_[static_cast<size_t>(l)];
     K = K.defined() ? at::cat({K, k}, 2) : k.contiguous();
@@ -59,11 +61,11 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const auto& w = w_.layers[static_cast<size_t>(l)];
     const at::Tensor h1 = rms_norm(x, w[drafter::kInputNorm], c_.rms_norm_eps);
-    at::Tensor q = at::linear(h1, w[drafter::kQProj]).view({1, B, qh, D});
+    at::Tensor q = few_rows_linear(h1, w[drafter::kQProj]).view({1, B, qh, D});
     q = apply_rope(rms_norm(q, w[drafter::kQNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
-    at::Tensor kb = at::linear(h1, w[drafter::kKProj]).view({1, B, kvh, D});
+    at::Tensor kb = few_rows_linear(h1, w[drafter::kKProj]).view({1, B, kvh, D});
     kb = apply_rope(rms_norm(kb, w[drafter::kKNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
-    const at::Tensor vb = at::linear(h1, w[drafter::kVProj]).view({1, B, kvh, D}).transpose(1, 2);
+    const at::Tensor vb = few_rows_linear(h1, w[drafter::kVProj]).view({1, B, kvh, D}).transpose(1, 2);
     at::Tensor K = kb, V = vb;
     if (a > 0) {
       K = at::cat({k_[static_cast<size_t>(l)], kb}, 2);
@@ -83,10 +85,10 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
       mask = (ctx_ok | blk_ok).view({1, 1, B, a + B});
     }
     const at::Tensor attn = at::scaled_dot_product_attention(q, K, V, mask);
-    x = x + at::linear(attn.transpose(1, 2).reshape({1, B, qh * D}), w[drafter::kOProj]);
+    x = x + few_rows_linear(attn.transpose(1, 2).reshape({1, B, qh * D}), w[drafter::kOProj]);
     const at::Tensor h2 = rms_norm(x, w[drafter::kPostNorm], c_.rms_norm_eps);
-    x = x + drafter::swiglu_down(at::linear(h2, w[drafter::kGateProj]), at::linear(h2, w[drafter::kUpProj]),
-                                 w[drafter::kDownProj]);
+    const at::Tensor act = at::silu(few_rows_linear(h2, w[drafter::kGateProj])) * few_rows_linear(h2, w[drafter::kUpProj]);
+    x = x + few_rows_linear(act, w[drafter::kDownProj]);
   }
   return rms_norm(x, w_.norm, c_.rms_norm_eps);
 }

@@ -157,6 +157,7 @@ int eval_main(const std::vector<std::string>& args) {
     reports.push_back(std::move(rep));
   }
   eval::print_table(reports);
+  eval::print_cycle_breakdown(reports);
   if (!a.str("json").empty()) {
     nlohmann::json j = {{"target", a.str("target")},
                         {"drafter", drafter ? drafter->dir : kind},

@@ -15,6 +15,10 @@ void DatasetReport::add(const SpecResult& s, double base_s, int64_t base_tokens)
   baseline_tokens += base_tokens;
   seconds += s.seconds;
   baseline_seconds += base_s;
+  draft_s += s.draft_s;
+  verify_s += s.verify_s;
+  verify_head_s += s.verify_head_s;
+  commit_s += s.commit_s;
   for (auto k : s.accept_lengths) {
     ++cycles;
     accepted_sum += k;
@@ -25,6 +29,8 @@ void DatasetReport::add(const SpecResult& s, double base_s, int64_t base_tokens)
     slot_accepted[i] += s.slot_accepted[i];
   }
 }
+
+double DatasetReport::per_cycle_ms(double total_s) const { return cycles > 0 ? 1e3 * total_s / cycles : 0.0; }
 
 double DatasetReport::tau() const { return cycles > 0 ? static_cast<double>(accepted_sum) / cycles : 0.0; }
 double DatasetReport::tokens_per_s() const { return seconds > 0 ? new_tokens / seconds : 0.0; }
@@ -52,7 +58,11 @@ nlohmann::json DatasetReport::to_json() const {
           {"baseline_tokens_per_s", base},
           {"speedup", base > 0 ? tokens_per_s() / base : 0.0},
           {"lossless", lossless_checked ? nlohmann::json(mismatches.empty()) : nlohmann::json(nullptr)},
-          {"mismatches", mm}};
+          {"mismatches", mm},
+          {"cycle_ms", {{"draft", per_cycle_ms(draft_s)},
+                        {"verify_forward", per_cycle_ms(verify_s)},
+                        {"verify_lm_head", per_cycle_ms(verify_head_s)},
+                        {"commit", per_cycle_ms(commit_s)}}}};
 }
 
 bool compare_tokens(const std::vector<int64_t>& expected, const std::vector<int64_t>& got, int64_t prompt_index,
@@ -76,6 +86,19 @@ void print_table(const std::vector<DatasetReport>& reports) {
     std::printf("%-14s %7lld %6.2f %8.2fx %12.1f %12.1f %9s\n", r.name.c_str(), static_cast<long long>(r.prompts),
                 r.tau(), base > 0 ? r.tokens_per_s() / base : 0.0, r.tokens_per_s(), base,
                 !r.lossless_checked ? "n/a" : r.mismatches.empty() ? "yes" : "NO");
+  }
+  std::fflush(stdout);
+}
+
+void print_cycle_breakdown(const std::vector<DatasetReport>& reports) {
+  std::printf("%-14s %8s %8s %8s %8s %8s %12s\n", "ms per cycle", "draft", "verify", "lm head", "commit", "total",
+              "target step");
+  for (const auto& r : reports) {
+    const double base = r.baseline_tokens_per_s();
+    const double parts[] = {r.per_cycle_ms(r.draft_s), r.per_cycle_ms(r.verify_s), r.per_cycle_ms(r.verify_head_s),
+                            r.per_cycle_ms(r.commit_s)};
+    std::printf("%-14s %8.1f %8.1f %8.1f %8.1f %8.1f %12.1f\n", r.name.c_str(), parts[0], parts[1], parts[2], parts[3],
+                parts[0] + parts[1] + parts[2] + parts[3], base > 0 ? 1e3 / base : 0.0);
   }
   std::fflush(stdout);
 }

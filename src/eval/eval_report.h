@@ -20,6 +20,7 @@ struct DatasetReport {
   int64_t block_size = 0;
   int64_t prompts = 0, new_tokens = 0, baseline_tokens = 0, cycles = 0, accepted_sum = 0;
   double seconds = 0, baseline_seconds = 0;
+  double draft_s = 0, verify_s = 0, verify_head_s = 0, commit_s = 0;  // summed SpecResult phase times
   std::vector<int64_t> accept_hist;                  // [B + 1]: cycles that committed k tokens (k = 1..B)
   std::vector<int64_t> slot_reached, slot_accepted;  // per draft slot
   bool lossless_checked = false;
@@ -28,6 +29,7 @@ struct DatasetReport {
   explicit DatasetReport(std::string n, int64_t B);
   void add(const SpecResult& spec, double baseline_seconds, int64_t baseline_tokens);
   double tau() const;
+  double per_cycle_ms(double total_s) const;
   double tokens_per_s() const;
   double baseline_tokens_per_s() const;
   nlohmann::json to_json() const;
@@ -38,5 +40,7 @@ bool compare_tokens(const std::vector<int64_t>& expected, const std::vector<int6
                     Mismatch* out);
 
 void print_table(const std::vector<DatasetReport>& reports);
+// Per dataset: milliseconds per cycle in each phase next to one target decode step (from the baseline).
+void print_cycle_breakdown(const std::vector<DatasetReport>& reports);
 
 }  // namespace dflash::eval

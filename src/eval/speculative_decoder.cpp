@@ -42,13 +42,21 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
 
   while (!is_eos(last) && static_cast<int64_t>(r.tokens.size()) < opt.max_new) {
     const int64_t pos = P + static_cast<int64_t>(r.tokens.size()) - 1;  // position of `last`
+    auto lap = clock::now();
+    auto split = [&](double& into) {
+      const auto now = clock::now();
+      into += std::chrono::duration<double>(now - lap).count();
+      lap = now;
+    };
     std::vector<int64_t> block = proposer.propose(last, pos);
+    split(r.draft_s);
     if (static_cast<int64_t>(block.size()) != block_size - 1)
       throw std::logic_error("proposer returned a wrong block size");
     block.resize(static_cast<size_t>(B - 1));
     block.insert(block.begin(), last);
     const at::Tensor ids = at::tensor(block, at::kLong).view({1, B}).to(target.input_device());
     const models::TargetOutput ver = target.forward(ids, &cache, layers, false, true);
+    split(r.verify_s);
     // Row i of the LM head predicts position pos+i+1. On CPU the LM head over all B rows can cost more than
     // the verify forward itself, so rows are computed in small chunks, only as far as drafts are accepted.
     std::vector<at::Tensor> rows(static_cast<size_t>(B));
@@ -96,11 +104,13 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
       last = t;
       stop = is_eos(t) || static_cast<int64_t>(r.tokens.size()) >= opt.max_new;
     }
+    split(r.verify_head_s);
     r.accept_lengths.push_back(committed);
     // Keep the target's cache for positions 0..pos+accepted (the verified block up to the last accepted
     // draft); the new token's K/V come with the next block.
     cache.crop(pos + 1 + accepted);
     proposer.commit(ver, accepted + 1);
+    split(r.commit_s);
   }
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return r;

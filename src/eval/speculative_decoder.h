@@ -19,6 +19,9 @@ struct SpecResult {
   std::vector<int64_t> accept_lengths;    // per cycle: accepted drafts + 1 (the target's token)
   std::vector<int64_t> slot_reached, slot_accepted;  // per draft slot 1..B-1 (index k-1), B = block size
   double seconds = 0;                     // wall time, prefill included
+  // Where the cycles' time went (seconds): the proposer's draft, the target's verify forward, the target's LM
+  // head over verified rows, and the proposer's commit of the verified tokens' features.
+  double draft_s = 0, verify_s = 0, verify_head_s = 0, commit_s = 0;
 };
 
 // max_draft > 0 verifies only the first max_draft proposals of each block (fewer target tokens per cycle:

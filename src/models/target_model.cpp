@@ -6,6 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "few_rows_linear.h"
 #include "rope.h"
 #include "safetensors.h"
 
@@ -143,12 +144,13 @@ at::Tensor TargetModel::embed(const at::Tensor& input_ids) const {
 }
 
 at::Tensor TargetModel::lm_head(const at::Tensor& last_hidden) const {
-  return at::linear(last_hidden.to(lm_head_.device()), lm_head_).to(at::kFloat);
+  return few_rows_linear(last_hidden.to(lm_head_.device()), lm_head_).to(at::kFloat);
 }
 
 at::Tensor TargetModel::linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                                const at::Tensor& w_onednn) const {
-  if (!w_onednn.defined() || x.numel() == x.size(-1)) return at::linear(x, w, b);  // one row: gemv is faster
+  // oneDNN only for batched decode with several rows (one row and the plain forward: few_rows_linear decides).
+  if (!w_onednn.defined() || x.numel() == x.size(-1)) return few_rows_linear(x, w, b);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = w.size(0);
   at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous().to_mkldnn();

@@ -75,7 +75,13 @@ def test_oracle_gives_tau_b_and_lossless(dflash_bin, target, tmp_path):
     assert sum(ds["accept_hist"]) == ds["cycles"] and len(ds["accept_hist"]) == B + 1
     for key in ["tokens_per_s", "baseline_tokens_per_s", "speedup"]:
         assert ds[key] > 0
-    assert "tiny" in table and "tau" in table
+    # The phases of a cycle are timed; together they cannot exceed the speculative wall time per cycle.
+    phases = ds["cycle_ms"]
+    assert set(phases) == {"draft", "verify_forward", "verify_lm_head", "commit"}
+    assert all(v >= 0 for v in phases.values()) and phases["verify_forward"] > 0
+    wall_ms_per_cycle = 1e3 * ds["new_tokens"] / ds["tokens_per_s"] / ds["cycles"]
+    assert sum(phases.values()) <= wall_ms_per_cycle * 1.01
+    assert "tiny" in table and "tau" in table and "ms per cycle" in table
 
 
 def test_random_proposer_tau_near_one_and_lossless(dflash_bin, target, tmp_path):
