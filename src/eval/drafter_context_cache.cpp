@@ -10,9 +10,9 @@
 namespace dflash::eval {
 
 using drafter::apply_rope;
-using models::few_rows_linear;
 using drafter::rms_norm;
 using drafter::rope_tables;
+using models::few_rows_linear;
 
 void DrafterContextCache::reset() {
   length_ = 0;
@@ -87,6 +87,8 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
     const at::Tensor attn = at::scaled_dot_product_attention(q, K, V, mask);
     x = x + few_rows_linear(attn.transpose(1, 2).reshape({1, B, qh * D}), w[drafter::kOProj]);
     const at::Tensor h2 = rms_norm(x, w[drafter::kPostNorm], c_.rms_norm_eps);
+    // Not drafter::swiglu_down: that is the training op (autograd, at::linear over many rows); here a few rows
+    // without gradients go through few_rows_linear.
     const at::Tensor act = at::silu(few_rows_linear(h2, w[drafter::kGateProj])) * few_rows_linear(h2, w[drafter::kUpProj]);
     x = x + few_rows_linear(act, w[drafter::kDownProj]);
   }
