@@ -139,6 +139,29 @@ at::Tensor TargetModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const
   return w * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
 }
 
+std::map<std::string, at::Tensor> TargetModel::layer_weights(int i) const {
+  if (i < 0 || i >= int(layers_.size()))
+    throw std::out_of_range("target layer " + std::to_string(i) + " does not exist (the target has " +
+                            std::to_string(layers_.size()) + " layers)");
+  const Layer& l = layers_[size_t(i)];
+  std::map<std::string, at::Tensor> out;
+  auto put = [&](const char* name, const at::Tensor& t) {
+    if (t.defined()) out.emplace(name, t);
+  };
+  put("input_layernorm.weight", l.in_norm);
+  put("self_attn.q_proj.weight", l.q);
+  put("self_attn.k_proj.weight", l.k);
+  put("self_attn.v_proj.weight", l.v);
+  put("self_attn.o_proj.weight", l.o);
+  put("self_attn.q_norm.weight", l.q_norm);
+  put("self_attn.k_norm.weight", l.k_norm);
+  put("post_attention_layernorm.weight", l.post_norm);
+  put("mlp.gate_proj.weight", l.gate);
+  put("mlp.up_proj.weight", l.up);
+  put("mlp.down_proj.weight", l.down);
+  return out;
+}
+
 at::Tensor TargetModel::embed(const at::Tensor& input_ids) const {
   return at::embedding(embed_tokens_, input_ids.to(embed_tokens_.device()));
 }

@@ -70,6 +70,10 @@ class TargetModel {
   const at::Tensor& embed_weight() const { return embed_tokens_; }
   const at::Tensor& lm_head_weight() const { return lm_head_; }
 
+  // Decoder layer i's weights under their Hugging Face suffixes ("self_attn.q_proj.weight", ...); only those the
+  // architecture has (no biases or q/k norms where absent). Used to start a drafter layer from a target layer.
+  std::map<std::string, at::Tensor> layer_weights(int i) const;
+
   at::Tensor embed(const at::Tensor& input_ids) const;       // [batch, T, hidden] on the first stage
   at::Tensor lm_head(const at::Tensor& last_hidden) const;   // float32 logits, on the last stage
 

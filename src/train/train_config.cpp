@@ -66,6 +66,8 @@ const std::vector<Field>& fields() {
       {{"init_std", "float", "std of initial linear weights"}, &C::init_std},
       {{"init_final_norm", "float", "initial weight of the drafter's final norm (logits scale with it)"},
        &C::init_final_norm},
+      {{"init_from_target_layer", "int", "-1: random drafter layers; N: drafter layer i starts as target layer N+i"},
+       &C::init_from_target_layer},
       {{"stop_after", "int", "stop with a checkpoint after this many steps of this run (0: never)"}, &C::stop_after},
       {{"resume", "bool", "continue from out's latest checkpoint"}, &C::resume},
   };
@@ -145,6 +147,8 @@ void TrainConfig::validate() const {
   require(stop_after >= 0, "stop_after", ">= 0", std::to_string(stop_after));
   require(init_std > 0, "init_std", "> 0", std::to_string(init_std));
   require(init_final_norm > 0, "init_final_norm", "> 0", std::to_string(init_final_norm));
+  require(init_from_target_layer >= -1, "init_from_target_layer", "-1 (off) or a target layer index",
+          std::to_string(init_from_target_layer));
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
 }

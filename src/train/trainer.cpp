@@ -97,6 +97,30 @@ drafter::FrozenTarget frozen_from_folder(const std::string& dir, bool tied) {
   return t;
 }
 
+// Drafter layer i <- target layer first + i, tensor by tensor where shapes agree (the drafter's q/k norms stay
+// at 1 when the target has none). A trained layer is a better start than noise when data and steps are few.
+void copy_target_layers(const models::TargetModel& target, int64_t first, drafter::DrafterWeights& w) {
+  const int64_t n = int64_t(w.layers.size()), have = target.config().num_hidden_layers;
+  if (first + n > have)
+    throw std::invalid_argument("train config: 'init_from_target_layer' must be <= " + std::to_string(have - n) +
+                                " (the target has " + std::to_string(have) + " layers, the drafter " +
+                                std::to_string(n) + "), got " + std::to_string(first));
+  at::NoGradGuard no_grad;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto src = target.layer_weights(int(first + i));
+    for (int p = 0; p < drafter::kNumLayerParams; ++p) {
+      const auto it = src.find(drafter::layer_param_suffix(p));
+      if (it == src.end()) continue;
+      at::Tensor& dst = w.layers[size_t(i)].t[size_t(p)];
+      if (it->second.sizes() != dst.sizes())
+        throw std::invalid_argument("train config: 'init_from_target_layer': target layer " +
+                                    std::to_string(first + i) + " " + it->first + " has another shape than the "
+                                    "drafter's (drafter_config differs from the target)");
+      dst.copy_(it->second);
+    }
+  }
+}
+
 // --budget: the memory planner's peak for one worker's micro-batch must fit, checked before loading weights.
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
   if (cfg.budget.empty()) return;
@@ -325,6 +349,12 @@ int run_training(const TrainConfig& cfg) {
   } else {
     master = drafter::init_drafter_weights(dcfg, master_dtype, uint64_t(cfg.seed), cfg.init_std, 0.0,
                                           cfg.init_final_norm);
+    if (cfg.init_from_target_layer >= 0) {
+      if (!target)
+        throw std::invalid_argument("train config: 'init_from_target_layer' needs the target's layers, but only its "
+                                    "embedding is read here (offline data with a drafter_config and an HF folder)");
+      copy_target_layers(*target, cfg.init_from_target_layer, master);
+    }
   }
   NamedTensors named;
   std::vector<at::Tensor> mparams;

@@ -281,3 +281,60 @@ TEST(MiniTraining, NcclTwoCudaWorkersMatchCpu) {
   }
   remove_tree(root);
 }
+
+// init_from_target_layer: the drafter's layer starts as the target's layer 1, tensor for tensor (q/k norms,
+// which this Llama lacks, stay at 1); with a vanishing lr the first checkpoint still holds those weights.
+// Asking for a layer past the target's last is a clear error.
+TEST(MiniTraining, InitFromTargetLayer) {
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_init_" + std::to_string(::getpid()));
+  remove_tree(root);
+  TrainConfig c;
+  c.target = write_tiny_target(root / "target");
+  std::vector<Sample> samples;
+  at::manual_seed(3);
+  for (int i = 0; i < 2; ++i) {
+    Sample s;
+    s.input_ids = at::randint(3, 60, {12}, at::kLong);
+    s.loss_mask = at::arange(12) >= 3;
+    s.features = at::randn({12, 16});
+    samples.push_back(s);
+  }
+  write_dflash_shard((root / "data.safetensors").string(), samples, {1}, 16);
+  c.data = (root / "data.safetensors").string();
+  c.out = (root / "run").string();
+  c.mask_token_id = 63;
+  c.block_size = 4;
+  c.num_anchors = 2;
+  c.steps = 1;
+  c.lr = 1e-12;
+  c.dtype = "fp32";
+  c.threads = 1;
+  c.checkpoint_every = 1;
+  c.init_from_target_layer = 1;
+  ASSERT_EQ(run_training(c), 0);
+  const NamedTensors master = load_latest_checkpoint(c.out).master;
+  const auto target = dflash::io::SafetensorsFile::open((root / "target" / "model.safetensors").string());
+  int copied = 0;
+  for (const auto& [name, t] : master) {
+    if (name.rfind("layers.0.", 0) != 0) continue;
+    const std::string suffix = name.substr(9);
+    const std::string twin = "model.layers.1." + suffix;
+    if (!target.contains(twin)) {
+      EXPECT_TRUE(at::allclose(t, at::ones_like(t))) << name << " has no target counterpart and must stay 1";
+      continue;
+    }
+    EXPECT_TRUE(at::allclose(t, target.load(twin, at::kFloat), 0, 1e-6)) << name << " differs from target layer 1";
+    ++copied;
+  }
+  EXPECT_EQ(copied, 9);  // 2 norms, q, k, v, o, gate, up, down
+
+  c.out = (root / "run_bad").string();
+  c.init_from_target_layer = 2;  // the tiny target has layers 0 and 1 only
+  try {
+    run_training(c);
+    ADD_FAILURE() << "init_from_target_layer past the target's layers was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("init_from_target_layer' must be <= 1"), std::string::npos) << e.what();
+  }
+  remove_tree(root);
+}
