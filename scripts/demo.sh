@@ -166,7 +166,9 @@ stage "5/5 plots and summary"
 "$PY" - "$EVAL" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f'block size {r["block_size"]}, temperature {r["temperature"]}, max_new {r["max_new"]}')
+verified = r.get("max_draft") or r["block_size"] - 1
+print(f'block size {r["block_size"]} ({verified} drafts verified per cycle), temperature {r["temperature"]}, '
+      f'max_new {r["max_new"]}')
 print(f'{"dataset":<12} {"prompts":>7} {"tau":>6} {"speedup":>8} {"spec tok/s":>11} {"target tok/s":>13} {"lossless":>9}')
 for d in r["datasets"]:
     ll = {True: "yes", False: "NO", None: "n/a"}[d["lossless"]]
