@@ -9,7 +9,9 @@
 #   5. plots: training loss and acceptance histogram
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
-# usage: bash scripts/demo.sh BUILD_DIR [--full]
+# usage: bash scripts/demo.sh BUILD_DIR [--long | --full]
+#   --long   the demo's recipe with 4x the answers and steps (2048 prompts, 8000 steps; about 80 minutes on
+#            2 cores), in demo-out/long; it resumes from the demo's regenerated answers when they are there
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
 # Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
@@ -20,10 +22,12 @@ cd "$ROOT"
 BUILD="${1:-build}"
 shift || true
 FULL=0
+LONG=0
 for arg in "$@"; do
   case "$arg" in
     --full) FULL=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --long) LONG=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "demo: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +52,10 @@ if [ "$FULL" = 1 ]; then
   : "${DEMO_LR:=6e-4}"   # the paper's lr for multi-epoch runs
   OUT="${DEMO_OUT:-$ROOT/demo-out/full}"
 else
+  if [ "$LONG" = 1 ]; then
+    : "${DEMO_PROMPTS:=2048}" "${DEMO_STEPS:=8000}"
+    OUT="${DEMO_OUT:-$ROOT/demo-out/long}"
+  fi
   # Many small steps (16 anchors per sequence, 2 sequences) learn more per CPU second than few large ones at
   # this size, and block 8 halves the LM-head rows per anchor and the tokens verified per cycle while slots
   # past 7 are almost never accepted yet (docs/BENCHMARKS.md, "How the demo recipe was chosen").
@@ -77,6 +85,15 @@ if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ];
   echo "cached: $TRAIN ($(wc -l < "$TRAIN") samples)"
 else
   rm -f "$OUT/data/.done"
+  # --long starts from the demo's answers: regenerate resumes a shard file (the prompt limit may grow) and
+  # refuses one written with other settings, so only shards with the same answer length are taken over.
+  for k in 0 1; do
+    from="$ROOT/demo-out/data/shard$k.jsonl"
+    if [ "$LONG" = 1 ] && [ ! -e "$OUT/data/shard$k.jsonl" ] && [ -f "$from.meta.json" ] &&
+       grep -q "\"max_new\": $DEMO_MAX_NEW\b" "$from.meta.json"; then
+      cp "$from" "$from.meta.json" "$OUT/data/" && echo "resuming from the demo's answers: $from"
+    fi
+  done
   common=(data regenerate --model "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train
           --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1 --batch 64)
   "$DFLASH" "${common[@]}" --shard 1 --output "$OUT/data/shard1.jsonl" 2> "$OUT/data/shard1.log" &

@@ -163,12 +163,14 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                     {"prompt_tokens", prompt_len},
                     {"response_tokens", r.tokens.size()},
                     {"finish", r.hit_eos ? "eos" : "length"}});
-      new_tokens += static_cast<int64_t>(r.tokens.size());
       pending.erase(index);
-      bar.update(++done, new_tokens);
     }
   };
+  // Progress counts replies as they finish, not as they are written: with --batch 64 the reply of the first
+  // prompt may finish last, and an in-order count would show an ETA of hours for the first minute.
   auto reply_done = [&](int64_t index, data::GenerationResult&& r) {
+    new_tokens += static_cast<int64_t>(r.tokens.size());
+    bar.update(++done, new_tokens);
     Pending& w = pending.at(index);
     w.reply = std::move(r);
     w.finished = true;

@@ -97,8 +97,9 @@ drafter::FrozenTarget frozen_from_folder(const std::string& dir, bool tied) {
   return t;
 }
 
-// Drafter layer i <- target layer first + i, tensor by tensor where shapes agree (the drafter's q/k norms stay
-// at 1 when the target has none). A trained layer is a better start than noise when data and steps are few.
+// Drafter layer i <- target layer first + i, tensor by tensor (the drafter's q/k norms stay at 1 when the target
+// has none; target biases have no drafter counterpart). Meant as a trained start for runs with little data; on
+// the CPU demo it was not better than noise (docs/BENCHMARKS.md).
 void copy_target_layers(const models::TargetModel& target, int64_t first, drafter::DrafterWeights& w) {
   const int64_t n = int64_t(w.layers.size()), have = target.config().num_hidden_layers;
   if (first + n > have)
