@@ -150,6 +150,24 @@ std::string write_tiny_target(const fs::path& dir) {
   return dir.string();
 }
 
+// `count` random offline samples of 12, 13, ... tokens (prompt: the first 3) with one target layer's features
+// (H = 16) as one dflash shard under `root`; returns its path.
+std::string write_mini_data(const fs::path& root, int count, uint64_t seed) {
+  std::vector<Sample> samples;
+  at::manual_seed(seed);
+  for (int i = 0; i < count; ++i) {
+    const int64_t S = 12 + i;
+    Sample s;
+    s.input_ids = at::randint(3, 60, {S}, at::kLong);
+    s.loss_mask = at::arange(S) >= 3;
+    s.features = at::randn({S, 16});
+    samples.push_back(s);
+  }
+  const std::string path = (root / "data.safetensors").string();
+  write_dflash_shard(path, samples, {1}, 16);
+  return path;
+}
+
 }  // namespace
 
 // Two worker threads, offline features, a few steps with a checkpoint each step; under TSan this is the
@@ -159,18 +177,7 @@ TEST(MiniTraining, TwoWorkerThreads) {
   remove_tree(root);
   TrainConfig c;
   c.target = write_tiny_target(root / "target");
-  std::vector<Sample> samples;
-  at::manual_seed(2);
-  for (int i = 0; i < 6; ++i) {
-    const int64_t S = 12 + i;
-    Sample s;
-    s.input_ids = at::randint(3, 60, {S}, at::kLong);
-    s.loss_mask = at::arange(S) >= 3;
-    s.features = at::randn({S, 16});
-    samples.push_back(s);
-  }
-  write_dflash_shard((root / "data.safetensors").string(), samples, {1}, 16);
-  c.data = (root / "data.safetensors").string();
+  c.data = write_mini_data(root, 6, 2);
   c.out = (root / "run").string();
   c.mask_token_id = 63;
   c.block_size = 4;
@@ -196,18 +203,7 @@ NamedTensors mini_run(const fs::path& root, const std::string& name, const std::
                       const std::string& backend) {
   TrainConfig c;
   c.target = write_tiny_target(root / "target");
-  std::vector<Sample> samples;
-  at::manual_seed(2);
-  for (int i = 0; i < 6; ++i) {
-    const int64_t S = 12 + i;
-    Sample s;
-    s.input_ids = at::randint(3, 60, {S}, at::kLong);
-    s.loss_mask = at::arange(S) >= 3;
-    s.features = at::randn({S, 16});
-    samples.push_back(s);
-  }
-  write_dflash_shard((root / "data.safetensors").string(), samples, {1}, 16);
-  c.data = (root / "data.safetensors").string();
+  c.data = write_mini_data(root, 6, 2);
   c.out = (root / name).string();
   c.mask_token_id = 63;
   c.block_size = 4;
@@ -290,17 +286,7 @@ TEST(MiniTraining, InitFromTargetLayer) {
   remove_tree(root);
   TrainConfig c;
   c.target = write_tiny_target(root / "target");
-  std::vector<Sample> samples;
-  at::manual_seed(3);
-  for (int i = 0; i < 2; ++i) {
-    Sample s;
-    s.input_ids = at::randint(3, 60, {12}, at::kLong);
-    s.loss_mask = at::arange(12) >= 3;
-    s.features = at::randn({12, 16});
-    samples.push_back(s);
-  }
-  write_dflash_shard((root / "data.safetensors").string(), samples, {1}, 16);
-  c.data = (root / "data.safetensors").string();
+  c.data = write_mini_data(root, 2, 3);
   c.out = (root / "run").string();
   c.mask_token_id = 63;
   c.block_size = 4;
