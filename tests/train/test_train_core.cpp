@@ -150,9 +150,10 @@ std::string write_tiny_target(const fs::path& dir) {
   return dir.string();
 }
 
-// `count` random offline samples of 12, 13, ... tokens (prompt: the first 3) with one target layer's features
-// (H = 16) as one dflash shard under `root`; returns its path.
-std::string write_mini_data(const fs::path& root, int count, uint64_t seed) {
+// The mini runs' settings: the tiny target, `count` random offline samples of 12, 13, ... tokens (prompt: the
+// first 3) with one target layer's features (H = 16) in one dflash shard, block 4, 3 steps x 4 anchors, fp32,
+// one thread, a metrics line per step; the run folder is root / run.
+TrainConfig mini_config(const fs::path& root, const std::string& run, int count, uint64_t seed) {
   std::vector<Sample> samples;
   at::manual_seed(seed);
   for (int i = 0; i < count; ++i) {
@@ -163,9 +164,19 @@ std::string write_mini_data(const fs::path& root, int count, uint64_t seed) {
     s.features = at::randn({S, 16});
     samples.push_back(s);
   }
-  const std::string path = (root / "data.safetensors").string();
-  write_dflash_shard(path, samples, {1}, 16);
-  return path;
+  TrainConfig c;
+  c.target = write_tiny_target(root / "target");
+  c.data = (root / "data.safetensors").string();
+  write_dflash_shard(c.data, samples, {1}, 16);
+  c.out = (root / run).string();
+  c.mask_token_id = 63;
+  c.block_size = 4;
+  c.num_anchors = 4;
+  c.steps = 3;
+  c.dtype = "fp32";
+  c.threads = 1;
+  c.log_every = 1;
+  return c;
 }
 
 }  // namespace
@@ -175,19 +186,9 @@ std::string write_mini_data(const fs::path& root, int count, uint64_t seed) {
 TEST(MiniTraining, TwoWorkerThreads) {
   const fs::path root = fs::temp_directory_path() / ("dflash_train_mini_" + std::to_string(::getpid()));
   remove_tree(root);
-  TrainConfig c;
-  c.target = write_tiny_target(root / "target");
-  c.data = write_mini_data(root, 6, 2);
-  c.out = (root / "run").string();
-  c.mask_token_id = 63;
-  c.block_size = 4;
-  c.num_anchors = 4;
-  c.steps = 3;
-  c.dtype = "fp32";
+  TrainConfig c = mini_config(root, "run", 6, 2);
   c.drafter_devices = "cpu,cpu";
-  c.threads = 1;
   c.checkpoint_every = 1;
-  c.log_every = 1;
   ASSERT_EQ(run_training(c), 0);
   std::string path;
   const TrainState st = load_latest_checkpoint(c.out, &path);
@@ -201,20 +202,10 @@ namespace {
 // The mini run of TwoWorkerThreads on `devices`, in a fresh run folder; returns the final master weights.
 NamedTensors mini_run(const fs::path& root, const std::string& name, const std::string& devices,
                       const std::string& backend) {
-  TrainConfig c;
-  c.target = write_tiny_target(root / "target");
-  c.data = write_mini_data(root, 6, 2);
-  c.out = (root / name).string();
-  c.mask_token_id = 63;
-  c.block_size = 4;
-  c.num_anchors = 4;
-  c.steps = 3;
-  c.dtype = "fp32";
+  TrainConfig c = mini_config(root, name, 6, 2);
   c.drafter_devices = devices;
   c.dist_backend = backend;
-  c.threads = 1;
   c.checkpoint_every = 3;
-  c.log_every = 1;
   EXPECT_EQ(run_training(c), 0);
   return load_latest_checkpoint(c.out).master;
 }
@@ -284,17 +275,10 @@ TEST(MiniTraining, NcclTwoCudaWorkersMatchCpu) {
 TEST(MiniTraining, InitFromTargetLayer) {
   const fs::path root = fs::temp_directory_path() / ("dflash_train_init_" + std::to_string(::getpid()));
   remove_tree(root);
-  TrainConfig c;
-  c.target = write_tiny_target(root / "target");
-  c.data = write_mini_data(root, 2, 3);
-  c.out = (root / "run").string();
-  c.mask_token_id = 63;
-  c.block_size = 4;
+  TrainConfig c = mini_config(root, "run", 2, 3);
   c.num_anchors = 2;
   c.steps = 1;
   c.lr = 1e-12;
-  c.dtype = "fp32";
-  c.threads = 1;
   c.checkpoint_every = 1;
   c.init_from_target_layer = 1;
   ASSERT_EQ(run_training(c), 0);
