@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`: the whole DFlash pipeline on SmolLM2-135M-Instruct, on CPU, in about half an hour on 2 cores.
-#   1. the target writes its own answers to 512 GSM8K *train* prompts  (dflash data regenerate, 2 shards,
+#   1. the target writes its own answers to 1024 GSM8K *train* prompts (dflash data regenerate, 2 shards,
 #                                                                       64 answers decoded together each)
 #   2. the target's layer outputs for those samples, stored once         (dflash data dump-hidden)
 #   3. a 1-layer drafter (block 8) is trained on them with 2 workers    (dflash train, offline, live progress)
@@ -10,12 +10,14 @@
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
 # usage: bash scripts/demo.sh BUILD_DIR [--long | --full]
-#   --long   the demo's recipe with 4x the answers and steps (2048 prompts, 8000 steps; about 80 minutes on
-#            2 cores), in demo-out/long; it resumes from the demo's regenerated answers when they are there
+#   --long   the demo's recipe with 2x the answers and 2.7x the steps (2048 prompts, 8000 steps; about 40 more
+#            minutes on 2 cores, estimated from the demo's stage rates), in demo-out/long; it resumes from the
+#            demo's regenerated answers when they are there
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
 # Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
-# DEMO_TARGET_LAYERS, DEMO_LR, DEMO_FINAL_NORM, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_MAX_DRAFT, DEMO_OUT.
+# DEMO_TARGET_LAYERS, DEMO_LR, DEMO_FINAL_NORM, DEMO_DTYPE, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_MAX_DRAFT,
+# DEMO_OUT.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -27,7 +29,7 @@ for arg in "$@"; do
   case "$arg" in
     --full) FULL=1 ;;
     --long) LONG=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "demo: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -59,7 +61,7 @@ else
   # Many small steps (16 anchors per sequence, 2 sequences) learn more per CPU second than few large ones at
   # this size, and block 8 halves the LM-head rows per anchor and the tokens verified per cycle while slots
   # past 7 are almost never accepted yet (docs/BENCHMARKS.md, "How the demo recipe was chosen").
-  : "${DEMO_PROMPTS:=512}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=2000}" "${DEMO_LAYERS:=1}" "${DEMO_BLOCK:=8}"
+  : "${DEMO_PROMPTS:=1024}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=3000}" "${DEMO_LAYERS:=1}" "${DEMO_BLOCK:=8}"
   : "${DEMO_OFFLINE:=1}"
   : "${DEMO_EVAL_PROMPTS:=6}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=16}" "${DEMO_MAX_LEN:=512}"
   # Verify only the first 3 proposals: on CPU each verified row costs LM-head time, and a short drafter's
@@ -71,6 +73,10 @@ fi
 # drafter: the deep ones carry most of the next-token signal. A higher peak lr (short run) and a small start
 # for the final norm (logits through the tied LM head scale with it) make the few hundred CPU steps count.
 : "${DEMO_TARGET_LAYERS:=1,8,14,20,27}" "${DEMO_LR:=2e-3}" "${DEMO_FINAL_NORM:=0.3}"
+# bf16 compute where the CPU has bf16 instructions: oneDNN's bf16 GEMMs make a demo training step and the feature
+# dump 2x faster than fp32, with the same tau (docs/BENCHMARKS.md, "bf16 on CPU"); elsewhere bf16 is emulated.
+# The drafter keeps fp32 master weights and AdamW state either way.
+if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then : "${DEMO_DTYPE:=bf16}"; else : "${DEMO_DTYPE:=fp32}"; fi
 MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, SPEC.md)
 mkdir -p "$OUT/data"
 STAGE_T0=$(date +%s)
@@ -109,9 +115,11 @@ stage_done
 
 # 2. Offline features: the target runs once over every sample and its layer outputs are stored (bf16), so the
 #    many training epochs below do not rerun it (5x faster steps here; the losses match online training).
+#    The target runs in DEMO_DTYPE for this pass: bf16 is 2x faster, and the stored features are bf16 either way
+#    (they differ from the fp32 target's by 0.6%, about bf16's own rounding).
 HIDDEN="$OUT/data/hidden"
 TRAIN_DATA="$TRAIN"
-DUMP_KEY="$REGEN_KEY target_layers=$DEMO_TARGET_LAYERS max_len=$DEMO_MAX_LEN"
+DUMP_KEY="$REGEN_KEY target_layers=$DEMO_TARGET_LAYERS max_len=$DEMO_MAX_LEN target_dtype=$DEMO_DTYPE"
 if [ "$DEMO_OFFLINE" = 1 ]; then
   stage "2/5 target features of the samples, for offline training (dflash data dump-hidden)"
   if [ "$(cat "$OUT/data/.hidden_done" 2>/dev/null)" = "$DUMP_KEY" ]; then
@@ -121,7 +129,7 @@ if [ "$DEMO_OFFLINE" = 1 ]; then
     [ "$(cat "$OUT/data/.hidden_key" 2>/dev/null)" = "$DUMP_KEY" ] || rm -rf "$HIDDEN"
     echo "$DUMP_KEY" > "$OUT/data/.hidden_key"
     "$DFLASH" data dump-hidden --target "$MODEL" --data "$TRAIN" --out "$HIDDEN" --target-layer-ids "$DEMO_TARGET_LAYERS" \
-      --max-len "$DEMO_MAX_LEN" --samples-per-shard 100 --threads 2
+      --max-len "$DEMO_MAX_LEN" --samples-per-shard 100 --threads 2 --target-dtype "$DEMO_DTYPE"
     echo "$DUMP_KEY" > "$OUT/data/.hidden_done"
   fi
   TRAIN_DATA="$HIDDEN"
@@ -133,6 +141,7 @@ RUN="$OUT/run"
 DRAFTER="$OUT/drafter"
 TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS block=$DEMO_BLOCK anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
 TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM offline=$DEMO_OFFLINE"
+TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE"
 stage "3/5 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK), 2 workers, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
@@ -145,7 +154,7 @@ else
     echo "$TRAIN_KEY" > "$OUT/.train_key"
     "$DFLASH" train --target "$MODEL" --data "$TRAIN_DATA" --out "$RUN" --drafter-layers "$DEMO_LAYERS" \
       --mask-token-id "$MASK_TOKEN" --block-size "$DEMO_BLOCK" --steps "$DEMO_STEPS" --drafter-devices cpu,cpu \
-      --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype fp32 --log-every 10 --checkpoint-every 200 \
+      --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype "$DEMO_DTYPE" --log-every 10 --checkpoint-every 200 \
       --target-layer-ids "$DEMO_TARGET_LAYERS" --lr "$DEMO_LR" --init-final-norm "$DEMO_FINAL_NORM"
   fi
   rm -rf "$DRAFTER"
