@@ -1,5 +1,6 @@
 """`dflash plot RUN_DIR`: loss and accuracy curves (PNG) from a training run's metrics.jsonl; tau too when
-evaluation lines ({"step", "tau"}) are present. Usage: plot_metrics.py METRICS_JSONL OUT_DIR"""
+evaluation lines ({"step", "tau"}) are present. Each logged value is one step's (a few sequences), so long
+runs also get a trailing mean over the logged steps. Usage: plot_metrics.py METRICS_JSONL OUT_DIR"""
 import json
 import pathlib
 import sys
@@ -8,6 +9,17 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+
+
+def trailing_mean(values, window):
+    """Mean of each value and the window - 1 before it (fewer at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 def main(metrics_path, out_dir):
@@ -23,7 +35,12 @@ def main(metrics_path, out_dir):
         if not pts:
             return
         fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key)
+        steps, values = [p[0] for p in pts], [p[1] for p in pts]
+        window = max(5, len(pts) // 25)
+        smooth = len(pts) >= 4 * window
+        ax.plot(steps, values, label=key, alpha=0.35 if smooth else 1.0)
+        if smooth:
+            ax.plot(steps, trailing_mean(values, window), label=f"{key}, mean of {window} logged steps")
         if extra:
             extra(ax)
         ax.set_xlabel("step")

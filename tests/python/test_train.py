@@ -419,3 +419,13 @@ def test_failure_in_one_rank_stops_the_other(dflash_bin, target_dir, offline_dir
         pytest.skip("built without gloo headers (apt install libgloo-dev)")
     assert procs[1].returncode == 1 and "worker 0 (cpu): test failure" in outs[1][1]
     assert procs[0].returncode == 1 and "dflash: error:" in outs[0][1]
+
+
+def test_plot_trailing_mean():
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parents[2] / "python/dflash_py/plot_metrics.py"
+    spec = importlib.util.spec_from_file_location("plot_metrics", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.trailing_mean([2.0, 4.0, 6.0, 8.0, 1.0], 3) == [2.0, 3.0, 4.0, 6.0, 5.0]
+    assert mod.trailing_mean([], 3) == []
