@@ -10,9 +10,8 @@
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
 # usage: bash scripts/demo.sh BUILD_DIR [--long | --full]
-#   --long   the demo's recipe with 2x the answers and 2.7x the steps (2048 prompts, 8000 steps; about 40 more
-#            minutes on 2 cores, estimated from the demo's stage rates), in demo-out/long; it resumes from the
-#            demo's regenerated answers when they are there
+#   --long   the demo's recipe with 2x the answers and 2.7x the steps (2048 prompts, 8000 steps; 43 more minutes
+#            on 2 cores), in demo-out/long; it resumes from the demo's regenerated answers when they are there
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
 # Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
@@ -29,7 +28,7 @@ for arg in "$@"; do
   case "$arg" in
     --full) FULL=1 ;;
     --long) LONG=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "demo: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
