@@ -114,8 +114,7 @@ stage_done
 
 # 2. Offline features: the target runs once over every sample and its layer outputs are stored (bf16), so the
 #    many training epochs below do not rerun it (5x faster steps here; the losses match online training).
-#    The target runs in DEMO_DTYPE for this pass: bf16 is 2x faster, and the stored features are bf16 either way
-#    (they differ from the fp32 target's by 0.6%, about bf16's own rounding).
+#    The target runs in DEMO_DTYPE (above); the stored features are bf16 either way, 0.6% from the fp32 target's.
 HIDDEN="$OUT/data/hidden"
 TRAIN_DATA="$TRAIN"
 DUMP_KEY="$REGEN_KEY target_layers=$DEMO_TARGET_LAYERS max_len=$DEMO_MAX_LEN target_dtype=$DEMO_DTYPE"
