@@ -23,11 +23,12 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
-MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len) {
+MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len, int64_t pad_multiple) {
   MicroBatch mb;
   const int64_t b = int64_t(samples.size());
   int64_t S = 0;
   for (const auto& s : samples) S = std::max(S, std::min(max_len, s.input_ids.size(0)));
+  if (pad_multiple > 1) S = std::max(S, std::min(max_len, (S + pad_multiple - 1) / pad_multiple * pad_multiple));
   mb.input_ids = at::zeros({b, S}, at::kLong);
   mb.loss_mask = at::zeros({b, S}, at::kBool);
   const bool feats = samples.front().features.defined();
@@ -86,7 +87,7 @@ int64_t StepProducer::sample_at(int64_t p) {
 MicroBatch StepProducer::make_micro(int64_t step, int64_t m, int64_t first_sample) {
   std::vector<Sample> samples;
   for (int64_t j = 0; j < s_.batch_size; ++j) samples.push_back(source_.get(sample_at(first_sample + j)));
-  MicroBatch mb = collate(samples, s_.max_len);
+  MicroBatch mb = collate(samples, s_.max_len, s_.pad_multiple);
   mb.index = m;
   mb.worker = int(m % s_.workers);
   const auto& c = s_.dcfg;

@@ -47,6 +47,9 @@ struct ProducerSettings {
   drafter::DrafterConfig dcfg;
   int64_t batch_size = 1, grad_accum = 1, workers = 1, rank = 0, world = 1;
   int64_t max_len = 4096, num_anchors = 512, seed = 0;
+  // Sequence length quantum (<= max_len): a few distinct tensor shapes instead of one per sample length.
+  // oneDNN's bf16 CPU path keeps state per GEMM shape, so resident memory grew with every new length.
+  int64_t pad_multiple = 64;
   double gamma = 7;
   bool want_last_hidden = false;
   int64_t queue_depth = 2;
@@ -81,7 +84,9 @@ class StepProducer {
   std::thread thread_;
 };
 
-// Pads samples to the longest (input 0, loss_mask false, features 0) after truncating to max_len.
-MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len);
+// Pads samples to the longest (input 0, loss_mask false, features 0) after truncating to max_len, then to
+// a multiple of pad_multiple (never past max_len). Padding is never an anchor, never a label with weight
+// and never visible to a query (queries see context before their anchor), so the loss is unchanged.
+MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len, int64_t pad_multiple = 1);
 
 }  // namespace dflash::train

@@ -14,12 +14,19 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
+#include <nlohmann/json.hpp>
+
+#include "block_batch.h"
 #include "bounded_queue.h"
 #include "checkpoint.h"
 #include "distributed.h"
+#include "drafter_config.h"
+#include "drafter_model.h"
+#include "drafter_weights.h"
 #include "offline_dataset.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "step_producer.h"
 #include "train_config.h"
 #include "trainer.h"
 
@@ -180,6 +187,67 @@ TrainConfig mini_config(const fs::path& root, const std::string& run, int count,
 }
 
 }  // namespace
+
+// collate pads each micro-batch to a multiple of pad_multiple (bounded by max_len) so bf16 CPU training
+// sees a few shapes; the padding must change nothing: same anchors, same loss, same gradients (fp64, a
+// sliding-window layer included, soft labels on).
+TEST(Collate, PaddingToAMultipleLeavesLossAndGradientsUnchanged) {
+  using namespace dflash::drafter;
+  const DrafterConfig c = parse_drafter_config(nlohmann::json::parse(R"({
+    "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 4,
+    "num_target_layers": 8, "num_hidden_layers": 2,
+    "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 5]},
+    "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5, "vocab_size": 32,
+    "tie_word_embeddings": true})"), "cfg.json");
+  at::manual_seed(3);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  Sample smp;
+  const int64_t S = 13;
+  smp.input_ids = at::randint(0, 31, {S}, at::kLong);
+  smp.loss_mask = at::arange(S) >= 4;
+  smp.features = at::randn({S, 32}, f64);
+  smp.last_hidden = at::randn({S, 16}, f64);
+  FrozenTarget t{at::randn({32, 16}, f64), at::Tensor()};
+  t.lm_head = t.embed;
+  DrafterLossOptions opt;
+  opt.chunk.kl_weight = 0.15;
+
+  struct Out {
+    int64_t len;
+    at::Tensor anchors, loss;
+    std::vector<at::Tensor> grads;
+  };
+  auto run = [&](int64_t max_len, int64_t pad_multiple) {
+    const MicroBatch mb = collate({smp}, max_len, pad_multiple);
+    DrafterWeights w = init_drafter_weights(c, at::kDouble, 7, 0.1, 0.1);
+    w.set_requires_grad(true);
+    std::mt19937_64 rng(11);
+    const AnchorSample a = sample_anchors(mb.loss_mask, 5, rng);
+    const BlockBatch bb = build_block_batch(mb.input_ids, mb.loss_mask, a, c.block_size, c.mask_token_id, 4.0);
+    const auto r = drafter_loss(c, w, t, mb.features, mb.last_hidden, a, bb, opt);
+    r.loss.backward();
+    Out o{mb.input_ids.size(1), a.anchors, r.loss.detach(), {}};
+    for (auto& [n, p] : w.named()) o.grads.push_back(p.grad());
+    return o;
+  };
+  const Out plain = run(64, 1), padded = run(64, 8), capped = run(14, 8);
+  EXPECT_EQ(plain.len, 13);
+  EXPECT_EQ(padded.len, 16);
+  EXPECT_EQ(capped.len, 14);  // never past max_len
+  EXPECT_GT(plain.loss.item<double>(), 0.0);
+  for (const Out* o : {&padded, &capped}) {
+    EXPECT_TRUE(at::equal(o->anchors, plain.anchors));
+    EXPECT_NEAR(o->loss.item<double>(), plain.loss.item<double>(), 1e-12);
+    ASSERT_EQ(o->grads.size(), plain.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i) {
+      ASSERT_TRUE(plain.grads[i].defined());
+      EXPECT_LT((o->grads[i] - plain.grads[i]).abs().max().item<double>(), 1e-12) << i;
+      EXPECT_GT(plain.grads[i].abs().max().item<double>(), 0.0) << i;
+    }
+  }
+}
 
 // Two worker threads, offline features, a few steps with a checkpoint each step; under TSan this is the
 // race check of the producer / worker / main-thread hand-offs.
