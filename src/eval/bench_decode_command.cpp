@@ -1,8 +1,11 @@
 // `dflash bench decode`: greedy decode tokens/s of the C++ target vs Hugging Face transformers on the same
 // model, prompt and thread count, in one run (so both see the same machine). Also checks both produced the
-// same tokens (they should: same dequantised weights, greedy).
+// same tokens (they should: same dequantised weights, greedy). With --batch, also the batched decode step
+// (regenerate's) with the fused decode-attention kernel vs per-sequence SDPA, side by side.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -15,6 +18,45 @@
 #include "target_loader.h"
 
 namespace dflash::cli {
+namespace {
+
+// N sequences of different lengths (sequence b's prompt is the prompt repeated b % 4 + 1 times), prefilled
+// one by one, then `steps` greedy decode_batch steps, once with each attention path on fresh caches.
+// Returns the rows per second of both, their ratio and whether they chose the same tokens.
+nlohmann::json bench_batched(const models::TargetModel& model, const std::vector<int64_t>& prompt, int64_t n,
+                             int64_t steps) {
+  using clock = std::chrono::steady_clock;
+  auto run = [&](bool fused, std::vector<std::vector<int64_t>>& chosen) {
+    std::vector<models::KVCache> caches;
+    std::vector<models::KVCache*> ptrs;
+    std::vector<int64_t> last;
+    for (int64_t b = 0; b < n; ++b) {
+      std::vector<int64_t> ids;
+      for (int64_t r = 0; r <= b % 4; ++r) ids.insert(ids.end(), prompt.begin(), prompt.end());
+      caches.push_back(model.make_cache(1, int64_t(ids.size()) + steps));
+      const auto o = model.forward(at::tensor(ids, at::kLong).view({1, -1}), &caches.back(), {}, false, true);
+      last.push_back(model.lm_head(o.last_hidden.narrow(1, -1, 1)).argmax(-1).item<int64_t>());
+    }
+    for (auto& c : caches) ptrs.push_back(&c);
+    chosen.assign(size_t(n), {});
+    const auto t0 = clock::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      const at::Tensor next = model.decode_batch(last, ptrs, fused).argmax(-1).contiguous();
+      for (int64_t b = 0; b < n; ++b) chosen[size_t(b)].push_back(last[size_t(b)] = next[b].item<int64_t>());
+    }
+    return double(n * steps) / std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<std::vector<int64_t>> fused_tokens, reference_tokens;
+  const double ref = run(false, reference_tokens), fused = run(true, fused_tokens);
+  const bool same = fused_tokens == reference_tokens;
+  std::printf("batch %lld      fused decode attention %7.1f rows/s, per-sequence SDPA %7.1f rows/s: %.2fx   "
+              "identical tokens: %s\n", static_cast<long long>(n), fused, ref, ref > 0 ? fused / ref : 0.0,
+              same ? "yes" : "no");
+  return {{"batch", n}, {"steps", steps}, {"fused_rows_per_s", fused}, {"per_sequence_rows_per_s", ref},
+          {"ratio", ref > 0 ? fused / ref : 0.0}, {"same_tokens", same}};
+}
+
+}  // namespace
 
 int bench_decode_main(const std::vector<std::string>& args) {
   Args a("bench decode", "target greedy decode tokens/s: dflash (C++) vs Hugging Face transformers");
@@ -23,12 +65,13 @@ int bench_decode_main(const std::vector<std::string>& args) {
   a.option("new-tokens", "N", "64", "tokens to decode (no early stop)");
   a.option("threads", "N", "1", "intra-op threads for both");
   a.option("skip-hf", "0|1", "0", "1: only the C++ side");
+  a.option("batch", "N", "0", "also time N sequences decoded together (as regenerate does): fused decode attention vs per-sequence SDPA");
   a.option("json", "FILE", "", "write the results as JSON");
   if (!a.parse(args)) return 0;
   if (a.str("model").empty()) throw std::invalid_argument("bench decode: --model is required");
   const int64_t threads = a.i64("threads"), n = a.i64("new-tokens");
   if (threads > 0) at::set_num_threads(static_cast<int>(threads));
-  const models::TargetModel model = models::load_target(a.str("model"));
+  models::TargetModel model = models::load_target(a.str("model"));
   data::GenerationOptions gen;
   gen.max_new = n;
   // CPU time as well as wall time: on a shared machine the CPU-time rate is the one that does not depend on
@@ -60,6 +103,8 @@ int bench_decode_main(const std::vector<std::string>& args) {
                 "identical tokens: %s\n", theirs, theirs_cpu, theirs > 0 ? ours / theirs : 0.0,
                 theirs_cpu > 0 ? ours_cpu / theirs_cpu : 0.0, same ? "yes" : "no");
   }
+  model.enable_onednn_decode();  // as regenerate runs it; the single-sequence decode above never uses it
+  if (a.i64("batch") > 0) out["batched"] = bench_batched(model, a.i64_list("prompt-ids"), a.i64("batch"), n);
   if (!a.str("json").empty()) std::ofstream(a.str("json")) << out.dump(2) << "\n";
   return 0;
 }

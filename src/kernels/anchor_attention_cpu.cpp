@@ -7,27 +7,10 @@
 #include "anchor_attention.h"
 #include "anchor_attention_cpu_isa.h"
 #include "anchor_mask.h"
+#include "cpu_isa.h"
 
 namespace dflash::kernels {
 namespace {
-
-enum class Isa { Avx512, Avx2, Base };
-
-Isa detect_isa() {
-#if defined(__x86_64__) && defined(DFLASH_HAVE_X86_ISAS)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-    return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-#endif
-  return Isa::Base;
-}
-
-Isa isa() {
-  static const Isa chosen = detect_isa();  // set once, read-only afterwards
-  return chosen;
-}
 
 // 64-byte aligned scratch owned by one call on one thread.
 struct Scratch {
@@ -43,23 +26,12 @@ int64_t anchor_at(const AnchorAttentionArgs& a, int64_t b, int64_t n) { return a
 
 }  // namespace
 
-#if defined(DFLASH_HAVE_X86_ISAS)
-#define DFLASH_ISA_CALL(fn, ...)                                 \
-  switch (isa()) {                                               \
-    case Isa::Avx512: return cpu_avx512::fn(__VA_ARGS__);        \
-    case Isa::Avx2: return cpu_avx2::fn(__VA_ARGS__);            \
-    case Isa::Base: return cpu_base::fn(__VA_ARGS__);            \
-  }                                                              \
-  return cpu_base::fn(__VA_ARGS__)
-#else
-#define DFLASH_ISA_CALL(fn, ...) return cpu_base::fn(__VA_ARGS__)
-#endif
 
 const char* anchor_attention_cpu_isa() {
-  switch (isa()) {
-    case Isa::Avx512: return "avx512";
-    case Isa::Avx2: return "avx2";
-    case Isa::Base: return "generic";
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: return "avx512";
+    case CpuIsa::Avx2: return "avx2";
+    case CpuIsa::Base: return "generic";
   }
   return "generic";
 }

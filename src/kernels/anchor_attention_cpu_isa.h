@@ -1,8 +1,9 @@
-// Entry points of the CPU kernel, compiled once per instruction set (see anchor_attention_cpu_isa.cpp.in).
+// Entry points of the CPU kernels (anchor attention, decode attention), compiled once per instruction set (see anchor_attention_cpu_isa.cpp.in).
 #pragma once
 #include <cstdint>
 
 #include "anchor_attention.h"
+#include "decode_attention.h"
 
 namespace dflash::kernels {
 
@@ -18,6 +19,7 @@ namespace dflash::kernels {
                 int64_t partition, void* dq, unsigned char* scratch);                               \
   void reduce_dq(const AnchorAttentionArgs& a, int64_t partitions, const void* parts, int64_t row0,  \
                  int64_t row1);                                                                     \
+  void decode_attention(const DecodeAttentionArgs& a, int64_t b0, int64_t b1);                      \
   }
 
 DFLASH_DECLARE_CPU_ISA(cpu_avx512)

@@ -28,6 +28,10 @@ class KVCache {
   // views of all [0, length + T) positions. advance(T) is called once every layer has stored.
   std::pair<at::Tensor, at::Tensor> store(int layer, const at::Tensor& k, const at::Tensor& v);
   void advance(int64_t T);
+  // Layer `layer`'s whole storage ([batch, kv_heads, capacity, head_dim]), for kernels that write new
+  // positions themselves (batched_decode_attention); positions >= length() hold no data.
+  const at::Tensor& keys(int layer) const { return k_.at(size_t(layer)); }
+  const at::Tensor& values(int layer) const { return v_.at(size_t(layer)); }
 
  private:
   int64_t batch_ = 0, capacity_ = 0, length_ = 0;

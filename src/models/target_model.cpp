@@ -6,6 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "batched_decode_attention.h"
 #include "few_rows_linear.h"
 #include "rope.h"
 #include "safetensors.h"
@@ -304,7 +305,8 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
   return out;
 }
 
-at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches) const {
+at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches,
+                                     bool fused_attention) const {
   const int64_t B = static_cast<int64_t>(tokens.size());
   const int L = static_cast<int>(layers_.size());
   if (B < 1 || caches.size() != tokens.size())
@@ -335,13 +337,7 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
     at::Tensor cos = cos_cpu.to(s.device, dtype_).view({B, 1, 1, D}), sin = sin_cpu.to(s.device, dtype_).view({B, 1, 1, D});
     for (int i = s.begin; i < s.end; ++i) {
       auto [q, k, v] = attention_inputs(i, x, cos, sin, /*onednn=*/true);
-      std::vector<at::Tensor> attn(B);
-      for (int64_t b = 0; b < B; ++b) {
-        auto [k_all, v_all] = caches[b]->store(i, k.narrow(0, b, 1), v.narrow(0, b, 1));
-        attn[b] = at::scaled_dot_product_attention(q.narrow(0, b, 1), k_all, v_all, {}, 0.0, false, std::nullopt,
-                                                   true);
-      }
-      x = attention_output_and_mlp(i, x, B == 1 ? attn[0] : at::cat(attn, 0), /*onednn=*/true);
+      x = attention_output_and_mlp(i, x, batched_decode_attention(i, q, k, v, caches, fused_attention), /*onednn=*/true);
     }
   }
   for (KVCache* c : caches) c->advance(1);
