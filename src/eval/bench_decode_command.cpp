@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -46,14 +47,26 @@ nlohmann::json bench_batched(const models::TargetModel& model, const std::vector
     }
     return double(n * steps) / std::chrono::duration<double>(clock::now() - t0).count();
   };
+  // Alternate the two paths (reference, fused, reference, ...) and take the median of the per-pair ratios,
+  // so a drift in the machine's speed during the run does not favour either.
   std::vector<std::vector<int64_t>> fused_tokens, reference_tokens;
-  const double ref = run(false, reference_tokens), fused = run(true, fused_tokens);
+  std::vector<double> refs, fuseds, ratios;
+  for (int r = 0; r < 3; ++r) {
+    refs.push_back(run(false, reference_tokens));
+    fuseds.push_back(run(true, fused_tokens));
+    ratios.push_back(fuseds.back() / refs.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double ref = median(refs), fused = median(fuseds), ratio = median(ratios);
   const bool same = fused_tokens == reference_tokens;
-  std::printf("batch %lld      fused decode attention %7.1f rows/s, per-sequence SDPA %7.1f rows/s: %.2fx   "
-              "identical tokens: %s\n", static_cast<long long>(n), fused, ref, ref > 0 ? fused / ref : 0.0,
-              same ? "yes" : "no");
+  std::printf("batch %lld      fused decode attention %7.1f rows/s, per-sequence SDPA %7.1f rows/s (medians of 3 "
+              "alternating runs): %.2fx (pairs: %.2f %.2f %.2f)   identical tokens: %s\n", static_cast<long long>(n),
+              fused, ref, ratio, ratios[0], ratios[1], ratios[2], same ? "yes" : "no");
   return {{"batch", n}, {"steps", steps}, {"fused_rows_per_s", fused}, {"per_sequence_rows_per_s", ref},
-          {"ratio", ref > 0 ? fused / ref : 0.0}, {"same_tokens", same}};
+          {"ratio", ratio}, {"pair_ratios", ratios}, {"same_tokens", same}};
 }
 
 }  // namespace
