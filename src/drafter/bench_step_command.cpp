@@ -128,7 +128,8 @@ struct StepResult {
 // Everything the step needs is created after the peak reset, so the measured increase covers weights,
 // frozen embedding/LM head, inputs, activations and gradients -- what the planner predicts with no optimizer.
 StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, int64_t anchors, double kl,
-                      int64_t chunk, CheckpointPolicy policy, int64_t iters, uint64_t seed, const MemoryProbe& probe) {
+                      int64_t chunk, CheckpointPolicy policy, int64_t iters, uint64_t seed, const MemoryProbe& probe,
+                      bool fused_ce = true) {
   StepResult r;
   const int64_t baseline = probe.reset();
   const at::Device dev = probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
@@ -162,6 +163,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     opt.gamma = default_loss_gamma(c.block_size);
     opt.chunk.chunk_rows = chunk;
     opt.chunk.kl_weight = kl;
+    opt.chunk.fused_ce = fused_ce;
     const BlockBatch blocks = build_block_batch(ids, loss_mask, s, c.block_size, c.mask_token_id, opt.gamma);
     if (std::getenv("DFLASH_BENCH_TRACE"))
       std::fprintf(stderr, "  before forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
@@ -210,6 +212,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("threads", "N", std::to_string(std::max(1u, std::thread::hardware_concurrency())), "CPU threads");
   a.option("reference", "0|1", "1",
            "also time the plain-PyTorch drafter step (dense SPEC mask, eager autograd) on the same shapes (CPU)");
+  a.option("generic-ce", "0|1", "1",
+           "also time the first policy with the generic ATen cross-entropy instead of the fused CPU kernel");
   if (!a.parse(argv)) return 0;
   at::set_num_threads(int(a.i64("threads")));
   MemoryProbe probe;
@@ -270,6 +274,20 @@ int bench_step_main(const std::vector<std::string>& argv) {
                            {"measured_peak_bytes", r.measured_bytes}, {"planned_peak_bytes", p.peak_bytes},
                            {"planned_peak_phase", p.peak_phase}, {"ratio", p.peak_bytes / r.measured_bytes},
                            {"loss", r.loss}, {"plan", plan_to_json(p)}});
+  }
+  if (a.on("generic-ce") && !out["runs"].empty()) {
+    // The first policy again with the generic ATen cross-entropy passes instead of the fused CPU kernel (the
+    // kernel only runs for hard labels on CPU in float32/bf16; elsewhere both rows time the same code).
+    const auto& ours = out["runs"][0];
+    const CheckpointPolicy pol = CheckpointPolicy::parse(ours["policy"].get<std::string>());
+    const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, false);
+    double mean = 0;
+    for (double t : r.seconds) mean += t / double(r.seconds.size());
+    std::printf("%-10s %14.3f %14s %14s %9s   generic cross-entropy (ours %s: %.2fx faster)\n", "generic-ce", mean,
+                human_bytes(r.measured_bytes).c_str(), "-", "-", ours["policy"].get<std::string>().c_str(),
+                mean / ours["mean_seconds"].get<double>());
+    out["generic_ce"] = {{"mean_seconds", mean}, {"seconds", r.seconds}, {"measured_peak_bytes", r.measured_bytes},
+                         {"loss", r.loss}};
   }
   if (a.on("reference") && !probe.cuda && !out["runs"].empty()) {
     // The plain-PyTorch drafter our tests compare against, timed in its own process on the same shapes.

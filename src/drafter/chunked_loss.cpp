@@ -4,7 +4,10 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/autograd.h>
+
+#include "cross_entropy_rows.h"
 
 namespace dflash::drafter {
 namespace {
@@ -31,6 +34,35 @@ void logits_to_grad_(at::Tensor& logits, const at::Tensor& lse, const at::Tensor
   logits.mul_(row_scale.unsqueeze(1));
 }
 
+// One chunk of hard-label rows through the fused kernel: logits stay in the hidden dtype (the GEMM's own
+// output), the kernel writes ce/lse/correct per row and, when wsum > 0, the gradient over the logits, which
+// the backward GEMM then reads directly.
+void fused_chunk(const at::Tensor& rows_hidden, const at::Tensor& lm_head, const at::Tensor& lab,
+                 const at::Tensor& wrow, double wsum, const at::Tensor& idx, at::Tensor& total, at::Tensor& row_ce,
+                 at::Tensor& row_correct, at::Tensor& dhidden) {
+  at::Tensor logits = at::linear(rows_hidden, lm_head).contiguous();
+  const int64_t r = logits.size(0);
+  const at::Tensor lab_c = lab.contiguous();
+  const at::Tensor scale = wsum > 0 ? (wrow / wsum).to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor lse = at::empty({r}, logits.options().dtype(at::kFloat));
+  at::Tensor ce = at::empty({r}, lse.options());
+  at::Tensor correct = at::empty({r}, lse.options().dtype(at::kByte));
+  kernels::CrossEntropyRowsArgs a;
+  a.dtype = logits.scalar_type() == at::kBFloat16 ? kernels::ScalarType::BFloat16 : kernels::ScalarType::Float32;
+  a.rows = r, a.vocab = logits.size(1), a.ld = logits.stride(0);
+  a.logits = logits.data_ptr();
+  a.labels = lab_c.data_ptr<int64_t>();
+  a.scale = scale.defined() ? scale.data_ptr<float>() : nullptr;
+  a.write_grad = scale.defined();
+  a.lse = lse.data_ptr<float>(), a.ce = ce.data_ptr<float>(), a.correct = correct.data_ptr<uint8_t>();
+  if (const std::string err = kernels::check_cross_entropy_rows(a); !err.empty()) throw std::invalid_argument(err);
+  at::parallel_for(0, r, 8, [&](int64_t r0, int64_t r1) { kernels::cross_entropy_rows_cpu(a, r0, r1); });
+  row_ce.index_copy_(0, idx, ce);
+  row_correct.index_copy_(0, idx, correct.to(at::kBool));
+  total.add_((ce * wrow).sum());
+  if (a.write_grad) dhidden.index_copy_(0, idx, at::matmul(logits, lm_head));
+}
+
 // The gradient w.r.t. hidden is computed inside the forward, chunk by chunk, while each chunk's logits exist
 // anyway (as Liger's fused linear cross-entropy does): backward then only scales it by the incoming gradient.
 // That is 2 LM-head GEMMs per chunk instead of 3 (forward, recomputed forward, grad), still with no stored
@@ -39,13 +71,16 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& lm_head,
                                const at::Tensor& labels, const at::Tensor& weights, const at::Tensor& teacher_hidden,
-                               const at::Tensor& teacher_index, int64_t chunk_rows, double kl_weight, bool need_grad) {
+                               const at::Tensor& teacher_index, int64_t chunk_rows, double kl_weight, bool need_grad,
+                               bool fused_ce) {
     const at::ScalarType acc = acc_of(hidden);
     const at::Tensor w = weights.to(acc);
     const at::Tensor rows = at::nonzero(w > 0).view({-1});
     const at::Tensor wsum = w.sum();
     const double wsum_value = wsum.item<double>();
     const bool soft = kl_weight != 0.0;
+    const bool fused = fused_ce && !soft && hidden.device().is_cpu() &&
+                       (hidden.scalar_type() == at::kFloat || hidden.scalar_type() == at::kBFloat16);
     at::Tensor total = at::zeros({}, hidden.options().dtype(acc));
     at::Tensor row_ce = at::zeros({hidden.size(0)}, hidden.options().dtype(acc));
     at::Tensor row_correct = at::zeros({hidden.size(0)}, hidden.options().dtype(at::kBool));
@@ -54,6 +89,11 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
       const at::Tensor idx = rows.narrow(0, c0, std::min(chunk_rows, rows.size(0) - c0));
       const at::Tensor lab = labels.index_select(0, idx);
       const at::Tensor wrow = w.index_select(0, idx);
+      if (fused) {
+        fused_chunk(hidden.index_select(0, idx), lm_head, lab, wrow, need_grad && wsum_value > 0 ? wsum_value : 0,
+                    idx, total, row_ce, row_correct, dhidden);
+        continue;
+      }
       at::Tensor logits = chunk_logits(hidden.index_select(0, idx), lm_head, acc);
       const at::Tensor lse = at::logsumexp(logits, -1);
       const at::Tensor ce = lse - logits.gather(1, lab.unsqueeze(1)).squeeze(1);
@@ -92,7 +132,7 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
       else dhidden = at::zeros_like(dhidden);
     }
     return {dhidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -118,7 +158,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> chunked_lm_loss(const at::Tensor&
   const at::Tensor ti = soft ? teacher_index.reshape({-1}) : at::empty({0}, hidden.options().dtype(at::kLong));
   const bool need_grad = at::GradMode::is_enabled() && hidden.requires_grad();
   auto out = ChunkedLossFunction::apply(hidden, lm_head.detach(), labels.reshape({-1}), weights.reshape({-1}), th, ti,
-                                        opt.chunk_rows, opt.kl_weight, need_grad);
+                                        opt.chunk_rows, opt.kl_weight, need_grad, opt.fused_ce);
   return {out[0], out[1], out[2]};
 }
 

@@ -13,6 +13,9 @@ struct ChunkedLossOptions {
   int64_t chunk_rows = 1024;
   // loss_row = (1 - kl_weight) * CE(student, label) + kl_weight * KL(teacher || student).
   double kl_weight = 0.0;
+  // Hard labels on CPU with float32/bf16 hidden: the fused cross-entropy kernel
+  // (src/kernels/cross_entropy_rows.h) instead of the generic ATen passes. false: always the generic path.
+  bool fused_ce = true;
 };
 
 // hidden [R, H] (the drafter's final hidden states; the only input that gets a gradient),
