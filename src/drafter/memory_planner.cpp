@@ -51,6 +51,7 @@ double layer_saved_full(const Dims& d) {
 double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 
 // Rows x V buffers alive at once in chunked_loss.cpp: logits + logsumexp temporary (+ teacher logits).
+// The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
 double loss_chunk_bytes(const Dims& d) {
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
   return d.r * d.V * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e;
