@@ -78,7 +78,8 @@ int bench_decode_main(const std::vector<std::string>& args) {
   a.option("new-tokens", "N", "64", "tokens to decode (no early stop)");
   a.option("threads", "N", "1", "intra-op threads for both");
   a.option("skip-hf", "0|1", "0", "1: only the C++ side");
-  a.option("batch", "N", "0", "also time N sequences decoded together (as regenerate does): fused decode attention vs per-sequence SDPA");
+  a.option("batch", "N", "0",
+           "also time N sequences decoded together (as regenerate does): fused decode attention vs per-sequence SDPA");
   a.option("json", "FILE", "", "write the results as JSON");
   if (!a.parse(args)) return 0;
   if (a.str("model").empty()) throw std::invalid_argument("bench decode: --model is required");
@@ -116,8 +117,10 @@ int bench_decode_main(const std::vector<std::string>& args) {
                 "identical tokens: %s\n", theirs, theirs_cpu, theirs > 0 ? ours / theirs : 0.0,
                 theirs_cpu > 0 ? ours_cpu / theirs_cpu : 0.0, same ? "yes" : "no");
   }
-  model.enable_onednn_decode();  // as regenerate runs it; the single-sequence decode above never uses it
-  if (a.i64("batch") > 0) out["batched"] = bench_batched(model, a.i64_list("prompt-ids"), a.i64("batch"), n);
+  if (a.i64("batch") > 0) {
+    model.enable_onednn_decode();  // as regenerate runs it; the single-sequence decode above never uses it
+    out["batched"] = bench_batched(model, a.i64_list("prompt-ids"), a.i64("batch"), n);
+  }
   if (!a.str("json").empty()) std::ofstream(a.str("json")) << out.dump(2) << "\n";
   return 0;
 }
