@@ -1,5 +1,5 @@
-// Entry points of the CPU kernels (anchor attention, decode attention, cross-entropy rows), compiled once per instruction set
-// (see anchor_attention_cpu_isa.cpp.in).
+// Entry points of the CPU kernels (anchor attention, decode attention, cross-entropy rows), compiled once
+// per instruction set (see anchor_attention_cpu_isa.cpp.in).
 #pragma once
 #include <cstdint>
 

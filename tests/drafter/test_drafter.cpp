@@ -18,22 +18,12 @@
 #include "drafter_config.h"
 #include "drafter_model.h"
 #include "drafter_weights.h"
+#include "tiny_drafter_config.h"
 
 using namespace dflash::drafter;
 namespace fs = std::filesystem;
 
 namespace {
-
-nlohmann::json tiny_config_json() {
-  return nlohmann::json::parse(R"({
-    "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 4,
-    "num_target_layers": 8, "num_hidden_layers": 2,
-    "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 5]},
-    "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-    "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8, "vocab_size": 32,
-    "tie_word_embeddings": true})");
-}
 
 std::string error_of(const nlohmann::json& j) {
   try {
@@ -57,7 +47,7 @@ TEST(DrafterConfig, DefaultTargetLayerIdsFollowSpec) {
 }
 
 TEST(DrafterConfig, ParsesAndRoundTrips) {
-  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  const DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
   EXPECT_EQ(c.block_size, 4);
   EXPECT_EQ(c.mask_token_id, 31);
   EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 5}));
@@ -75,7 +65,7 @@ TEST(DrafterConfig, ParsesAndRoundTrips) {
 }
 
 TEST(DrafterConfig, DefaultsWhenOptionalFieldsAreAbsent) {
-  auto j = tiny_config_json();
+  auto j = tiny_drafter_config_json();
   j["dflash_config"].erase("target_layer_ids");
   j.erase("layer_types");
   j.erase("sliding_window");
@@ -88,33 +78,33 @@ TEST(DrafterConfig, DefaultsWhenOptionalFieldsAreAbsent) {
 }
 
 TEST(DrafterConfig, ErrorsNameFileFieldAndExpectation) {
-  auto j = tiny_config_json();
+  auto j = tiny_drafter_config_json();
   j.erase("hidden_size");
   EXPECT_NE(error_of(j).find("cfg.json: field 'hidden_size': expected an integer, got nothing (missing)"), std::string::npos)
       << error_of(j);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j["num_key_value_heads"] = 3;
   EXPECT_NE(error_of(j).find("'num_key_value_heads': expected a divisor of num_attention_heads (4)"), std::string::npos);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j["layer_types"] = {"full_attention"};
   EXPECT_NE(error_of(j).find("'layer_types': expected 2 entries"), std::string::npos);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j["layer_types"][1] = "linear_attention";
   EXPECT_NE(error_of(j).find("'layer_types[1]'"), std::string::npos);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j.erase("sliding_window");
   EXPECT_NE(error_of(j).find("'sliding_window': expected a positive integer"), std::string::npos);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j["dflash_config"]["mask_token_id"] = 32;
   EXPECT_NE(error_of(j).find("'dflash_config.mask_token_id': expected a token id in [0, vocab_size=32)"),
             std::string::npos);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j["dflash_config"]["target_layer_ids"] = {1, 8};
   EXPECT_NE(error_of(j).find("'dflash_config.target_layer_ids[1]'"), std::string::npos);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j["architectures"] = {"LlamaForCausalLM"};
   EXPECT_NE(error_of(j).find("'architectures': expected [\"DFlashDraftModel\"]"), std::string::npos);
-  j = tiny_config_json();
+  j = tiny_drafter_config_json();
   j["hidden_size"] = "16";
   EXPECT_NE(error_of(j).find("'hidden_size': expected an integer, got \"16\""), std::string::npos);
 
@@ -283,7 +273,7 @@ TEST(ChunkedLoss, FusedKernelMatchesGenericPath) {
 }
 
 TEST(DrafterWeights, NamesShapesAndLoadErrors) {
-  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  const DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
   const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1);
   const auto named = w.named();
   ASSERT_EQ(named.size(), 3u + 2 * 11);
@@ -348,7 +338,7 @@ TEST(DrafterWeights, NamesShapesAndLoadErrors) {
 
 TEST(DrafterWeights, FinalNormStartsAtItsOwnValue) {
   // Only the final norm (the one in front of the tied LM head) takes final_norm; the other norms stay at 1.
-  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  const DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
   const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1, 0.02, 0.0, 0.3);
   for (const auto& [name, t] : w.named()) {
     if (t.dim() != 1) continue;
@@ -368,7 +358,7 @@ TEST(CheckpointPolicy, Parses) {
 }
 
 TEST(DrafterModel, SequenceWithoutAnchorsGivesZeroLossAndZeroGradients) {
-  const DrafterConfig c = parse_drafter_config(tiny_config_json(), "cfg.json");
+  const DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
   DrafterWeights w = init_drafter_weights(c, at::kDouble, 2, 0.1, 0.1);
   w.set_requires_grad(true);
   at::manual_seed(1);

@@ -14,8 +14,6 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
-#include <nlohmann/json.hpp>
-
 #include "block_batch.h"
 #include "bounded_queue.h"
 #include "checkpoint.h"
@@ -27,6 +25,7 @@
 #include "optimizer.h"
 #include "safetensors.h"
 #include "step_producer.h"
+#include "tiny_drafter_config.h"
 #include "train_config.h"
 #include "trainer.h"
 
@@ -190,17 +189,10 @@ TrainConfig mini_config(const fs::path& root, const std::string& run, int count,
 
 // collate pads each micro-batch to a multiple of pad_multiple (bounded by max_len) so bf16 CPU training
 // sees a few shapes; the padding must change nothing: same anchors, same loss, same gradients (fp64, a
-// sliding-window layer included, soft labels on).
+// sliding-window layer of window 8 included, soft labels on).
 TEST(Collate, PaddingToAMultipleLeavesLossAndGradientsUnchanged) {
   using namespace dflash::drafter;
-  const DrafterConfig c = parse_drafter_config(nlohmann::json::parse(R"({
-    "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 4,
-    "num_target_layers": 8, "num_hidden_layers": 2,
-    "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 5]},
-    "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-    "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5, "vocab_size": 32,
-    "tie_word_embeddings": true})"), "cfg.json");
+  const DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
   at::manual_seed(3);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   Sample smp;
