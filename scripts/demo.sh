@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # `make demo`: the whole DFlash pipeline on SmolLM2-135M-Instruct, on CPU, in about half an hour on 2 cores.
-#   1. the target writes its own answers to 1024 GSM8K *train* prompts (dflash data regenerate, 2 shards,
-#                                                                       64 answers decoded together each)
-#   2. the target's layer outputs for those samples, stored once         (dflash data dump-hidden)
-#   3. a 1-layer drafter (block 8) is trained on them with 2 workers    (dflash train, offline, live progress)
-#   4. speculative decoding on held-out prompts: GSM8K test, HumanEval,  (dflash eval: tau, speedup,
+#   1. the target writes its own answers to 1536 GSM8K *train* prompts (dflash data regenerate, 2 shards,
+#      and keeps its layer outputs of every token, the drafter's features  64 answers decoded together each)
+#   2. a 1-layer drafter (block 8) is trained on them with 2 workers    (dflash train, offline, live progress)
+#   3. speculative decoding on held-out prompts: GSM8K test, HumanEval,  (dflash eval: tau, speedup,
 #      MT-Bench first turns, against the target alone in the same run    lossless check)
-#   5. plots: training loss and acceptance histogram
+#   4. plots: training loss and acceptance histogram
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
 # usage: bash scripts/demo.sh BUILD_DIR [--long | --full]
-#   --long   the demo's recipe with 2x the answers and 2.7x the steps (2048 prompts, 8000 steps; 43 more minutes
+#   --long   the demo's recipe with more answers and 2x the steps (2048 prompts, 8000 steps; about 45 more minutes
 #            on 2 cores), in demo-out/long; it resumes from the demo's regenerated answers when they are there
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
@@ -60,7 +59,7 @@ else
   # Many small steps (16 anchors per sequence, 2 sequences) learn more per CPU second than few large ones at
   # this size, and block 8 halves the LM-head rows per anchor and the tokens verified per cycle while slots
   # past 7 are almost never accepted yet (docs/BENCHMARKS.md, "How the demo recipe was chosen").
-  : "${DEMO_PROMPTS:=1024}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=3000}" "${DEMO_LAYERS:=1}" "${DEMO_BLOCK:=8}"
+  : "${DEMO_PROMPTS:=1536}" "${DEMO_MAX_NEW:=192}" "${DEMO_STEPS:=4000}" "${DEMO_LAYERS:=1}" "${DEMO_BLOCK:=8}"
   : "${DEMO_OFFLINE:=1}"
   : "${DEMO_EVAL_PROMPTS:=6}" "${DEMO_EVAL_MAX_NEW:=128}" "${DEMO_ANCHORS:=16}" "${DEMO_MAX_LEN:=512}"
   # Verify only the first 3 proposals: on CPU each verified row costs LM-head time, and a short drafter's
@@ -72,9 +71,9 @@ fi
 # drafter: the deep ones carry most of the next-token signal. A higher peak lr (short run) and a small start
 # for the final norm (logits through the tied LM head scale with it) make the few hundred CPU steps count.
 : "${DEMO_TARGET_LAYERS:=1,8,14,20,27}" "${DEMO_LR:=2e-3}" "${DEMO_FINAL_NORM:=0.3}"
-# bf16 compute where the CPU has bf16 instructions: oneDNN's bf16 GEMMs make a demo training step and the feature
-# dump 2x faster than fp32, with the same tau (docs/BENCHMARKS.md, "bf16 on CPU"); elsewhere bf16 is emulated.
-# The drafter keeps fp32 master weights and AdamW state either way.
+# bf16 training where the CPU has bf16 instructions: oneDNN's bf16 GEMMs make a demo training step 2x faster than
+# fp32, with the same tau (docs/BENCHMARKS.md, "bf16 on CPU"); elsewhere bf16 is emulated. The drafter keeps fp32
+# master weights and AdamW state either way.
 if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then : "${DEMO_DTYPE:=bf16}"; else : "${DEMO_DTYPE:=fp32}"; fi
 MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, SPEC.md)
 mkdir -p "$OUT/data"
@@ -82,16 +81,29 @@ STAGE_T0=$(date +%s)
 stage() { echo; echo "== $* =="; STAGE_T0=$(date +%s); }
 stage_done() { echo "-- done in $(( $(date +%s) - STAGE_T0 )) s"; }
 
-# 1. Regenerate: the target's own greedy answers (two processes, one core each; resumable, per shard).
+# 1. Regenerate: the target's own greedy answers (two processes, one core each; resumable, per shard). For offline
+#    training the same pass keeps the target's layer outputs of every token (--hidden-out): the drafter's
+#    features, stored once in bf16 shards, so the training steps below do not rerun the target (5x faster steps
+#    here) and no second pass over the samples is needed.
 TRAIN="$OUT/data/train.jsonl"
+FEATURES="$OUT/data/features"
 REGEN_KEY="prompts=$DEMO_PROMPTS max_new=$DEMO_MAX_NEW"
-stage "1/5 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)"
+FEATURE_FLAGS=()
+if [ "$DEMO_OFFLINE" = 1 ]; then
+  REGEN_KEY="$REGEN_KEY features=$DEMO_TARGET_LAYERS"
+  FEATURE_FLAGS=(--hidden-out "$FEATURES" --target-layer-ids "$DEMO_TARGET_LAYERS")
+fi
+stage "1/4 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)$([ "$DEMO_OFFLINE" = 1 ] && echo ', with their target features')"
 if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ]; then
   echo "cached: $TRAIN ($(wc -l < "$TRAIN") samples)"
 else
   rm -f "$OUT/data/.done"
+  # Features for other target layers cannot be resumed into: start them again (the answers are kept).
+  [ "$(cat "$OUT/data/.features_key" 2>/dev/null)" = "$DEMO_TARGET_LAYERS" ] || rm -rf "$FEATURES"
+  echo "$DEMO_TARGET_LAYERS" > "$OUT/data/.features_key"
   # --long starts from the demo's answers: regenerate resumes a shard file (the prompt limit may grow) and
-  # refuses one written with other settings, so only shards with the same answer length are taken over.
+  # refuses one written with other settings, so only shards with the same answer length are taken over (their
+  # features are computed again here, one target forward per taken-over answer).
   for k in 0 1; do
     from="$ROOT/demo-out/data/shard$k.jsonl"
     if [ "$LONG" = 1 ] && [ ! -e "$OUT/data/shard$k.jsonl" ] && [ -f "$from.meta.json" ] &&
@@ -100,47 +112,27 @@ else
     fi
   done
   common=(data regenerate --model "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train
-          --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1 --batch 64)
+          --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1 --batch 64 "${FEATURE_FLAGS[@]}")
   "$DFLASH" "${common[@]}" --shard 1 --output "$OUT/data/shard1.jsonl" 2> "$OUT/data/shard1.log" &
   other=$!
   "$DFLASH" "${common[@]}" --shard 0 --output "$OUT/data/shard0.jsonl"
   wait "$other" || { echo "demo: shard 1 failed, see $OUT/data/shard1.log" >&2; exit 1; }
-  tail -n 1 "$OUT/data/shard1.log"
+  tail -n 2 "$OUT/data/shard1.log"
   cat "$OUT/data/shard0.jsonl" "$OUT/data/shard1.jsonl" > "$TRAIN.tmp" && mv "$TRAIN.tmp" "$TRAIN"
   echo "$REGEN_KEY" > "$OUT/data/.done"
-  echo "wrote $TRAIN ($(wc -l < "$TRAIN") samples)"
+  echo "wrote $TRAIN ($(wc -l < "$TRAIN") samples)$([ "$DEMO_OFFLINE" = 1 ] && echo " and their features in $FEATURES")"
 fi
+TRAIN_DATA="$TRAIN"
+[ "$DEMO_OFFLINE" = 1 ] && TRAIN_DATA="$FEATURES"
 stage_done
 
-# 2. Offline features: the target runs once over every sample and its layer outputs are stored (bf16), so the
-#    many training epochs below do not rerun it (5x faster steps here; the losses match online training).
-#    The target runs in DEMO_DTYPE (above); the stored features are bf16 either way, 0.6% from the fp32 target's.
-HIDDEN="$OUT/data/hidden"
-TRAIN_DATA="$TRAIN"
-DUMP_KEY="$REGEN_KEY target_layers=$DEMO_TARGET_LAYERS max_len=$DEMO_MAX_LEN target_dtype=$DEMO_DTYPE"
-if [ "$DEMO_OFFLINE" = 1 ]; then
-  stage "2/5 target features of the samples, for offline training (dflash data dump-hidden)"
-  if [ "$(cat "$OUT/data/.hidden_done" 2>/dev/null)" = "$DUMP_KEY" ]; then
-    echo "cached: $HIDDEN"
-  else
-    # A rerun with the same key resumes the dump; different samples or layers start it again.
-    [ "$(cat "$OUT/data/.hidden_key" 2>/dev/null)" = "$DUMP_KEY" ] || rm -rf "$HIDDEN"
-    echo "$DUMP_KEY" > "$OUT/data/.hidden_key"
-    "$DFLASH" data dump-hidden --target "$MODEL" --data "$TRAIN" --out "$HIDDEN" --target-layer-ids "$DEMO_TARGET_LAYERS" \
-      --max-len "$DEMO_MAX_LEN" --samples-per-shard 100 --threads 2 --target-dtype "$DEMO_DTYPE"
-    echo "$DUMP_KEY" > "$OUT/data/.hidden_done"
-  fi
-  TRAIN_DATA="$HIDDEN"
-  stage_done
-fi
-
-# 3. Train the drafter (2 worker threads), export it as an HF drafter folder, plot the loss.
+# 2. Train the drafter (2 worker threads), export it as an HF drafter folder, plot the loss.
 RUN="$OUT/run"
 DRAFTER="$OUT/drafter"
 TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS block=$DEMO_BLOCK anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
 TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM offline=$DEMO_OFFLINE"
 TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE"
-stage "3/5 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK), 2 workers, $DEMO_STEPS steps"
+stage "2/4 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK), 2 workers, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
 else
@@ -163,10 +155,10 @@ cp "$RUN/metrics.jsonl" "$OUT/metrics.jsonl"
 "$DFLASH" plot "$RUN" --out "$OUT" || echo "demo: warning: loss plot failed (dflash plot)" >&2
 stage_done
 
-# 4. Evaluate on held-out prompts (never in the training data): speculative vs the target alone.
+# 3. Evaluate on held-out prompts (never in the training data): speculative vs the target alone.
 EVAL="$OUT/eval.json"
 EVAL_KEY="$TRAIN_KEY eval=$DEMO_EVAL_PROMPTS eval_max_new=$DEMO_EVAL_MAX_NEW max_draft=$DEMO_MAX_DRAFT"
-stage "4/5 evaluate: $DEMO_EVAL_PROMPTS prompts each of GSM8K test, HumanEval, MT-Bench (max $DEMO_EVAL_MAX_NEW tokens)"
+stage "3/4 evaluate: $DEMO_EVAL_PROMPTS prompts each of GSM8K test, HumanEval, MT-Bench (max $DEMO_EVAL_MAX_NEW tokens)"
 sets="gsm8k_test=$DATA/gsm8k_test.jsonl"
 [ -f "$DATA/humaneval.jsonl.gz" ] && sets="$sets,humaneval=$DATA/humaneval.jsonl.gz"
 [ -f "$DATA/mt_bench_questions.jsonl" ] && sets="$sets,mt_bench=$DATA/mt_bench_questions.jsonl"
@@ -184,8 +176,8 @@ else
 fi
 stage_done
 
-# 5. Plots and the summary table.
-stage "5/5 plots and summary"
+# 4. Plots and the summary table.
+stage "4/4 plots and summary"
 "$PY" python/dflash_py/plot_eval.py "$EVAL" "$OUT/acceptance.png"
 "$PY" - "$EVAL" <<'PYEOF'
 import json, sys

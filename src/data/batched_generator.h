@@ -4,6 +4,9 @@
 // Replies finish out of order. Each prompt draws from its own stream (make_rng(seed, stream), the same as
 // generate_response), so a reply does not depend on which other prompts share its batch, up to the float
 // rounding of the batched matmuls (which depends on the number of rows).
+// With opt.capture_layers the target's layer outputs are kept for every token it reads, so one pass yields both
+// the reply and the drafter's training features; a finished reply's last token then takes one more batched
+// step (its logits unused) before it is handed back, since no other step reads it.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,6 +26,7 @@ struct BatchPrompt {
 struct BatchStats {
   int64_t prompts = 0, prefill_tokens = 0, new_tokens = 0;
   int64_t decode_steps = 0, decode_tokens = 0;  // tokens made by batched decode steps (not by prefills)
+  int64_t feature_rows = 0;                      // rows that only read a finished reply's last token
   double prefill_seconds = 0, decode_seconds = 0;
 };
 

@@ -5,8 +5,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,8 +14,9 @@
 #include <stdexcept>
 
 #include "args.h"
-#include "drafter_config.h"
+#include "atomic_file.h"
 #include "held_out.h"
+#include "hidden_features.h"
 #include "hidden_shards.h"
 #include "progress.h"
 #include "prompt_sources.h"
@@ -28,29 +27,6 @@ namespace fs = std::filesystem;
 
 namespace dflash::cli {
 namespace {
-
-// Atomic small-file write: temporary file, fsync, rename, fsync of the folder.
-void write_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error(tmp.string() + ": cannot create");
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) {
-      ::close(fd);
-      throw std::runtime_error(tmp.string() + ": write failed");
-    }
-    off += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw std::runtime_error(tmp.string() + ": fsync failed");
-  fs::rename(tmp, path);
-  const int dfd = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 // The shards of an earlier run that are still intact (listed, present, of the recorded size); a damaged one
 // and everything after it are dropped so they are written again.
@@ -94,7 +70,6 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
   const int64_t max_len = a.i64("max-len"), per_shard = a.i64("samples-per-shard");
   if (max_len < 2) throw std::invalid_argument("--max-len must be >= 2");
   if (per_shard < 1) throw std::invalid_argument("--samples-per-shard must be >= 1");
-  if (a.i64("drafter-layers") < 1) throw std::invalid_argument("--drafter-layers must be >= 1");
   const std::string tdt = a.str("target-dtype");
   if (tdt != "fp32" && tdt != "bf16") throw std::invalid_argument("--target-dtype must be fp32 or bf16, got '" + tdt + "'");
   const std::string data_path = a.str("data");
@@ -102,24 +77,8 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
 
   const std::string target_path = a.str("target");
   const models::TargetConfig tcfg = models::read_target_config(target_path);
-  const std::vector<int64_t> layer_ids =
-      a.str("target-layer-ids").empty()
-          ? drafter::default_target_layer_ids(tcfg.num_hidden_layers, a.i64("drafter-layers"))
-          : data::parse_layer_ids(a.str("target-layer-ids"), "--target-layer-ids");
-  for (auto id : layer_ids)
-    if (id < 0 || id >= tcfg.num_hidden_layers)
-      throw std::invalid_argument("--target-layer-ids: layer " + std::to_string(id) + " is outside the target's " +
-                                  std::to_string(tcfg.num_hidden_layers) + " layers");
-
-  data::HiddenMeta meta;
-  meta.target_layer_ids = layer_ids;
-  meta.hidden_size = tcfg.hidden_size;
-  meta.target_num_layers = tcfg.num_hidden_layers;
-  fs::path tname = fs::absolute(target_path).lexically_normal();
-  if (tname.filename().empty()) tname = tname.parent_path();  // "folder/" names the folder
-  meta.target = tname.filename().string() + " (" + tcfg.model_type +
-                ", " + std::to_string(tcfg.num_hidden_layers) + " layers, hidden " + std::to_string(tcfg.hidden_size) +
-                ", vocab " + std::to_string(tcfg.vocab_size) + ")";
+  const std::vector<int64_t> layer_ids = data::feature_layer_ids(a.str("target-layer-ids"), a.i64("drafter-layers"), tcfg);
+  const data::HiddenMeta meta = data::feature_meta(target_path, tcfg, layer_ids);
   // What a resumed run must share with the first one (the limit may grow).
   const nlohmann::json settings = {{"target", fs::absolute(target_path).lexically_normal().string()},
                                    {"target_identity", meta.target},
@@ -186,11 +145,12 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
       data::HiddenSample s;
       s.input_ids = at::tensor(std::vector<int64_t>(rec.ids.begin(), rec.ids.begin() + S), at::kLong);
       s.loss_mask = at::tensor(std::vector<int64_t>(rec.mask.begin(), rec.mask.begin() + S), at::kLong).ne(0);
-      const auto o = model.forward(s.input_ids.unsqueeze(0), nullptr, capture, false, a.on("last-hidden"));
-      std::vector<at::Tensor> parts;
-      for (int id : capture) parts.push_back(o.hidden.at(id)[0].to(at::kCPU));
-      s.hidden_states = at::cat(parts, -1).to(at::kBFloat16).contiguous();
-      if (a.on("last-hidden")) s.last_hidden = o.last_hidden[0].to(at::kCPU).to(at::kBFloat16).contiguous();
+      at::Tensor last;
+      s.hidden_states = data::sample_features(model, std::vector<int64_t>(rec.ids.begin(), rec.ids.begin() + S), capture,
+                                              a.on("last-hidden") ? &last : nullptr)
+                            .to(at::kBFloat16)
+                            .contiguous();
+      if (last.defined()) s.last_hidden = last.to(at::kBFloat16).contiguous();
       bar.update(r + 1, tokens += S);
       if (!at::isfinite(s.hidden_states).all().item<bool>() ||
           (s.last_hidden.defined() && !at::isfinite(s.last_hidden).all().item<bool>())) {
@@ -215,11 +175,11 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
     next += count;
     stored += int64_t(samples.size());
     index["samples"] = stored;
-    write_atomic(index_path, index.dump(1) + "\n");  // the shard counts only once the index lists it
+    data::write_file_atomic(index_path.string(), index.dump(1) + "\n");  // the shard counts only once the index lists it
   }
   if (!fs::exists(index_path)) {
     index["samples"] = stored;
-    write_atomic(index_path, index.dump(1) + "\n");
+    data::write_file_atomic(index_path.string(), index.dump(1) + "\n");
   }
   bar.finish();
   std::fprintf(stderr,

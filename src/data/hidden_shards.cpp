@@ -111,11 +111,10 @@ std::string join_ids(const std::vector<int64_t>& ids) {
   return out;
 }
 
-std::vector<std::string> hidden_shard_files(const std::string& path) {
-  if (fs::is_regular_file(path)) return {path};
-  if (!fs::is_directory(path)) throw std::invalid_argument(path + ": no such file or folder");
-  const fs::path index = fs::path(path) / kHiddenIndexFile;
-  if (!fs::exists(index)) return safetensors_in(path);
+namespace {
+
+// The shard files an index lists, as paths beside it.
+std::vector<std::string> listed_shards(const fs::path& index) {
   nlohmann::json j;
   try {
     std::ifstream in(index);
@@ -130,8 +129,30 @@ std::vector<std::string> hidden_shard_files(const std::string& path) {
   for (const auto& s : j["shards"]) {
     if (!s.is_object() || !s.contains("file") || !s["file"].is_string())
       throw std::invalid_argument(index.string() + ": each shard needs a \"file\" name");
-    out.push_back((fs::path(path) / s["file"].get<std::string>()).string());
+    out.push_back((index.parent_path() / s["file"].get<std::string>()).string());
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> hidden_shard_files(const std::string& path) {
+  if (fs::is_regular_file(path)) return {path};
+  if (!fs::is_directory(path)) throw std::invalid_argument(path + ": no such file or folder");
+  const fs::path index = fs::path(path) / kHiddenIndexFile;
+  if (fs::exists(index)) return listed_shards(index);
+  // Parts written by several regenerate processes: index-<part>.json each, read in name order.
+  std::vector<fs::path> parts;
+  for (const auto& e : fs::directory_iterator(path)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("index-", 0) == 0 && name.size() > 11 && name.compare(name.size() - 5, 5, ".json") == 0)
+      parts.push_back(e.path());
+  }
+  if (parts.empty()) return safetensors_in(path);
+  std::sort(parts.begin(), parts.end());
+  std::vector<std::string> out;
+  for (const auto& p : parts)
+    for (auto& f : listed_shards(p)) out.push_back(std::move(f));
   return out;
 }
 

@@ -1,8 +1,9 @@
 // Offline hidden states, format `dflash-hidden-v1` (our own; `dflash data dump-hidden` writes it, the trainer
 // reads it through src/train/offline_dataset.h, tests write it from Python):
 //   a folder of *.safetensors shards, or a single file. A folder with `index.json` (written by dump-hidden)
-//   is read through its "shards" list only (the shards known complete); without one, every *.safetensors in
-//   file-name order. Each shard's metadata holds "format": "dflash-hidden-v1", "target_layer_ids": "1,9,17"
+//   is read through its "shards" list only (the shards known complete); else a folder with `index-<part>.json`
+//   files (one per `dflash data regenerate --hidden-out` process) through the union of their lists, in file-name
+//   order; without any index, every *.safetensors in file-name order. Each shard's metadata holds "format": "dflash-hidden-v1", "target_layer_ids": "1,9,17"
 //   (comma list), "hidden_size": "576", and from dump-hidden also "target_num_layers", "target" and
 //   "split": "train"; for sample i = 0..n-1 of the shard:
 //     "{i}.input_ids"     int64 (any int) [S]

@@ -1,6 +1,7 @@
 // `dflash data regenerate`: the target writes its own replies to prompts; each sample is the chat-formatted
 // prompt plus the reply as input_ids, with loss_mask = 1 on the reply only. Output is resumable JSONL
-// (sample_store.h) with a sidecar <output>.meta.json that pins the settings a resume must share.
+// (sample_store.h) with a sidecar <output>.meta.json that pins the settings a resume must share. With
+// --hidden-out the target's layer outputs of each sample are kept from the same pass (feature_shard_writer.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -14,13 +15,16 @@
 
 #include "args.h"
 #include "batched_generator.h"
+#include "feature_shard_writer.h"
 #include "held_out.h"
+#include "hidden_features.h"
 #include "progress.h"
 #include "prompt_sources.h"
 #include "response_generator.h"
 #include "sample_store.h"
 #include "target_io.h"
 #include "target_loader.h"
+#include "token_records.h"
 
 namespace dflash::cli {
 
@@ -44,6 +48,11 @@ int data_regenerate_main(const std::vector<std::string>& args) {
            "prompt order");
   a.option("onednn", "0|1", "1", "with --batch > 1: batched matmuls through oneDNN on a second copy of the weights "
            "(faster at several rows on CPU; twice the weight memory)");
+  a.option("hidden-out", "DIR", "", "also store the drafter's offline features (as dump-hidden would) from the same "
+           "target pass: dflash-hidden-v1 shards of this process's part in DIR, which all --shards may share");
+  a.option("target-layer-ids", "IDS", "", "with --hidden-out: target layers (empty: SPEC default for --drafter-layers)");
+  a.option("drafter-layers", "N", "1", "with --hidden-out: drafter layers the SPEC default layer choice is made for");
+  a.option("hidden-samples-per-shard", "N", "100", "with --hidden-out: samples per shard file");
   a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
   if (!a.parse(args)) return 0;
   for (const char* req : {"model", "input", "output"})
@@ -54,6 +63,8 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   if (a.f64("temperature") < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (a.i64("max-new") < 1) throw std::invalid_argument("--max-new must be >= 1");
   if (a.i64("batch") < 1) throw std::invalid_argument("--batch must be >= 1");
+  if (!a.str("hidden-out").empty() && split != "train")
+    throw std::invalid_argument("--hidden-out: features are training data; --split is '" + split + "'");
 
   // Settings a resumed run must share with the first one (the limit may grow).
   nlohmann::json meta = {{"model", std::filesystem::absolute(a.str("model")).string()},
@@ -98,6 +109,43 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   if (store.dropped_torn_line()) std::fprintf(stderr, "%s: dropped a torn last line (interrupted write)\n", output.c_str());
 
   models::TargetModel model = models::load_target(a.str("model"));
+  std::unique_ptr<data::FeatureShardWriter> features;
+  std::vector<int> capture;
+  if (!a.str("hidden-out").empty()) {
+    const models::TargetConfig& tcfg = model.config();
+    const std::vector<int64_t> ids = data::feature_layer_ids(a.str("target-layer-ids"), a.i64("drafter-layers"), tcfg);
+    const data::HiddenMeta hmeta = data::feature_meta(a.str("model"), tcfg, ids);
+    const nlohmann::json settings = {{"target", std::filesystem::absolute(a.str("model")).lexically_normal().string()},
+                                     {"target_identity", hmeta.target},
+                                     {"target_layer_ids", ids},
+                                     {"hidden_size", tcfg.hidden_size},
+                                     {"samples", std::filesystem::absolute(output).lexically_normal().string()},
+                                     {"target_dtype", "fp32"},
+                                     {"dtype", "bf16"}};
+    const std::string part = "part" + std::to_string(shard) + "of" + std::to_string(shards);
+    features = std::make_unique<data::FeatureShardWriter>(a.str("hidden-out"), part, hmeta, settings,
+                                                          a.i64("hidden-samples-per-shard"));
+    capture.assign(ids.begin(), ids.end());
+    // Samples already in the JSONL whose features were lost (a crash before their shard was written, or a
+    // JSONL regenerated without --hidden-out): one forward each, as dump-hidden computes them.
+    std::vector<data::TokenRecord> missing;
+    for (auto& r : data::read_token_records(output, -1, /*skip_partial_last_line=*/true))
+      if (r.index >= 0 && !features->covered().count(r.index)) missing.push_back(std::move(r));
+    if (!missing.empty()) {
+      data::Progress fill("features of samples already written", int64_t(missing.size()), 0, "samples");
+      int64_t n = 0, toks = 0;
+      for (const auto& r : missing) {
+        data::HiddenSample h;
+        h.input_ids = at::tensor(r.ids, at::kLong);
+        h.loss_mask = at::tensor(r.mask, at::kLong).ne(0);
+        h.hidden_states = data::sample_features(model, r.ids, capture);
+        features->add(r.index, std::move(h));
+        fill.update(++n, toks += int64_t(r.ids.size()));
+      }
+      features->flush();
+      fill.finish();
+    }
+  }
   if (a.i64("batch") > 1 && a.i64("onednn") != 0) model.enable_onednn_decode();
   auto tokenizer = data::load_tokenizer_for(a.str("model"), a.str("tokenizer"));
   std::unique_ptr<tok::ChatFormat> chat;
@@ -107,6 +155,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   gen.temperature = a.f64("temperature");
   gen.seed = static_cast<uint64_t>(a.i64("seed"));
   gen.eos_ids = data::parse_stop_ids(a.str("eos"), model, tokenizer.get());
+  gen.capture_layers = capture;
 
   int64_t dropped = 0, already = 0;
   for (const auto& p : prompts) already += store.has(p.index) ? 1 : 0;
@@ -163,6 +212,16 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                     {"prompt_tokens", prompt_len},
                     {"response_tokens", r.tokens.size()},
                     {"finish", r.hit_eos ? "eos" : "length"}});
+      if (features) {
+        data::HiddenSample h;
+        h.input_ids = at::tensor(ids, at::kLong);
+        h.loss_mask = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong).ne(0);
+        h.hidden_states = r.features;
+        if (h.hidden_states.size(0) != h.input_ids.size(0))
+          throw std::logic_error("data regenerate: features of " + std::to_string(h.hidden_states.size(0)) +
+                                 " positions for a sample of " + std::to_string(h.input_ids.size(0)));
+        features->add(index, std::move(h));
+      }
       pending.erase(index);
     }
   };
@@ -178,6 +237,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   };
   const data::BatchStats stats = data::generate_batched(model, gen, a.i64("batch"), next, reply_done);
   if (!order.empty()) throw std::logic_error("data regenerate: replies left unwritten");
+  if (features) features->flush();
   bar.finish();
   const double el = bar.seconds();
   std::fprintf(stderr,
@@ -188,6 +248,10 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0.0,
                static_cast<long long>(a.i64("batch")),
                stats.decode_steps > 0 ? static_cast<double>(stats.decode_tokens) / stats.decode_steps : 0.0);
+  if (features)
+    std::fprintf(stderr, "features: %lld samples of this part in %s (target layers %s)\n",
+                 static_cast<long long>(features->samples()), a.str("hidden-out").c_str(),
+                 data::join_ids(std::vector<int64_t>(capture.begin(), capture.end())).c_str());
   return 0;
 }
 

@@ -45,6 +45,7 @@ std::vector<TokenRecord> read_token_records(const std::string& path, int64_t lim
     } catch (const std::exception&) {
       throw std::invalid_argument(r.where + ": input_ids and loss_mask must be integer arrays");
     }
+    if (j.contains("index") && j["index"].is_number_integer()) r.index = j["index"].get<int64_t>();
     if (r.ids.size() != r.mask.size())
       throw std::invalid_argument(r.where + ": input_ids and loss_mask differ in length (" +
                                   std::to_string(r.ids.size()) + " vs " + std::to_string(r.mask.size()) + ")");

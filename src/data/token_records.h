@@ -10,6 +10,7 @@ namespace dflash::data {
 struct TokenRecord {
   std::vector<int64_t> ids, mask;  // same length, >= 2
   std::string where;               // "file:line", for later error messages
+  int64_t index = -1;              // the line's integer "index" (regenerate's prompt index); -1 when absent
 };
 
 // Every sample in line order (at most `limit`; -1: all). Malformed lines and held-out samples are errors

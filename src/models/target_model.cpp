@@ -306,9 +306,18 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
 }
 
 at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches,
-                                     bool fused_attention) const {
+                                     bool fused_attention, const std::vector<int>& capture_layers,
+                                     std::map<int, at::Tensor>* hidden) const {
   const int64_t B = static_cast<int64_t>(tokens.size());
   const int L = static_cast<int>(layers_.size());
+  std::vector<bool> capture(L, false);
+  for (int c : capture_layers) {
+    if (c < 0 || c >= L)
+      throw std::invalid_argument("decode_batch: capture layer " + std::to_string(c) + " outside [0, " +
+                                  std::to_string(L) + ")");
+    capture[c] = true;
+  }
+  if (!capture_layers.empty() && !hidden) throw std::invalid_argument("decode_batch: capture layers given, no output map");
   if (B < 1 || caches.size() != tokens.size())
     throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
                                 std::to_string(caches.size()) + " caches (need one per sequence, at least one)");
@@ -338,10 +347,12 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
     for (int i = s.begin; i < s.end; ++i) {
       auto [q, k, v] = attention_inputs(i, x, cos, sin, /*onednn=*/true);
       x = attention_output_and_mlp(i, x, batched_decode_attention(i, q, k, v, caches, fused_attention), /*onednn=*/true);
+      if (capture[i] && i != L - 1) (*hidden)[i] = x.view({B, -1});
     }
   }
   for (KVCache* c : caches) c->advance(1);
   at::Tensor last = rms_norm(x.to(final_norm_.device()), final_norm_).view({B, -1});
+  if (capture[L - 1]) (*hidden)[L - 1] = last;  // as forward(): HF's last hidden state is the final-normed one
   return linear(last, lm_head_, {}, lm_head_onednn_).to(at::kFloat);
 }
 

@@ -81,10 +81,12 @@ class TargetModel {
   // may differ), each advance by one token (tokens[b]) at its own position. The linear layers and the LM head
   // run on the B stacked rows; RoPE is per row; attention is one fused kernel call for all sequences on CPU
   // float32/float64 (fused_attention = false: a cache store and an SDPA per sequence, the reference path
-  // `dflash bench decode --batch` compares against). Returns float32 logits [B, vocab] on the last stage. No
-  // hidden-state capture on this path.
+  // `dflash bench decode --batch` compares against). Returns float32 logits [B, vocab] on the last stage.
+  // capture_layers: as forward()'s; (*hidden)[i] = layer i's output rows [B, hidden] (in dtype(), on the layer's
+  // device), so regeneration can keep the drafter's features of every token it feeds.
   at::Tensor decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches,
-                          bool fused_attention = true) const;
+                          bool fused_attention = true, const std::vector<int>& capture_layers = {},
+                          std::map<int, at::Tensor>* hidden = nullptr) const;
   // Opt-in: decode_batch runs its multi-row matmuls through oneDNN (faster than MKL's small-M GEMM on a 2-core
   // AMD EPYC: 8-15% more tokens/s at 8-16 rows on SmolLM2-135M) on extra copies of the CPU float32 weights
   // (twice the weight memory). A no-op for other dtypes or without oneDNN; single-row products and the other

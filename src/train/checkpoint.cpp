@@ -17,15 +17,8 @@
 namespace fs = std::filesystem;
 
 namespace dflash::train {
+using data::fsync_path;
 namespace {
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw std::runtime_error(path + ": cannot open for fsync");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw std::runtime_error(path + ": fsync failed");
-}
 
 std::string ckpt_dir(const std::string& run_dir) { return (fs::path(run_dir) / "checkpoints").string(); }
 
@@ -50,26 +43,6 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 }
 
 }  // namespace
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
-}
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed");
-  }
-  fsync_path(tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename failed");
-  fsync_dir(fs::path(path).parent_path().string());
-}
 
 std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int64_t keep) {
   const std::string dir = ckpt_dir(run_dir);

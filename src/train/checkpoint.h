@@ -12,6 +12,8 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include "atomic_file.h"
+
 namespace dflash::train {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
@@ -33,9 +35,7 @@ TrainState load_latest_checkpoint(const std::string& run_dir, std::string* path_
 TrainState load_checkpoint(const std::string& path);
 bool has_checkpoint(const std::string& run_dir);
 
-// fsync of a folder (makes a rename durable); errors are ignored on filesystems that cannot.
-void fsync_dir(const std::string& dir);
-// Writes text to `path` atomically (temp file + fsync + rename).
-void write_file_atomic(const std::string& path, const std::string& text);
+using data::fsync_dir;          // atomic_file.h
+using data::write_file_atomic;
 
 }  // namespace dflash::train

@@ -1,6 +1,7 @@
 // Continuous batching (generate_batched) against one prompt at a time (generate_response) on tiny random
 // Llama and Qwen3 targets: the same replies for every slot count, greedy and sampled (per-prompt streams), with
-// prompts of different lengths finishing at different times (eos ids, max_new).
+// prompts of different lengths finishing at different times (eos ids, max_new); and the layer outputs kept
+// during generation against a full forward.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -157,4 +158,57 @@ TEST(BatchedGenerator, OneTokenRepliesAndBadSlots) {
   EXPECT_EQ(r.stats.decode_steps, 0);
   EXPECT_THROW(batched(m, opt, 0, ps), std::invalid_argument);
   EXPECT_THROW(batched(m, opt, 2, {{1, 2}, {}}), std::invalid_argument);
+}
+
+// Features kept during generation (capture_layers) must equal those of one full forward over prompt + reply,
+// for every position including the reply's last token (read by an extra step); the replies themselves must
+// not change. Layer L-1 checks the final-normed state HF reports for the last layer.
+TEST_P(BatchedGeneratorTest, CapturedFeaturesMatchAFullForward) {
+  auto c = tiny_config(GetParam());
+  auto m = make_model(c, random_weights(c, 34));
+  data::GenerationOptions opt;
+  opt.max_new = 12;
+  opt.eos_ids = stops_for(m, opt);
+  const auto ps = prompts(c.vocab_size, 9);
+  const Outcome plain = batched(m, opt, 3, ps);
+  const int L = static_cast<int>(c.num_hidden_layers);
+  opt.capture_layers = {L - 1, 0};  // not sorted: the stored order is the order asked for
+  opt.feature_dtype = at::kFloat;
+  const Outcome kept = batched(m, opt, 3, ps);
+  ASSERT_EQ(kept.by_id.size(), ps.size());
+  EXPECT_EQ(kept.stats.feature_rows, static_cast<int64_t>(ps.size()));  // one extra row per reply
+  EXPECT_EQ(kept.stats.new_tokens, plain.stats.new_tokens);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto& g = kept.by_id.at(static_cast<int64_t>(i) + 100);
+    EXPECT_EQ(g.tokens, plain.by_id.at(static_cast<int64_t>(i) + 100).tokens) << "prompt " << i;
+    std::vector<int64_t> ids = ps[i];
+    ids.insert(ids.end(), g.tokens.begin(), g.tokens.end());
+    const auto o = m.forward(at::tensor(ids, at::kLong).view({1, -1}), nullptr, opt.capture_layers, false, false);
+    const at::Tensor want = at::cat({o.hidden.at(L - 1)[0], o.hidden.at(0)[0]}, -1);
+    ASSERT_TRUE(g.features.defined()) << "prompt " << i;
+    ASSERT_EQ(g.features.sizes(), want.sizes()) << "prompt " << i;
+    EXPECT_LT((g.features - want).abs().max().item<double>(), 1e-4) << "prompt " << i;
+  }
+}
+
+TEST(BatchedGenerator, CapturedFeaturesOfOneTokenReplies) {
+  auto c = tiny_config("llama");
+  auto m = make_model(c, random_weights(c, 35));
+  data::GenerationOptions opt;
+  opt.max_new = 1;
+  opt.capture_layers = {1};
+  const auto ps = prompts(c.vocab_size, 4);
+  Outcome r = batched(m, opt, 2, ps);
+  ASSERT_EQ(r.by_id.size(), ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto& g = r.by_id.at(static_cast<int64_t>(i) + 100);
+    ASSERT_EQ(g.tokens.size(), 1u);
+    std::vector<int64_t> ids = ps[i];
+    ids.push_back(g.tokens[0]);
+    const auto o = m.forward(at::tensor(ids, at::kLong).view({1, -1}), nullptr, {1}, false, false);
+    ASSERT_EQ(g.features.size(0), static_cast<int64_t>(ids.size()));
+    EXPECT_LT((g.features.to(at::kFloat) - o.hidden.at(1)[0]).abs().max().item<double>(), 0.05);  // bf16 storage
+  }
+  EXPECT_EQ(r.stats.decode_tokens, 0);
+  EXPECT_EQ(r.stats.feature_rows, static_cast<int64_t>(ps.size()));
 }
