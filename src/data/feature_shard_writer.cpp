@@ -34,16 +34,21 @@ FeatureShardWriter::FeatureShardWriter(const fs::path& dir, const std::string& p
                                  (os.contains(k) ? os[k].dump() : "?") + ", this run has " + v.dump() +
                                  "; use another --hidden-out or the same settings");
     // Keep the listed shards that are still whole; a missing or resized one loses its samples (recomputed).
-    for (const auto& s : old.value("shards", nlohmann::json::array())) {
-      const fs::path f = dir_ / s.at("file").get<std::string>();
-      std::error_code ec;
-      const auto bytes = fs::file_size(f, ec);
-      if (ec || int64_t(bytes) != s.at("bytes").get<int64_t>()) {
-        std::fprintf(stderr, "%s: missing or truncated; its samples' features are computed again\n", f.string().c_str());
-        continue;
+    try {
+      for (const auto& s : old.value("shards", nlohmann::json::array())) {
+        const fs::path f = dir_ / s.at("file").get<std::string>();
+        std::error_code ec;
+        const auto bytes = fs::file_size(f, ec);
+        if (ec || int64_t(bytes) != s.at("bytes").get<int64_t>()) {
+          std::fprintf(stderr, "%s: missing or truncated; its samples' features are computed again\n", f.string().c_str());
+          continue;
+        }
+        for (const auto& i : s.at("prompt_indices")) covered_.insert(i.get<int64_t>());
+        index_["shards"].push_back(s);
       }
-      for (const auto& i : s.at("prompt_indices")) covered_.insert(i.get<int64_t>());
-      index_["shards"].push_back(s);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(index_path_.string() + ": each shard needs \"file\", \"bytes\" and \"prompt_indices\" (" +
+                               e.what() + ")");
     }
   }
   // Our part's shard files that the index does not list: written by a run that died before listing them.

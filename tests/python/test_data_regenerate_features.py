@@ -2,7 +2,7 @@
 hidden_states[id + 1] of the written sample (rounded to bf16), for every position; two shard processes share one
 folder and the trainer reads it as one dataset (same losses as online training on the JSONL); a run that lost
 features (a crash before a shard was listed, or a JSONL written without --hidden-out) recomputes exactly the
-missing ones on resume; other feature settings on resume are refused."""
+missing ones on resume; other feature settings on resume and a damaged index are refused."""
 import json
 import os
 import pathlib
@@ -160,6 +160,14 @@ def test_resume_recomputes_exactly_the_lost_features(dflash_bin, tiny, tmp_path)
     # Other layers into the same folder would mix two kinds of features.
     r = _regen(dflash_bin, d, inp, out, "--hidden-out", str(feats), "--target-layer-ids", "0", check=False)
     assert r.returncode != 0 and "target_layer_ids" in r.stderr and "index-part0of1.json" in r.stderr
+    # A damaged index is an error naming it, not a crash.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.safetensors").write_bytes(b"")
+    (bad / "index-part0of1.json").write_text(json.dumps({"format": "dflash-hidden-v1", "settings": json.loads(
+        (tmp_path / "f2" / "index-part0of1.json").read_text())["settings"], "shards": [{"file": "x.safetensors"}]}))
+    r = _regen(dflash_bin, d, inp, plain, "--hidden-out", str(bad), check=False)
+    assert r.returncode != 0 and "index-part0of1.json" in r.stderr and "prompt_indices" in r.stderr
     # Evaluation prompts never become features.
     r = _regen(dflash_bin, d, inp, tmp_path / "e.jsonl", "--split", "eval", "--hidden-out", str(feats), check=False)
     assert r.returncode != 0 and "--hidden-out" in r.stderr
