@@ -97,18 +97,8 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
   const fs::path index_path = out / data::kHiddenIndexFile;
   nlohmann::json index = {{"format", data::kDflashHiddenFormat}, {"settings", settings}, {"shards", nlohmann::json::array()}};
   if (fs::exists(index_path)) {
-    nlohmann::json old;
-    try {
-      std::ifstream in(index_path);
-      old = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(index_path.string() + ": invalid JSON (" + e.what() + ")");
-    }
-    const nlohmann::json& os = old.contains("settings") ? old["settings"] : nlohmann::json::object();
-    for (const auto& [k, v] : settings.items())
-      if (!os.contains(k) || os[k] != v)
-        throw std::runtime_error(out.string() + ": was dumped with " + k + " = " + (os.contains(k) ? os[k].dump() : "?") +
-                                 ", this run has " + v.dump() + "; use another --out or the same settings");
+    const nlohmann::json old = data::read_index_json(index_path.string());
+    data::check_index_settings(old, settings, index_path.string(), "use another --out or the same settings");
     index["shards"] = intact_shards(out, old.value("shards", nlohmann::json::array()));
   }
 

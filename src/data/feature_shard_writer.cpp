@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 
 #include "atomic_file.h"
@@ -20,19 +19,8 @@ FeatureShardWriter::FeatureShardWriter(const fs::path& dir, const std::string& p
   fs::create_directories(dir_);
   index_ = {{"format", kDflashHiddenFormat}, {"settings", settings}, {"shards", nlohmann::json::array()}};
   if (fs::exists(index_path_)) {
-    nlohmann::json old;
-    try {
-      std::ifstream in(index_path_);
-      old = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(index_path_.string() + ": invalid JSON (" + e.what() + ")");
-    }
-    const nlohmann::json& os = old.contains("settings") ? old["settings"] : nlohmann::json::object();
-    for (const auto& [k, v] : settings.items())
-      if (!os.contains(k) || os[k] != v)
-        throw std::runtime_error(index_path_.string() + ": features were written with " + k + " = " +
-                                 (os.contains(k) ? os[k].dump() : "?") + ", this run has " + v.dump() +
-                                 "; use another --hidden-out or the same settings");
+    const nlohmann::json old = read_index_json(index_path_.string());
+    check_index_settings(old, settings, index_path_.string(), "use another --hidden-out or the same settings");
     // Keep the listed shards that are still whole; a missing or resized one loses its samples (recomputed).
     try {
       for (const auto& s : old.value("shards", nlohmann::json::array())) {

@@ -253,6 +253,18 @@ at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tens
   return attention_output_and_mlp(i, x, attn);
 }
 
+std::vector<bool> TargetModel::capture_flags(const std::vector<int>& layers, const char* who) const {
+  const int L = static_cast<int>(layers_.size());
+  std::vector<bool> capture(L, false);
+  for (int c : layers) {
+    if (c < 0 || c >= L)
+      throw std::invalid_argument(std::string(who) + ": capture layer " + std::to_string(c) + " outside [0, " +
+                                  std::to_string(L) + ")");
+    capture[c] = true;
+  }
+  return capture;
+}
+
 TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
                                   bool want_logits, bool want_last_hidden) const {
   if (input_ids.dim() != 2)
@@ -269,13 +281,7 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
                                   " outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
   }
   const int L = static_cast<int>(layers_.size());
-  std::vector<bool> capture(L, false);
-  for (int c : capture_layers) {
-    if (c < 0 || c >= L)
-      throw std::invalid_argument("target forward: capture layer " + std::to_string(c) + " outside [0, " +
-                                  std::to_string(L) + ")");
-    capture[c] = true;
-  }
+  const std::vector<bool> capture = capture_flags(capture_layers, "target forward");
   const int64_t T = input_ids.size(1);
   const int64_t past = cache ? cache->length() : 0;
   if (cache && cache->length() + T > cache->capacity())
@@ -310,13 +316,7 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
                                      std::map<int, at::Tensor>* hidden) const {
   const int64_t B = static_cast<int64_t>(tokens.size());
   const int L = static_cast<int>(layers_.size());
-  std::vector<bool> capture(L, false);
-  for (int c : capture_layers) {
-    if (c < 0 || c >= L)
-      throw std::invalid_argument("decode_batch: capture layer " + std::to_string(c) + " outside [0, " +
-                                  std::to_string(L) + ")");
-    capture[c] = true;
-  }
+  const std::vector<bool> capture = capture_flags(capture_layers, "decode_batch");
   if (!capture_layers.empty() && !hidden) throw std::invalid_argument("decode_batch: capture layers given, no output map");
   if (B < 1 || caches.size() != tokens.size())
     throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +

@@ -98,6 +98,8 @@ class TargetModel {
                                 const std::vector<int64_t>& eos_ids, GenerateStats* stats = nullptr) const;
 
  private:
+  // capture_layers as one flag per layer; an id outside the model is an error naming `who`.
+  std::vector<bool> capture_flags(const std::vector<int>& layers, const char* who) const;
   struct Layer {
     at::Device device = at::kCPU;
     at::Tensor in_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
