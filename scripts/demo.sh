@@ -99,17 +99,32 @@ if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ];
   echo "cached: $TRAIN ($(wc -l < "$TRAIN") samples)"
 else
   rm -f "$OUT/data/.done"
-  # Features for other target layers cannot be resumed into: start them again (the answers are kept).
-  [ "$(cat "$OUT/data/.features_key" 2>/dev/null)" = "$DEMO_TARGET_LAYERS" ] || rm -rf "$FEATURES"
-  echo "$DEMO_TARGET_LAYERS" > "$OUT/data/.features_key"
-  # --long starts from the demo's answers: regenerate resumes a shard file (the prompt limit may grow) and
-  # refuses one written with other settings, so only shards with the same answer length are taken over (their
-  # features are computed again here, one target forward per taken-over answer).
+  # Features for other target layers cannot be resumed into: start them again (the answers are kept). The key
+  # names what the folder is pinned to, so a folder from before features were pinned to answers is redone too.
+  FEATURES_KEY="layers=$DEMO_TARGET_LAYERS pinned-to=answers"
+  [ "$(cat "$OUT/data/.features_key" 2>/dev/null)" = "$FEATURES_KEY" ] || rm -rf "$FEATURES"
+  echo "$FEATURES_KEY" > "$OUT/data/.features_key"
+  # --long starts from the demo's answers and features: regenerate resumes a shard file (the prompt limit may
+  # grow) and refuses one written with other settings, so only shards with the same answer length are taken
+  # over. Their feature parts come along (hard links: shard files are never rewritten) when the demo kept the
+  # same layers; otherwise regenerate computes them again, one target forward per taken-over answer.
+  from_features="$ROOT/demo-out/data/features"
+  same_features=0
+  [ "$DEMO_OFFLINE" = 1 ] && [ "$(cat "$ROOT/demo-out/data/.features_key" 2>/dev/null)" = "$FEATURES_KEY" ] &&
+    same_features=1
   for k in 0 1; do
     from="$ROOT/demo-out/data/shard$k.jsonl"
     if [ "$LONG" = 1 ] && [ ! -e "$OUT/data/shard$k.jsonl" ] && [ -f "$from.meta.json" ] &&
        grep -q "\"max_new\": $DEMO_MAX_NEW\b" "$from.meta.json"; then
       cp "$from" "$from.meta.json" "$OUT/data/" && echo "resuming from the demo's answers: $from"
+      part="part${k}of2"
+      if [ "$same_features" = 1 ] && [ -f "$from_features/index-$part.json" ] &&
+         ls "$from_features/$part"-* > /dev/null 2>&1; then
+        mkdir -p "$FEATURES"
+        cp -l "$from_features/$part"-* "$from_features/index-$part.json" "$FEATURES/" 2>/dev/null ||
+          cp "$from_features/$part"-* "$from_features/index-$part.json" "$FEATURES/"
+        echo "  and their features: $from_features/index-$part.json"
+      fi
     fi
   done
   common=(data regenerate --model "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train

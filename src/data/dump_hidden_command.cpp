@@ -20,6 +20,7 @@
 #include "hidden_shards.h"
 #include "progress.h"
 #include "prompt_sources.h"
+#include "settings_file.h"
 #include "target_loader.h"
 #include "token_records.h"
 
@@ -97,8 +98,8 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
   const fs::path index_path = out / data::kHiddenIndexFile;
   nlohmann::json index = {{"format", data::kDflashHiddenFormat}, {"settings", settings}, {"shards", nlohmann::json::array()}};
   if (fs::exists(index_path)) {
-    const nlohmann::json old = data::read_index_json(index_path.string());
-    data::check_index_settings(old, settings, index_path.string(), "use another --out or the same settings");
+    const nlohmann::json old = data::read_json_file(index_path.string());
+    data::check_recorded_settings(old, settings, index_path.string(), "use another --out or the same settings");
     index["shards"] = intact_shards(out, old.value("shards", nlohmann::json::array()));
   }
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "atomic_file.h"
+#include "settings_file.h"
 
 namespace fs = std::filesystem;
 
@@ -19,8 +20,8 @@ FeatureShardWriter::FeatureShardWriter(const fs::path& dir, const std::string& p
   fs::create_directories(dir_);
   index_ = {{"format", kDflashHiddenFormat}, {"settings", settings}, {"shards", nlohmann::json::array()}};
   if (fs::exists(index_path_)) {
-    const nlohmann::json old = read_index_json(index_path_.string());
-    check_index_settings(old, settings, index_path_.string(), "use another --hidden-out or the same settings");
+    const nlohmann::json old = read_json_file(index_path_.string());
+    check_recorded_settings(old, settings, index_path_.string(), "use another --hidden-out or the same settings");
     // Keep the listed shards that are still whole; a missing or resized one loses its samples (recomputed).
     try {
       for (const auto& s : old.value("shards", nlohmann::json::array())) {

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "safetensors.h"
+#include "settings_file.h"
 
 namespace fs = std::filesystem;
 
@@ -111,30 +112,11 @@ std::string join_ids(const std::vector<int64_t>& ids) {
   return out;
 }
 
-nlohmann::json read_index_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(path + ": cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(path + ": invalid JSON (" + e.what() + ")");
-  }
-}
-
-void check_index_settings(const nlohmann::json& index, const nlohmann::json& settings, const std::string& path,
-                          const std::string& hint) {
-  const nlohmann::json& old = index.contains("settings") ? index["settings"] : nlohmann::json::object();
-  for (const auto& [k, v] : settings.items())
-    if (!old.contains(k) || old[k] != v)
-      throw std::runtime_error(path + ": written with " + k + " = " + (old.contains(k) ? old[k].dump() : "?") +
-                               ", this run has " + v.dump() + "; " + hint);
-}
-
 namespace {
 
 // The shard files an index lists, as paths beside it.
 std::vector<std::string> listed_shards(const fs::path& index) {
-  const nlohmann::json j = read_index_json(index.string());
+  const nlohmann::json j = read_json_file(index.string());
   if (!j.is_object() || j.value("format", "") != kDflashHiddenFormat || !j.contains("shards") || !j["shards"].is_array())
     throw std::invalid_argument(index.string() + ": expected {\"format\": \"" + kDflashHiddenFormat +
                                 "\", \"shards\": [...]}");

@@ -18,8 +18,6 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -60,13 +58,6 @@ std::string join_ids(const std::vector<int64_t>& ids);
 bool is_dflash_hidden(const std::string& path);
 // The shard files a reader opens for `path` (see the format above).
 std::vector<std::string> hidden_shard_files(const std::string& path);
-
-// An index file (index.json, index-<part>.json) as JSON; an unreadable or invalid one is an error naming it.
-nlohmann::json read_index_json(const std::string& path);
-// A resumed writer must share the settings its index recorded: the first that differs is an error
-// "<path>: written with <key> = <old>, this run has <new>; <hint>".
-void check_index_settings(const nlohmann::json& index, const nlohmann::json& settings, const std::string& path,
-                          const std::string& hint);
 
 // Writes one shard atomically (temporary file, fsync, rename). `extra` adds metadata keys.
 void write_hidden_shard(const std::string& path, const std::vector<HiddenSample>& samples, const HiddenMeta& meta,

@@ -9,11 +9,11 @@
 #include <deque>
 #include <filesystem>
 #include <map>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "args.h"
+#include "atomic_file.h"
 #include "batched_generator.h"
 #include "feature_shard_writer.h"
 #include "held_out.h"
@@ -22,6 +22,7 @@
 #include "prompt_sources.h"
 #include "response_generator.h"
 #include "sample_store.h"
+#include "settings_file.h"
 #include "target_io.h"
 #include "target_loader.h"
 #include "token_records.h"
@@ -77,21 +78,11 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                          {"shards", a.i64("shards")},
                          {"shard", a.i64("shard")}};
   const std::string meta_path = output + ".meta.json";
-  if (std::filesystem::exists(meta_path)) {
-    std::ifstream in(meta_path);
-    nlohmann::json old;
-    try {
-      old = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(meta_path + ": invalid JSON (" + e.what() + ")");
-    }
-    for (const auto& [k, v] : meta.items())
-      if (!old.contains(k) || old[k] != v)
-        throw std::runtime_error(output + ": was written with " + k + " = " + (old.contains(k) ? old[k].dump() : "?") +
-                                 ", this run has " + v.dump() + "; use another --output or the same settings");
-  } else {
-    std::ofstream(meta_path) << meta.dump(2) << "\n";
-  }
+  if (std::filesystem::exists(meta_path))
+    data::check_recorded_settings(data::read_json_file(meta_path), meta, meta_path,
+                                  "use another --output or the same settings");
+  else
+    data::write_file_atomic(meta_path, meta.dump(2) + "\n");
 
   const int64_t shards = a.i64("shards"), shard = a.i64("shard");
   if (shards < 1 || shard < 0 || shard >= shards)
@@ -112,6 +103,11 @@ int data_regenerate_main(const std::vector<std::string>& args) {
   std::unique_ptr<data::FeatureShardWriter> features;
   std::vector<int> capture;
   if (!a.str("hidden-out").empty()) {
+    // Features are pinned to the settings that produced their answers, not to one JSONL path, so a folder copied
+    // beside a copied JSONL (demo.sh --long taking over the demo's work) resumes. Each shard stores its samples'
+    // tokens with their features, so training never pairs features with another file's answers.
+    nlohmann::json answers = meta;
+    answers.erase("shard");  // the part name carries it
     const models::TargetConfig& tcfg = model.config();
     const std::vector<int64_t> ids = data::feature_layer_ids(a.str("target-layer-ids"), a.i64("drafter-layers"), tcfg);
     const data::HiddenMeta hmeta = data::feature_meta(a.str("model"), tcfg, ids);
@@ -119,7 +115,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                                      {"target_identity", hmeta.target},
                                      {"target_layer_ids", ids},
                                      {"hidden_size", tcfg.hidden_size},
-                                     {"samples", std::filesystem::absolute(output).lexically_normal().string()},
+                                     {"answers", answers},
                                      {"target_dtype", "fp32"},
                                      {"dtype", "bf16"}};
     const std::string part = "part" + std::to_string(shard) + "of" + std::to_string(shards);

@@ -171,3 +171,29 @@ def test_resume_recomputes_exactly_the_lost_features(dflash_bin, tiny, tmp_path)
     # Evaluation prompts never become features.
     r = _regen(dflash_bin, d, inp, tmp_path / "e.jsonl", "--split", "eval", "--hidden-out", str(feats), check=False)
     assert r.returncode != 0 and "--hidden-out" in r.stderr
+
+
+def test_a_copied_folder_resumes_beside_a_copied_jsonl(dflash_bin, tiny, tmp_path):
+    """demo.sh --long takes over the demo's answers and features: the folder is pinned to the settings that made
+    its answers, not to the JSONL's path, so nothing already there is computed again."""
+    import shutil
+    model, d = tiny
+    inp = _prompts(tmp_path, 6)
+    first, feats = tmp_path / "demo" / "s.jsonl", tmp_path / "demo" / "features"
+    first.parent.mkdir()
+    flags = ["--target-layer-ids", "1,2", "--hidden-samples-per-shard", "2"]
+    _regen(dflash_bin, d, inp, first, "--limit", "4", "--hidden-out", str(feats), *flags)
+    moved = tmp_path / "long"
+    moved.mkdir()
+    shutil.copy(first, moved / "s.jsonl")
+    shutil.copy(str(first) + ".meta.json", moved / "s.jsonl.meta.json")
+    shutil.copytree(feats, moved / "features")
+    r = _regen(dflash_bin, d, inp, moved / "s.jsonl", "--hidden-out", str(moved / "features"), *flags)
+    assert "features of samples already written" not in r.stderr
+    samples = _read_jsonl(moved / "s.jsonl")
+    assert [s["index"] for s in samples] == list(range(6))
+    _check_features(model, samples, _stored(moved / "features"), [1, 2])
+    # Answers made with other settings are refused by the folder, naming what differs.
+    r = _regen(dflash_bin, d, inp, tmp_path / "hot.jsonl", "--temperature", "0.5", "--hidden-out",
+               str(moved / "features"), *flags, check=False)
+    assert r.returncode != 0 and "index-part0of1.json" in r.stderr and "answers" in r.stderr
