@@ -5,7 +5,7 @@
 // index-*.json (hidden_shards.h), so the parts of `--shards N` processes share one folder.
 // The samples JSONL stays the record of what was generated: its lines are appended as replies finish, while
 // features are buffered until a shard fills. After a crash the JSONL may hold samples whose features were
-// lost; a resumed run finds them (missing()) and recomputes them with one target forward each.
+// lost; a resumed run finds them (not in covered()) and recomputes them with one target forward each.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -208,7 +208,8 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                     {"prompt_tokens", prompt_len},
                     {"response_tokens", r.tokens.size()},
                     {"finish", r.hit_eos ? "eos" : "length"}});
-      if (features) {
+      // A folder taken over with fewer JSONL lines than features (copied without its JSONL) already holds this one.
+      if (features && !features->covered().count(index)) {
         data::HiddenSample h;
         h.input_ids = at::tensor(ids, at::kLong);
         h.loss_mask = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong).ne(0);

@@ -193,6 +193,11 @@ def test_a_copied_folder_resumes_beside_a_copied_jsonl(dflash_bin, tiny, tmp_pat
     samples = _read_jsonl(moved / "s.jsonl")
     assert [s["index"] for s in samples] == list(range(6))
     _check_features(model, samples, _stored(moved / "features"), [1, 2])
+    # Without its JSONL the folder still resumes: answers it already holds are written again, their features kept.
+    fresh = tmp_path / "fresh.jsonl"
+    r = _regen(dflash_bin, d, inp, fresh, "--hidden-out", str(moved / "features"), *flags)
+    assert "features: 6 samples" in r.stderr
+    assert _read_jsonl(fresh) == samples
     # Answers made with other settings are refused by the folder, naming what differs.
     r = _regen(dflash_bin, d, inp, tmp_path / "hot.jsonl", "--temperature", "0.5", "--hidden-out",
                str(moved / "features"), *flags, check=False)
