@@ -9,8 +9,8 @@
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
 # usage: bash scripts/demo.sh BUILD_DIR [--long | --full]
-#   --long   the demo's recipe with more answers and 2x the steps (2048 prompts, 12000 steps; estimated 30 more
-#            minutes on 2 cores), in demo-out/long; it resumes from the demo's regenerated answers when they are there
+#   --long   the demo's recipe with more answers and 2x the steps (2048 prompts, 12000 steps; 20 more minutes
+#            on 2 cores), in demo-out/long; it takes over the demo's answers and features when they are there
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
 # Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
