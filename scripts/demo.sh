@@ -201,11 +201,14 @@ r = json.load(open(sys.argv[1]))
 verified = r.get("max_draft") or r["block_size"] - 1
 print(f'block size {r["block_size"]} ({verified} drafts verified per cycle), temperature {r["temperature"]}, '
       f'max_new {r["max_new"]}')
-print(f'{"dataset":<12} {"prompts":>7} {"tau":>6} {"speedup":>8} {"spec tok/s":>11} {"target tok/s":>13} {"lossless":>9}')
+print(f'{"dataset":<12} {"prompts":>7} {"tau":>6} {"+-se":>5} {"speedup":>8} {"spec tok/s":>11} {"target tok/s":>13} '
+      f'{"lossless":>9}')
 for d in r["datasets"]:
     ll = {True: "yes", False: "NO", None: "n/a"}[d["lossless"]]
-    print(f'{d["name"]:<12} {d["prompts"]:>7} {d["tau"]:>6.2f} {d["speedup"]:>7.2f}x {d["tokens_per_s"]:>11.1f} '
+    se = "-" if d.get("tau_stderr") is None else f'{d["tau_stderr"]:.2f}'
+    print(f'{d["name"]:<12} {d["prompts"]:>7} {d["tau"]:>6.2f} {se:>5} {d["speedup"]:>7.2f}x {d["tokens_per_s"]:>11.1f} '
           f'{d["baseline_tokens_per_s"]:>13.1f} {ll:>9}')
+print("(+-se: the standard error of tau over prompts; differences smaller than about twice it are noise)")
 PYEOF
 echo
 echo "results in $OUT: eval.json metrics.jsonl drafter/ acceptance.png $(cd "$OUT" && ls *.png 2>/dev/null | grep -v acceptance | tr '\n' ' ')"

@@ -135,7 +135,7 @@ int eval_main(const std::vector<std::string>& args) {
         ref.insert(ref.end(), base.tokens.begin(), base.tokens.end());
         proposer->set_reference(ref);
         const eval::SpecResult spec = eval::speculative_generate(target, *proposer, ids, gen, stream, a.i64("max-draft"));
-        rep.add(spec, base_s, static_cast<int64_t>(base.tokens.size()));
+        rep.add(spec, base_s, static_cast<int64_t>(base.tokens.size()), p.index);
         eval::Mismatch mm;
         if (rep.lossless_checked && !eval::compare_tokens(base.tokens, spec.tokens, p.index, &mm)) {
           rep.mismatches.push_back(mm);

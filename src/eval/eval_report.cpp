@@ -1,6 +1,8 @@
 #include "eval_report.h"
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace dflash::eval {
@@ -9,7 +11,7 @@ DatasetReport::DatasetReport(std::string n, int64_t B)
     : name(std::move(n)), block_size(B), accept_hist(static_cast<size_t>(B + 1), 0),
       slot_reached(static_cast<size_t>(B - 1), 0), slot_accepted(static_cast<size_t>(B - 1), 0) {}
 
-void DatasetReport::add(const SpecResult& s, double base_s, int64_t base_tokens) {
+void DatasetReport::add(const SpecResult& s, double base_s, int64_t base_tokens, int64_t prompt_index) {
   ++prompts;
   new_tokens += static_cast<int64_t>(s.tokens.size());
   baseline_tokens += base_tokens;
@@ -19,9 +21,12 @@ void DatasetReport::add(const SpecResult& s, double base_s, int64_t base_tokens)
   verify_s += s.verify_s;
   verify_head_s += s.verify_head_s;
   commit_s += s.commit_s;
+  auto& [prompt_accepted, prompt_cycles] = by_prompt[prompt_index];
   for (auto k : s.accept_lengths) {
     ++cycles;
     accepted_sum += k;
+    ++prompt_cycles;
+    prompt_accepted += k;
     if (k >= 0 && k < static_cast<int64_t>(accept_hist.size())) ++accept_hist[static_cast<size_t>(k)];
   }
   for (size_t i = 0; i < slot_reached.size() && i < s.slot_reached.size(); ++i) {
@@ -33,6 +38,17 @@ void DatasetReport::add(const SpecResult& s, double base_s, int64_t base_tokens)
 double DatasetReport::per_cycle_ms(double total_s) const { return cycles > 0 ? 1e3 * total_s / cycles : 0.0; }
 
 double DatasetReport::tau() const { return cycles > 0 ? static_cast<double>(accepted_sum) / cycles : 0.0; }
+double DatasetReport::tau_stderr() const {
+  const double n = static_cast<double>(by_prompt.size());
+  if (n < 2 || cycles == 0) return std::numeric_limits<double>::quiet_NaN();
+  const double t = tau();
+  double ss = 0;
+  for (const auto& [index, ac] : by_prompt) {
+    const double r = static_cast<double>(ac.first) - t * static_cast<double>(ac.second);
+    ss += r * r;
+  }
+  return std::sqrt(n / (n - 1) * ss) / static_cast<double>(cycles);
+}
 double DatasetReport::tokens_per_s() const { return seconds > 0 ? new_tokens / seconds : 0.0; }
 double DatasetReport::baseline_tokens_per_s() const {
   return baseline_seconds > 0 ? baseline_tokens / baseline_seconds : 0.0;
@@ -50,6 +66,7 @@ nlohmann::json DatasetReport::to_json() const {
           {"prompts", prompts},
           {"block_size", block_size},
           {"tau", tau()},
+          {"tau_stderr", std::isnan(tau_stderr()) ? nlohmann::json(nullptr) : nlohmann::json(tau_stderr())},
           {"accept_hist", accept_hist},
           {"slot_acceptance", slot_rate},
           {"cycles", cycles},
@@ -79,12 +96,14 @@ bool compare_tokens(const std::vector<int64_t>& expected, const std::vector<int6
 }
 
 void print_table(const std::vector<DatasetReport>& reports) {
-  std::printf("%-14s %7s %6s %9s %12s %12s %9s\n", "dataset", "prompts", "tau", "speedup", "spec tok/s", "target tok/s",
-              "lossless");
+  std::printf("%-14s %7s %6s %6s %9s %12s %12s %9s\n", "dataset", "prompts", "tau", "+-se", "speedup", "spec tok/s",
+              "target tok/s", "lossless");
   for (const auto& r : reports) {
     const double base = r.baseline_tokens_per_s();
-    std::printf("%-14s %7lld %6.2f %8.2fx %12.1f %12.1f %9s\n", r.name.c_str(), static_cast<long long>(r.prompts),
-                r.tau(), base > 0 ? r.tokens_per_s() / base : 0.0, r.tokens_per_s(), base,
+    char se[16] = "-";
+    if (!std::isnan(r.tau_stderr())) std::snprintf(se, sizeof se, "%.2f", r.tau_stderr());
+    std::printf("%-14s %7lld %6.2f %6s %8.2fx %12.1f %12.1f %9s\n", r.name.c_str(), static_cast<long long>(r.prompts),
+                r.tau(), se, base > 0 ? r.tokens_per_s() / base : 0.0, r.tokens_per_s(), base,
                 !r.lossless_checked ? "n/a" : r.mismatches.empty() ? "yes" : "NO");
   }
   std::fflush(stdout);

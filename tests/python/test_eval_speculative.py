@@ -94,6 +94,14 @@ def test_random_proposer_tau_near_one_and_lossless(dflash_bin, target, tmp_path)
     assert 1.0 <= ds["tau"] < 1.3
     for rec in toks:
         assert rec["tokens"] == rec["baseline"]
+    # tau's standard error over prompts, recomputed from the per-cycle record.
+    per = {}
+    for rec in toks:
+        a, c = per.get(rec["index"], (0, 0))
+        per[rec["index"]] = (a + sum(rec["accept_lengths"]), c + len(rec["accept_lengths"]))
+    A, C, n = sum(a for a, _ in per.values()), sum(c for _, c in per.values()), len(per)
+    se = math.sqrt(n / (n - 1) * sum((a - A / C * c) ** 2 for a, c in per.values())) / C
+    assert A / C == pytest.approx(ds["tau"]) and ds["tau_stderr"] == pytest.approx(se, abs=1e-12)
 
 
 def _random_drafter(path, target_cfg, B=4, seed=0):
