@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -245,6 +246,11 @@ int data_regenerate_main(const std::vector<std::string>& args) {
                stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0.0,
                static_cast<long long>(a.i64("batch")),
                stats.decode_steps > 0 ? static_cast<double>(stats.decode_tokens) / stats.decode_steps : 0.0);
+  // Where the rest of the wall time went: prompts are prefilled one at a time while the batch waits.
+  std::fprintf(stderr, "time: prefill %.1f s (%lld prompt tokens, %.0f tokens/s), batched decode %.1f s, other %.1f s\n",
+               stats.prefill_seconds, static_cast<long long>(stats.prefill_tokens),
+               stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0.0, stats.decode_seconds,
+               std::max(0.0, el - stats.prefill_seconds - stats.decode_seconds));
   if (features)
     std::fprintf(stderr, "features: %lld samples of this part in %s (target layers %s)\n",
                  static_cast<long long>(features->samples()), a.str("hidden-out").c_str(),
