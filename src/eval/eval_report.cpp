@@ -62,11 +62,12 @@ nlohmann::json DatasetReport::to_json() const {
   for (const auto& m : mismatches)
     mm.push_back({{"prompt", m.prompt_index}, {"position", m.position}, {"expected", m.expected}, {"got", m.got}});
   const double base = baseline_tokens_per_s();
+  const double se = tau_stderr();
   return {{"name", name},
           {"prompts", prompts},
           {"block_size", block_size},
           {"tau", tau()},
-          {"tau_stderr", std::isnan(tau_stderr()) ? nlohmann::json(nullptr) : nlohmann::json(tau_stderr())},
+          {"tau_stderr", std::isnan(se) ? nlohmann::json(nullptr) : nlohmann::json(se)},
           {"accept_hist", accept_hist},
           {"slot_acceptance", slot_rate},
           {"cycles", cycles},
@@ -101,7 +102,7 @@ void print_table(const std::vector<DatasetReport>& reports) {
   for (const auto& r : reports) {
     const double base = r.baseline_tokens_per_s();
     char se[16] = "-";
-    if (!std::isnan(r.tau_stderr())) std::snprintf(se, sizeof se, "%.2f", r.tau_stderr());
+    if (const double e = r.tau_stderr(); !std::isnan(e)) std::snprintf(se, sizeof se, "%.2f", e);
     std::printf("%-14s %7lld %6.2f %6s %8.2fx %12.1f %12.1f %9s\n", r.name.c_str(), static_cast<long long>(r.prompts),
                 r.tau(), se, base > 0 ? r.tokens_per_s() / base : 0.0, r.tokens_per_s(), base,
                 !r.lossless_checked ? "n/a" : r.mismatches.empty() ? "yes" : "NO");
