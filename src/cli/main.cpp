@@ -1,15 +1,38 @@
-// dflash: one command line for everything. Subcommands register in subcommands.cpp.
+// dflash: one command line for everything. Every layer lists its own subcommands (src/<layer>/*_commands.h);
+// this file only joins the tables and dispatches.
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
-#include "subcommands.h"
+#include "data_commands.h"
+#include "drafter_commands.h"
+#include "eval_commands.h"
+#include "io_commands.h"
+#include "models_commands.h"
+#include "ops_commands.h"
+#include "subcommand.h"
+#include "tokenizer_commands.h"
+#include "train_commands.h"
+
+namespace {
+
+// In the order a user meets them: data, training, evaluation, then the tools and benchmarks below them.
+std::vector<dflash::util::Subcommand> all_commands() {
+  std::vector<dflash::util::Subcommand> table;
+  for (auto part : {dflash::data::commands(), dflash::train::commands(), dflash::eval::commands(),
+                    dflash::drafter::commands(), dflash::models::commands(), dflash::ops::commands(),
+                    dflash::tok::commands(), dflash::io::commands()})
+    table.insert(table.end(), part.begin(), part.end());
+  return table;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    return dflash::cli::dispatch(args);
+    return dflash::util::dispatch(all_commands(), args, "dflash");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dflash: error: %s\n", e.what());
     return 1;

@@ -3,7 +3,6 @@
 // stored as bf16 [S, n*H] in dflash-hidden-v1 shards (hidden_shards.h). Resumable: every shard is written
 // atomically, then index.json (also atomic) lists it; a rerun continues after the last listed shard.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -14,7 +13,9 @@
 #include <stdexcept>
 
 #include "args.h"
+#include "compute_settings.h"
 #include "atomic_file.h"
+#include "data_commands.h"
 #include "held_out.h"
 #include "hidden_features.h"
 #include "hidden_shards.h"
@@ -22,11 +23,14 @@
 #include "prompt_sources.h"
 #include "settings_file.h"
 #include "target_loader.h"
+#include "target_options.h"
 #include "token_records.h"
 
 namespace fs = std::filesystem;
 
-namespace dflash::cli {
+namespace dflash::data {
+
+using util::Args;
 namespace {
 
 // The shards of an earlier run that are still intact (listed, present, of the recorded size); a damaged one
@@ -51,32 +55,30 @@ nlohmann::json intact_shards(const fs::path& dir, const nlohmann::json& listed) 
 
 }  // namespace
 
-int data_dump_hidden_main(const std::vector<std::string>& args) {
+int dump_hidden_main(const std::vector<std::string>& args) {
   Args a("data dump-hidden", "target hidden states of training samples as dflash-hidden-v1 shards (offline mode)");
-  a.option("target", "PATH", "", "target: a .gguf file or a Hugging Face folder");
+  models::add_target_options(a, {.tokenizer = false, .eos = false});
+  a.alias("target-dtype", "dtype");
   a.option("data", "PATH", "", "samples JSONL from `dflash data regenerate` (input_ids + loss_mask per line)");
   a.option("out", "DIR", "", "output folder: shard-NNNNN.safetensors + index.json (rerun to resume)");
   a.option("target-layer-ids", "IDS", "", "comma list of target layers (empty: SPEC default for --drafter-layers)");
   a.option("drafter-layers", "N", "1", "drafter layers the SPEC default layer choice is made for");
   a.option("max-len", "N", "4096", "truncate samples to this many tokens (as the trainer's max_len)");
   a.option("samples-per-shard", "N", "1000", "samples per shard file");
-  a.option("target-dtype", "DTYPE", "fp32", "dtype the target runs in: fp32 | bf16 (stored features are bf16)");
   a.flag("last-hidden", "also store the final-normed last hidden state (needed for kl_weight > 0)");
   a.option("limit", "N", "-1", "dump the first N samples (-1: all); a rerun may raise it");
-  a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
   if (!a.parse(args)) return 0;
-  for (const char* req : {"target", "data", "out"})
-    if (a.str(req).empty()) throw std::invalid_argument(std::string("data dump-hidden: --") + req + " is required");
-  if (a.i64("threads") > 0) at::set_num_threads(static_cast<int>(a.i64("threads")));
+  a.require("data");
+  a.require("out");
+  const models::TargetOptions topt = models::read_target_options(a);
   const int64_t max_len = a.i64("max-len"), per_shard = a.i64("samples-per-shard");
   if (max_len < 2) throw std::invalid_argument("--max-len must be >= 2");
   if (per_shard < 1) throw std::invalid_argument("--samples-per-shard must be >= 1");
-  const std::string tdt = a.str("target-dtype");
-  if (tdt != "fp32" && tdt != "bf16") throw std::invalid_argument("--target-dtype must be fp32 or bf16, got '" + tdt + "'");
+  const std::string tdt = ops::dtype_name(topt.dtype);  // recorded: features depend on it
   const std::string data_path = a.str("data");
   data::check_split_allowed(data_path, "train");  // an evaluation set's file is refused by name or shape
 
-  const std::string target_path = a.str("target");
+  const std::string& target_path = topt.path;
   const models::TargetConfig tcfg = models::read_target_config(target_path);
   const std::vector<int64_t> layer_ids = data::feature_layer_ids(a.str("target-layer-ids"), a.i64("drafter-layers"), tcfg);
   const data::HiddenMeta meta = data::feature_meta(target_path, tcfg, layer_ids);
@@ -118,9 +120,7 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s: resuming after %lld samples in %zu complete shards\n", out.string().c_str(),
                  (long long)already, index["shards"].size());
 
-  models::TargetLoadOptions topt;
-  topt.dtype = tdt == "bf16" ? at::kBFloat16 : at::kFloat;
-  const models::TargetModel model = models::load_target(target_path, topt);
+  const models::TargetModel model = models::load_target(topt);
   const std::vector<int> capture(layer_ids.begin(), layer_ids.end());
   at::NoGradGuard no_grad;
 
@@ -181,4 +181,4 @@ int data_dump_hidden_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::data

@@ -11,8 +11,11 @@
 #include "args.h"
 #include "chat_template.h"
 #include "tokenizer.h"
+#include "tokenizer_commands.h"
 
-namespace dflash::cli {
+namespace dflash::tok {
+
+using util::Args;
 
 int tokenize_main(const std::vector<std::string>& args) {
   Args a("tokenize", "tokenize JSONL text (or chat messages) with a GGUF or tokenizer.json vocabulary");
@@ -86,4 +89,4 @@ int tokenize_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::tok

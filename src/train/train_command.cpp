@@ -7,12 +7,15 @@
 #include "args.h"
 #include "checkpoint.h"
 #include "python_driver.h"
+#include "train_commands.h"
 #include "train_config.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
 
-namespace dflash::cli {
+namespace dflash::train {
+
+using util::Args;
 
 int train_main(const std::vector<std::string>& argv) {
   train::TrainConfig cfg;
@@ -70,9 +73,9 @@ int plot_main(const std::vector<std::string>& argv) {
   if (run_dir.empty()) throw std::invalid_argument("plot: RUN_DIR missing (dflash plot RUN_DIR)");
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics)) throw std::invalid_argument("plot: " + metrics + " not found");
-  const auto r = run_python("plot_metrics.py", {metrics, a.str("out").empty() ? run_dir : a.str("out")});
+  const auto r = util::run_python("plot_metrics.py", {metrics, a.str("out").empty() ? run_dir : a.str("out")});
   std::fputs(r.stdout_text.c_str(), stdout);
   return r.exit_code;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::train

@@ -247,7 +247,7 @@ void apply_config_file(TrainConfig& c, const std::string& path) {
 }
 
 bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nlohmann::json* flag_values) {
-  cli::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
+  util::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
   a.option("config", "FILE", "", "JSON or YAML settings file (flags override it)");
   const nlohmann::json defaults = to_json(TrainConfig{});
   for (const auto& f : fields()) {

@@ -26,9 +26,12 @@
 #include "args.h"
 #include "attention_baselines.h"
 #include "memory_probe.h"
+#include "ops_commands.h"
 #include "python_driver.h"
 
-namespace dflash::cli {
+namespace dflash::ops {
+
+using util::Args;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -224,7 +227,7 @@ double fused_forward_flops(const Inputs& in, const BenchConfig& c) {
 
 Row run_flex(const BenchConfig& c, const std::string& device, int64_t threads, int64_t reps) {
   Row row{c.name, "flex"};
-  const auto r = run_python("bench_flex.py", {"--S", std::to_string(c.S), "--N", std::to_string(c.N), "--B",
+  const auto r = util::run_python("bench_flex.py", {"--S", std::to_string(c.S), "--N", std::to_string(c.N), "--B",
                                               std::to_string(c.B), "--Hq", std::to_string(c.Hq), "--Hkv",
                                               std::to_string(c.Hkv), "--D", std::to_string(c.D), "--window",
                                               std::to_string(c.window), "--dtype", c.dtype == at::kBFloat16 ? "bf16" : "fp32",
@@ -394,4 +397,4 @@ int bench_attention_main(const std::vector<std::string>& argv) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::ops
