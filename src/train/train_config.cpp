@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "config_yaml.h"
+#include "dtype_names.h"
 
 namespace dflash::train {
 namespace {
@@ -50,7 +51,7 @@ const std::vector<Field>& fields() {
       {{"gamma", "float", "loss decay (0: by block size)"}, &C::gamma},
       {{"kl_weight", "float", "soft-label weight"}, &C::kl_weight},
       {{"dtype", "str", "drafter compute dtype: bf16 | fp32 | fp64"}, &C::dtype},
-      {{"target_dtype", "str", "online target dtype: fp32 | bf16 | fp64"}, &C::target_dtype},
+      {{"target_dtype", "str", "online target dtype: fp32 | bf16 | fp16 | fp64"}, &C::target_dtype},
       {{"activation_checkpoint", "str", "none | layer | every:K"}, &C::activation_checkpoint},
       {{"loss_chunk_rows", "int", "rows of logits per loss chunk"}, &C::loss_chunk_rows},
       {{"drafter_devices", "str", "one worker thread per device, e.g. cpu,cpu"}, &C::drafter_devices},
@@ -133,9 +134,8 @@ void TrainConfig::validate() const {
   require(num_anchors >= 1, "num_anchors", ">= 1", std::to_string(num_anchors));
   require(gamma >= 0, "gamma", ">= 0", std::to_string(gamma));
   require(kl_weight >= 0 && kl_weight <= 1, "kl_weight", "in [0, 1]", std::to_string(kl_weight));
-  for (const auto& [key, v] : {std::pair<std::string, std::string>{"dtype", dtype}, {"target_dtype", target_dtype}})
-    require(v == "bf16" || v == "fp32" || v == "fp64" || v == "bfloat16" || v == "float32" || v == "float64", key,
-            "bf16, fp32 or fp64", "'" + v + "'");
+  util::canonical_dtype(target_dtype, "train config: 'target_dtype'");
+  require(util::canonical_dtype(dtype, "train config: 'dtype'") != "fp16", "dtype", "bf16, fp32 or fp64", "'fp16'");
   require(loss_chunk_rows >= 1, "loss_chunk_rows", ">= 1", std::to_string(loss_chunk_rows));
   require(!drafter_device_list().empty(), "drafter_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
   require(!target_device_list().empty(), "target_devices", "a comma list of devices (cpu, cuda:N)", "nothing");

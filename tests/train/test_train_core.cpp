@@ -27,6 +27,10 @@
 #include "step_producer.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
+#include "master_state.h"
+#include "run_context.h"
+#include "step_runner.h"
+#include "target_setup.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
@@ -366,5 +370,42 @@ TEST(MiniTraining, InitFromTargetLayer) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("init_from_target_layer' must be <= 1"), std::string::npos) << e.what();
   }
+  remove_tree(root);
+}
+
+// The phases of run_training one by one (trainer.h): a good step, then a step whose loss is NaN (its features
+// poisoned) stops with DivergedError before AdamW touches the master weights or the replicas.
+TEST(MiniTraining, NonFiniteStepStopsBeforeTheUpdate) {
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_nan_" + std::to_string(::getpid()));
+  remove_tree(root);
+  TrainConfig c = mini_config(root, "run", 4, 5);
+  c.validate();
+  const RunContext run = open_run(c);
+  const TargetSide side = load_target_side(c, run.compute);
+  MasterState master = build_master_state(c, run, side);
+  StepRunner runner(c, run, side, master, {});
+  StepProducer producer(producer_settings(c, side.dcfg, 1, 0, 1), *side.samples, nullptr, 0, 3, 0);
+  auto first = producer.next();
+  ASSERT_TRUE(first);
+  const StepOutcome good = runner.step(*first, 0, 3, false);
+  EXPECT_EQ(good.metrics.step, 1);
+  EXPECT_TRUE(std::isfinite(good.metrics.loss) && good.metrics.loss > 0);
+  EXPECT_TRUE(master.finite());
+
+  auto second = producer.next();
+  ASSERT_TRUE(second);
+  for (auto& mb : second->micro) mb.features.fill_(std::nan(""));
+  std::vector<at::Tensor> before;
+  for (const auto& p : master.params) before.push_back(p.clone());
+  try {
+    runner.step(*second, 1, 3, false);
+    ADD_FAILURE() << "a NaN loss was accepted";
+  } catch (const DivergedError& e) {
+    EXPECT_EQ(e.step, 2);
+    EXPECT_NE(std::string(e.what()).find("diverged at step 2: loss nan"), std::string::npos) << e.what();
+  }
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(before[i], master.params[i])) << i;
+  EXPECT_EQ(master.adam->steps(), 1);
+  producer.stop();
   remove_tree(root);
 }
