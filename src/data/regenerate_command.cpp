@@ -1,7 +1,7 @@
 // `dflash data regenerate`: the target writes its own replies to prompts; each sample is the chat-formatted
 // prompt plus the reply as input_ids, with loss_mask = 1 on the reply only. Output is resumable JSONL
 // (sample_store.h) with a sidecar <output>.meta.json that pins the settings a resume must share. With
-// --hidden-out the target's layer outputs of each sample are kept from the same pass (feature_shard_writer.h).
+// --hidden-out the target's layer outputs of each sample are kept from the same pass (hidden_shard_writer.h).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 #include "batched_generator.h"
 #include "compute_settings.h"
 #include "data_commands.h"
-#include "feature_shard_writer.h"
+#include "hidden_shard_writer.h"
 #include "held_out.h"
 #include "hidden_features.h"
 #include "progress.h"
@@ -101,7 +101,7 @@ int regenerate_main(const std::vector<std::string>& args) {
   if (store.dropped_torn_line()) std::fprintf(stderr, "%s: dropped a torn last line (interrupted write)\n", output.c_str());
 
   models::TargetModel model = models::load_target(topt);
-  std::unique_ptr<FeatureShardWriter> features;
+  std::unique_ptr<HiddenShardWriter> features;
   std::vector<int> capture;
   if (!a.str("hidden-out").empty()) {
     // Features are pinned to the settings that produced their answers, not to one JSONL path, so a folder copied
@@ -120,8 +120,9 @@ int regenerate_main(const std::vector<std::string>& args) {
                                      {"target_dtype", ops::dtype_name(topt.dtype)},
                                      {"dtype", "bf16"}};
     const std::string part = "part" + std::to_string(shard) + "of" + std::to_string(shards);
-    features = std::make_unique<FeatureShardWriter>(a.str("hidden-out"), part, hmeta, settings,
-                                                    a.i64("hidden-samples-per-shard"));
+    features = std::make_unique<HiddenShardWriter>(a.str("hidden-out"), part, hmeta, settings,
+                                                   a.i64("hidden-samples-per-shard"),
+                                                   "use another --hidden-out or the same settings");
     capture.assign(ids.begin(), ids.end());
     repair_missing_features(model, output, capture, *features);
   }

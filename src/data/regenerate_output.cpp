@@ -30,7 +30,7 @@ const Prompt* PromptQueue::next() {
   return nullptr;
 }
 
-OrderedSampleWriter::OrderedSampleWriter(SampleStore& store, FeatureShardWriter* features, std::string source,
+OrderedSampleWriter::OrderedSampleWriter(SampleStore& store, HiddenShardWriter* features, std::string source,
                                          std::string split)
     : store_(store), features_(features), source_(std::move(source)), split_(std::move(split)) {}
 
@@ -82,7 +82,7 @@ void OrderedSampleWriter::write(int64_t index, Pending& p) {
 }
 
 int64_t repair_missing_features(const models::TargetModel& model, const std::string& jsonl,
-                                const std::vector<int>& layers, FeatureShardWriter& features) {
+                                const std::vector<int>& layers, HiddenShardWriter& features) {
   std::vector<TokenRecord> missing;
   for (auto& r : read_token_records(jsonl, -1, /*skip_partial_last_line=*/true))
     if (r.index >= 0 && !features.covered().count(r.index)) missing.push_back(std::move(r));

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "feature_shard_writer.h"
+#include "hidden_shard_writer.h"
 #include "prompt_sources.h"
 #include "response_generator.h"
 #include "sample_store.h"
@@ -44,7 +44,7 @@ class PromptQueue {
 class OrderedSampleWriter {
  public:
   // `features` may be null (no --hidden-out). `source` and `split` go into every JSONL line.
-  OrderedSampleWriter(SampleStore& store, FeatureShardWriter* features, std::string source, std::string split);
+  OrderedSampleWriter(SampleStore& store, HiddenShardWriter* features, std::string source, std::string split);
   // A prompt handed to the generator; calls come in prompt order.
   void started(int64_t index, std::vector<int64_t> prompt_ids);
   // Its reply; writes every reply whose predecessors are all written.
@@ -60,7 +60,7 @@ class OrderedSampleWriter {
   };
   void write(int64_t index, Pending& p);
   SampleStore& store_;
-  FeatureShardWriter* features_;
+  HiddenShardWriter* features_;
   std::string source_, split_;
   std::map<int64_t, Pending> pending_;  // by prompt index
   std::deque<int64_t> order_;           // indices started, in prompt order
@@ -69,6 +69,6 @@ class OrderedSampleWriter {
 // Samples in `jsonl` whose prompt index `features` does not cover get their features from one target forward
 // each (as dump-hidden computes them), then are flushed. Returns how many were recomputed.
 int64_t repair_missing_features(const models::TargetModel& model, const std::string& jsonl,
-                                const std::vector<int>& layers, FeatureShardWriter& features);
+                                const std::vector<int>& layers, HiddenShardWriter& features);
 
 }  // namespace dflash::data

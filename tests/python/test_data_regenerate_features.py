@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from hidden_format import read_folder
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
 VOCAB, HIDDEN, MASK_ID = 300, 32, 299
@@ -69,15 +70,7 @@ def _read_jsonl(path):
 
 def _stored(folder):
     """{prompt index: (input_ids, loss_mask, hidden_states)} over every index-*.json, each sample once."""
-    out = {}
-    for idx_file in sorted(pathlib.Path(folder).glob("index-*.json")):
-        idx = json.loads(idx_file.read_text())
-        for shard in idx["shards"]:
-            t = load_file(str(pathlib.Path(folder) / shard["file"]))
-            for k, i in enumerate(shard["prompt_indices"]):
-                assert i not in out, f"prompt {i} stored twice"
-                out[i] = (t[f"{k}.input_ids"], t[f"{k}.loss_mask"], t[f"{k}.hidden_states"])
-    return out
+    return {k: v[:3] for k, v in read_folder(folder).items()}
 
 
 def _check_features(model, samples, stored, layers):
@@ -142,7 +135,7 @@ def test_resume_recomputes_exactly_the_lost_features(dflash_bin, tiny, tmp_path)
     index = feats / "index-part0of1.json"
     idx = json.loads(index.read_text())
     lost = idx["shards"].pop()
-    assert lost["prompt_indices"] == [4]
+    assert lost["keys"] == [4]
     index.write_text(json.dumps(idx))
     r = _regen(dflash_bin, d, inp, out, *flags)
     assert "features of samples already written" in r.stderr and "5 already present" in r.stderr
@@ -167,7 +160,7 @@ def test_resume_recomputes_exactly_the_lost_features(dflash_bin, tiny, tmp_path)
     (bad / "index-part0of1.json").write_text(json.dumps({"format": "dflash-hidden-v1", "settings": json.loads(
         (tmp_path / "f2" / "index-part0of1.json").read_text())["settings"], "shards": [{"file": "x.safetensors"}]}))
     r = _regen(dflash_bin, d, inp, plain, "--hidden-out", str(bad), check=False)
-    assert r.returncode != 0 and "index-part0of1.json" in r.stderr and "prompt_indices" in r.stderr
+    assert r.returncode != 0 and "index-part0of1.json" in r.stderr and "keys" in r.stderr
     # Evaluation prompts never become features.
     r = _regen(dflash_bin, d, inp, tmp_path / "e.jsonl", "--split", "eval", "--hidden-out", str(feats), check=False)
     assert r.returncode != 0 and "--hidden-out" in r.stderr

@@ -12,26 +12,14 @@ import subprocess
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from hidden_format import write_shard as write_dflash_shard
 
 HIDDEN, VOCAB, LAYERS, MASK_ID = 32, 256, 2, 255
 TARGET_LAYER_IDS = [1]  # SPEC default for a 1-layer drafter over 2 target layers: [L // 2]
 TIMEOUT = 120
-
-
-def write_dflash_shard(path, samples, target_layer_ids, hidden_size):
-    """Writer of the `dflash-hidden-v1` format (docs/TRAINING.md)."""
-    t = {}
-    for i, s in enumerate(samples):
-        t[f"{i}.input_ids"] = s["input_ids"].long().contiguous()
-        t[f"{i}.loss_mask"] = s["loss_mask"].to(torch.uint8).contiguous()
-        t[f"{i}.hidden_states"] = s["hidden_states"].contiguous()
-        if "last_hidden" in s:
-            t[f"{i}.last_hidden"] = s["last_hidden"].contiguous()
-    save_file(t, str(path), metadata={"format": "dflash-hidden-v1",
-                                      "target_layer_ids": ",".join(map(str, target_layer_ids)),
-                                      "hidden_size": str(hidden_size)})
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@
 #include "drafter_config.h"
 #include "drafter_model.h"
 #include "drafter_weights.h"
+#include "hidden_shards.h"
 #include "offline_dataset.h"
 #include "optimizer.h"
 #include "safetensors.h"
@@ -158,6 +159,17 @@ std::string write_tiny_target(const fs::path& dir) {
   }
   dflash::io::save_safetensors((dir / "model.safetensors").string(), w);
   return dir.string();
+}
+
+// One dflash-hidden-v1 shard of `samples` (through the format's one writer, data/hidden_shards.h).
+void write_dflash_shard(const std::string& path, const std::vector<Sample>& samples,
+                        const std::vector<int64_t>& target_layer_ids, int64_t hidden_size) {
+  std::vector<dflash::data::HiddenSample> h;
+  for (const auto& s : samples) h.push_back({s.input_ids, s.loss_mask, s.features, s.last_hidden});
+  dflash::data::HiddenMeta m;
+  m.target_layer_ids = target_layer_ids;
+  m.hidden_size = hidden_size;
+  dflash::data::write_hidden_shard(path, h, m);
 }
 
 // The mini runs' settings: the tiny target, `count` random offline samples of 12, 13, ... tokens (prompt: the
