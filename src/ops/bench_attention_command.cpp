@@ -25,6 +25,7 @@
 #include "anchor_attention_op.h"
 #include "args.h"
 #include "attention_baselines.h"
+#include "cpu_isa.h"
 #include "memory_probe.h"
 #include "ops_commands.h"
 #include "python_driver.h"
@@ -305,11 +306,11 @@ int bench_attention_main(const std::vector<std::string>& argv) {
 
   const double gflops = gemm_gflops(device);
   std::printf("dflash bench attention: device %s, %lld threads, kernel ISA %s\n", device.str().c_str(),
-              (long long)at::get_num_threads(), kernels::anchor_attention_cpu_isa());
+              (long long)at::get_num_threads(), kernels::isa_name(kernels::cpu_isa()));
   std::printf("torch.mm %s rate measured now: %.1f GFLOP/s\n\n", device.is_cuda() ? "bf16 8192^3" : "fp32 2048^3", gflops);
 
   nlohmann::json out = {{"gemm_gflops", gflops}, {"device", device.str()}, {"threads", at::get_num_threads()},
-                        {"cpu_isa", kernels::anchor_attention_cpu_isa()}, {"configs", nlohmann::json::array()}};
+                        {"cpu_isa", kernels::isa_name(kernels::cpu_isa())}, {"configs", nlohmann::json::array()}};
   for (const auto& c : configs) {
     const Inputs in = make_inputs(c, device, 1234);
     const double scale = 1.0 / std::sqrt(double(c.D));

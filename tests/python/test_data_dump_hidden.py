@@ -13,9 +13,10 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from hidden_format import indices, read_folder
+from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
 VOCAB, HIDDEN, MASK_ID = 256, 32, 255
@@ -23,9 +24,7 @@ TIMEOUT = 180
 
 
 def _llama():
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=4,
-                                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                                        max_position_embeddings=256, bos_token_id=1, eos_token_id=2))
+    return tiny_llama(vocab=VOCAB, hidden=HIDDEN, layers=4, max_positions=256, weight_scale=None)
 
 
 def _qwen3():

@@ -10,24 +10,16 @@ import time
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+
 from hf_greedy import hf_greedy
+from tiny_models import tiny_llama
 
 GGUF = pathlib.Path(__file__).resolve().parents[2] / "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
 
 
 def _tiny(vocab, seed=0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
-    m = LlamaForCausalLM(cfg).float().eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" not in name:
-                p.normal_(0, 1.0 / p.shape[-1] ** 0.5)
-    return m
+    return tiny_llama(vocab=vocab, seed=seed)
 
 
 @pytest.fixture(scope="module")

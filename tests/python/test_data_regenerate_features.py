@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from hidden_format import read_folder
+from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
 VOCAB, HIDDEN, MASK_ID = 300, 32, 299
@@ -21,17 +21,8 @@ TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    torch.manual_seed(0)
-    m = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=4,
-                                     num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                                     max_position_embeddings=512, bos_token_id=1, eos_token_id=2)).float().eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" not in name:
-                p.normal_(0, 1.0 / p.shape[-1] ** 0.5)
     d = tmp_path_factory.mktemp("tiny_llama")
-    m.save_pretrained(str(d))
-    return m, d
+    return tiny_llama(d, vocab=VOCAB, hidden=HIDDEN, layers=4), d
 
 
 def _prompts(tmp_path, n):

@@ -13,9 +13,9 @@ import subprocess
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from hidden_format import write_shard as write_dflash_shard
+from tiny_models import tiny_llama
 
 HIDDEN, VOCAB, LAYERS, MASK_ID = 32, 256, 2, 255
 TARGET_LAYER_IDS = [1]  # SPEC default for a 1-layer drafter over 2 target layers: [L // 2]
@@ -24,14 +24,8 @@ TIMEOUT = 120
 
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=LAYERS,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
-    model = LlamaForCausalLM(cfg).float().eval()
     d = tmp_path_factory.mktemp("target")
-    model.save_pretrained(str(d))
-    return d, model
+    return d, tiny_llama(d, vocab=VOCAB, hidden=HIDDEN, layers=LAYERS, max_positions=256, weight_scale=None)
 
 
 def make_token_samples(n=8, seed=1):
