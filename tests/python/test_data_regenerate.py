@@ -5,6 +5,7 @@ the same file as one prompt at a time, also when resumed after a kill."""
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import time
 
@@ -213,8 +214,9 @@ def test_resume_after_interrupted_batched_run(dflash_bin, tiny_dir, tmp_path):
     while p.poll() is None and (not killed.exists() or open(killed).read().count("\n") < 5):
         time.sleep(0.01)
     p.kill()
-    p.wait()
+    assert p.wait() == -signal.SIGKILL, "the run ended before it could be killed: the resume below would test nothing"
     n_before = open(killed).read().count("\n")
+    assert 5 <= n_before < 300
     r = _regen(dflash_bin, d, many, killed, "--max-new", "24", "--batch", "4")
     assert f"{n_before} already present" in r.stderr
     assert open(killed).read() == open(ref).read()

@@ -106,7 +106,7 @@ TEST(BoundedQueue, ErrorReachesConsumerAndCloseUnblocks) {
   BoundedQueue<int> q2(1);
   q2.push(1);
   std::thread blocked([&] { EXPECT_FALSE(q2.push(2)); });  // full: blocks until close
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (q2.pushers() == 0) std::this_thread::yield();     // close only once the push is waiting
   q2.close();
   blocked.join();
 }
