@@ -174,7 +174,8 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
   return d;
 }
 
-TargetSide load_target_side(const TrainConfig& cfg, at::ScalarType compute) {
+TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
+  const at::ScalarType compute = run.compute;
   TargetSide t;
   t.samples = open_samples(cfg.data, cfg.data_format);
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
@@ -199,7 +200,7 @@ TargetSide load_target_side(const TrainConfig& cfg, at::ScalarType compute) {
     models::TargetLoadOptions topt;
     topt.dtype = ops::parse_dtype(cfg.target_dtype, "train config: 'target_dtype'");
     if (!t.samples->has_features()) {  // online: the target's layers over target_devices (pipeline stages)
-      const auto tdev = ops::parse_devices(cfg.target_devices, "train config: 'target_devices'");
+      const auto& tdev = run.target_devices;
       if (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))
         topt.stages = models::split_layers(int(tcfg.num_hidden_layers), tdev);
     }
