@@ -22,6 +22,7 @@
 #include "checkpoint.h"
 #include "distributed.h"
 #include "drafter_model.h"
+#include "hf_export.h"
 #include "hidden_shards.h"
 #include "memory_planner.h"
 #include "optimizer.h"
@@ -235,6 +236,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     d.mask_token_id = cfg.mask_token_id;
     d.rms_norm_eps = t.rms_norm_eps;
     d.rope_theta = t.rope.theta;
+    d.max_position_embeddings = t.max_position_embeddings;
     d.layer_types.assign(size_t(cfg.drafter_layers), "full_attention");
     d.tie_word_embeddings = t.tie_word_embeddings;
     d.torch_dtype = "bfloat16";
@@ -562,12 +564,8 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const st
         throw std::invalid_argument(path + ": missing " + n);
       },
       at::kFloat, path);
-  fs::create_directories(out_dir);
-  auto out_cfg = dcfg;
   const at::ScalarType dt = dtype.empty() ? dtype_of(dcfg.torch_dtype) : dtype_of(dtype);
-  out_cfg.torch_dtype = dt == at::kBFloat16 ? "bfloat16" : dt == at::kHalf ? "float16" : dt == at::kDouble ? "float64" : "float32";
-  drafter::save_drafter_config((fs::path(out_dir) / "config.json").string(), out_cfg);
-  drafter::save_drafter_weights((fs::path(out_dir) / "model.safetensors").string(), w, dt);
+  write_hf_drafter_folder(out_dir, dcfg, w, dt);
   std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
 }
 

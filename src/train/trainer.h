@@ -25,7 +25,8 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
 // Installs the SIGINT handler (first Ctrl-C: finish the step, checkpoint, exit 130; second: default action).
 void install_sigint_handler();
 
-// `dflash export`: the run's latest checkpoint as an HF drafter folder (config.json + model.safetensors).
+// `dflash export`: the run's latest checkpoint as an HF drafter folder (hf_export.h: config.json, dflash.py,
+// model.safetensors).
 void export_run(const std::string& run_dir, const std::string& out_dir, const std::string& dtype);
 
 }  // namespace dflash::train

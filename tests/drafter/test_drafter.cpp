@@ -59,6 +59,10 @@ TEST(DrafterConfig, ParsesAndRoundTrips) {
   const auto j = drafter_config_to_json(c);
   EXPECT_EQ(j["architectures"][0], "DFlashDraftModel");
   EXPECT_EQ(j["dflash_config"]["mask_token_id"], 31);
+  EXPECT_FALSE(j.contains("max_position_embeddings")) << "unknown: not written";
+  auto with_len = tiny_drafter_config_json();
+  with_len["max_position_embeddings"] = 4096;
+  EXPECT_EQ(drafter_config_to_json(parse_drafter_config(with_len, "cfg.json"))["max_position_embeddings"], 4096);
   fs::remove(path);
 }
 
