@@ -152,6 +152,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     d.mask_token_id = cfg.mask_token_id;
     d.rms_norm_eps = t.rms_norm_eps;
     d.rope_theta = t.rope.theta;
+    d.max_position_embeddings = t.max_position_embeddings;
     d.layer_types.assign(size_t(cfg.drafter_layers), "full_attention");
     d.tie_word_embeddings = t.tie_word_embeddings;
     d.torch_dtype = "bfloat16";
