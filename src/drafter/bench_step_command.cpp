@@ -1,6 +1,9 @@
-// `dflash bench step`: the seed's failing step at CPU size: drafter forward + backward + zero_grad with soft
-// labels, per checkpoint policy; time per iteration, measured peak memory (peak RSS increase) and the
-// planner's prediction side by side. DFLASH_BENCH_TRACE=1 prints live/peak memory after forward and backward.
+// `dflash bench step`: the seed's failing step (at CPU size, or at full size on a GPU): drafter forward + backward +
+// zero_grad with soft labels, per checkpoint policy and per number of concurrent worker threads (one replica
+// each, as the trainer runs them); time per iteration, throughput, measured peak memory (peak RSS increase, or
+// the CUDA caching allocator's peak) and the planner's prediction side by side, and whether every worker
+// computed exactly what a lone worker does. DFLASH_BENCH_TRACE=1 prints live/peak memory after forward and
+// backward.
 #include <malloc.h>
 
 #include <chrono>
@@ -8,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
 #include <nlohmann/json.hpp>
 
 #ifdef DFLASH_BENCH_CUDA
@@ -27,6 +32,7 @@
 #include "compute_settings.h"
 #include "drafter_commands.h"
 #include "drafter_model.h"
+#include "dtype_names.h"
 #include "memory_planner.h"
 #include "python_driver.h"
 
@@ -121,76 +127,137 @@ DrafterConfig bench_config(const std::string& name) {
 }
 
 struct StepResult {
-  std::vector<double> seconds;
+  std::vector<double> seconds;    // per iteration: the slowest worker's time
   double measured_bytes = 0;
+  double loss = 0;                // worker 0's
+  std::vector<at::Tensor> grads;  // worker 0's last gradients (CPU), to compare runs with
+  double max_worker_diff = 0;     // largest |loss or gradient difference| between a worker and worker 0
+};
+
+// One worker's replica and inputs, built from the same seed as every other worker's (so all compute the same).
+struct Replica {
+  DrafterWeights w;
+  at::Tensor feats, last;
+  AnchorSample s;
+  BlockBatch blocks;
   double loss = 0;
 };
 
-// Everything the step needs is created after the peak reset, so the measured increase covers weights,
-// frozen embedding/LM head, inputs, activations and gradients -- what the planner predicts with no optimizer.
+Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, int64_t anchors, double kl,
+                     double gamma, uint64_t seed, const at::Device& dev) {
+  Replica r;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  r.w = init_drafter_weights(c, dtype, seed);  // built on the CPU (seeded), moved one tensor at a time
+  if (dev.is_cuda()) {
+    for (auto* t : {&r.w.fc, &r.w.hidden_norm, &r.w.norm}) *t = t->to(dev);
+    for (auto& l : r.w.layers)
+      for (auto& t : l.t) t = t.to(dev);
+  }
+  r.w.set_requires_grad(true);
+  const auto opts = at::TensorOptions().dtype(dtype);
+  const int64_t nH = int64_t(c.target_layer_ids.size()) * c.hidden_size;
+  r.feats = at::randn({1, seq, nH}, gen, opts).to(dev);
+  r.last = kl > 0 ? at::randn({1, seq, c.hidden_size}, gen, opts).to(dev) : at::Tensor();
+  const at::Tensor ids = at::randint(0, c.vocab_size - 1, {1, seq}, gen, at::kLong).to(dev);
+  at::Tensor loss_mask = at::ones({1, seq}, at::kBool);
+  loss_mask.narrow(1, 0, seq / 8).fill_(false);  // a prompt
+  std::mt19937_64 rng(seed);
+  const AnchorSample s_cpu = sample_anchors(loss_mask, anchors, rng);
+  r.s = AnchorSample{s_cpu.anchors.to(dev), s_cpu.keep.to(dev)};
+  r.blocks = build_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma);
+  return r;
+}
+
+// `workers` threads, each with its own replica and inputs (the trainer's topology: one replica per worker), run
+// `iters` forward+backward+zero_grad steps at once on one device; the frozen embedding and LM head are shared,
+// as the trainer's replicas on one device share them. Everything is created after the peak reset, so the
+// measured increase covers weights, frozen matrices, inputs, activations and gradients -- what the planner
+// predicts per worker with no optimizer.
 StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, int64_t anchors, double kl,
                       int64_t chunk, CheckpointPolicy policy, int64_t iters, uint64_t seed, const MemoryProbe& probe,
-                      bool fused_ce = true) {
+                      bool fused_ce = true, int64_t workers = 1) {
   StepResult r;
   const int64_t baseline = probe.reset();
   const at::Device dev = probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
   {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    DrafterWeights w = init_drafter_weights(c, dtype, seed);
-    if (probe.cuda) {
-      // Built on the CPU (seeded), moved one tensor at a time.
-      for (auto* t : {&w.fc, &w.hidden_norm, &w.norm}) *t = t->to(dev);
-      for (auto& l : w.layers)
-        for (auto& t : l.t) t = t.to(dev);
-    }
-    w.set_requires_grad(true);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 7919);
     const auto opts = at::TensorOptions().dtype(dtype);
-    auto on_dev = [&](at::Tensor t) { return probe.cuda ? t.to(dev) : t; };
     FrozenTarget t;
     // Target-like scale (std 0.02) keeps logits, and so the loss, in a realistic range.
-    t.embed = on_dev(at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02));
-    t.lm_head = c.tie_word_embeddings ? t.embed : on_dev(at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02));
-    const int64_t nH = int64_t(c.target_layer_ids.size()) * c.hidden_size;
-    const at::Tensor feats = on_dev(at::randn({1, seq, nH}, gen, opts));
-    const at::Tensor last = kl > 0 ? on_dev(at::randn({1, seq, c.hidden_size}, gen, opts)) : at::Tensor();
-    const at::Tensor ids = on_dev(at::randint(0, c.vocab_size - 1, {1, seq}, gen, at::kLong));
-    at::Tensor loss_mask = at::ones({1, seq}, at::kBool);
-    loss_mask.narrow(1, 0, seq / 8).fill_(false);  // a prompt
-    std::mt19937_64 rng(seed);
-    const AnchorSample s_cpu = sample_anchors(loss_mask, anchors, rng);
-    const AnchorSample s{on_dev(s_cpu.anchors), on_dev(s_cpu.keep)};
-    loss_mask = on_dev(loss_mask);
+    t.embed = at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02).to(dev);
+    t.lm_head = c.tie_word_embeddings ? t.embed : at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02).to(dev);
     DrafterLossOptions opt;
     opt.gamma = default_loss_gamma(c.block_size);
     opt.chunk.chunk_rows = chunk;
     opt.chunk.kl_weight = kl;
     opt.chunk.fused_ce = fused_ce;
-    const BlockBatch blocks = build_block_batch(ids, loss_mask, s, c.block_size, c.mask_token_id, opt.gamma);
+    std::vector<Replica> reps;
+    for (int64_t w = 0; w < workers; ++w) reps.push_back(make_replica(c, dtype, seq, anchors, kl, opt.gamma, seed, dev));
     if (std::getenv("DFLASH_BENCH_TRACE"))
       std::fprintf(stderr, "  before forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
                    (probe.peak() - baseline) / 1e6);
+    const int threads_each = std::max(1, at::get_num_threads() / int(workers));
     for (int64_t it = 0; it < iters; ++it) {
+      const bool last_iter = it + 1 == iters;
       const auto t0 = std::chrono::steady_clock::now();
-      {
-        DrafterLossResult res = drafter_loss(c, w, t, feats, last, s, blocks, opt, policy);
-        if (std::getenv("DFLASH_BENCH_TRACE"))
-          std::fprintf(stderr, "  after forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
-                       (probe.peak() - baseline) / 1e6);
-        res.loss.backward();
-        if (std::getenv("DFLASH_BENCH_TRACE"))
-          std::fprintf(stderr, "  after backward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
-                       (probe.peak() - baseline) / 1e6);
-        r.loss = res.loss.item<double>();
-      }
-      for (auto& p : w.parameters()) p.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
+      auto work = [&](Replica& rep) {
+        {
+          DrafterLossResult res = drafter_loss(c, rep.w, t, rep.feats, rep.last, rep.s, rep.blocks, opt, policy);
+          if (std::getenv("DFLASH_BENCH_TRACE") && workers == 1)
+            std::fprintf(stderr, "  after forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
+                         (probe.peak() - baseline) / 1e6);
+          res.loss.backward();
+          rep.loss = res.loss.item<double>();
+        }
+        // zero_grad(set_to_none=True), except after the last iteration: those gradients are compared below.
+        if (!last_iter)
+          for (auto& p : rep.w.parameters()) p.mutable_grad() = at::Tensor();
 #ifdef DFLASH_BENCH_CUDA
-      if (probe.cuda) c10::cuda::device_synchronize();
+        if (probe.cuda) c10::cuda::device_synchronize();
 #endif
+      };
+      if (workers == 1) {
+        work(reps[0]);
+      } else {
+        std::vector<std::thread> pool;
+        std::vector<std::exception_ptr> errors(static_cast<size_t>(workers));
+        for (int64_t w = 0; w < workers; ++w)
+          pool.emplace_back([&, w] {
+            try {
+              at::set_num_threads(threads_each);
+              c10::OptionalDeviceGuard guard;
+              if (probe.cuda) guard.reset_device(dev);
+              work(reps[size_t(w)]);
+            } catch (...) {
+              errors[size_t(w)] = std::current_exception();
+            }
+          });
+        for (auto& th : pool) th.join();
+        for (auto& e : errors)
+          if (e) std::rethrow_exception(e);
+      }
       r.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    r.measured_bytes = double(probe.peak() - baseline);
+    r.loss = reps[0].loss;
+    for (auto& p : reps[0].w.parameters()) r.grads.push_back(p.grad().to(at::kCPU, at::kDouble));
+    for (size_t w = 1; w < reps.size(); ++w) {
+      r.max_worker_diff = std::max(r.max_worker_diff, std::abs(reps[w].loss - r.loss));
+      const auto params = reps[w].w.parameters();
+      for (size_t i = 0; i < params.size(); ++i)
+        r.max_worker_diff = std::max(
+            r.max_worker_diff, (params[i].grad().to(at::kCPU, at::kDouble) - r.grads[i]).abs().max().item<double>());
+    }
   }
-  r.measured_bytes = double(probe.peak() - baseline);
   return r;
+}
+
+// Largest |difference| between two runs' losses and gradients (worker 0 of each).
+double max_run_diff(const StepResult& a, const StepResult& b) {
+  double d = std::abs(a.loss - b.loss);
+  for (size_t i = 0; i < a.grads.size() && i < b.grads.size(); ++i)
+    d = std::max(d, (a.grads[i] - b.grads[i]).abs().max().item<double>());
+  return d;
 }
 
 }  // namespace
@@ -206,6 +273,9 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("kl-weight", "X", "0.15", "soft-label weight");
   a.option("loss-chunk", "ROWS", "256", "rows per loss chunk");
   a.option("iters", "N", "3", "iterations per policy");
+  a.option("workers", "LIST", "1",
+           "worker threads at once on the device, one replica each (the trainer's topology), e.g. 1,2,3: each count "
+           "is timed and its per-worker results compared with the single worker's");
   a.option("policies", "LIST", "none,every:2,layer", "checkpoint policies to run");
   a.option("seed", "N", "0", "RNG seed");
   a.option("device", "NAME", "cpu", "cpu | cuda (GPU runs compare the plan with the caching allocator's peak)");
@@ -251,10 +321,13 @@ int bench_step_main(const std::vector<std::string>& argv) {
   std::printf("bench step: model %s, seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
               model_name.c_str(), (long long)seq, (long long)anchors, (long long)c.block_size, a.str("dtype").c_str(),
               kl, (long long)chunk, at::get_num_threads());
-  std::printf("%-10s %14s %14s %14s %9s\n", "policy", "s/iter (mean)", "measured peak", "planned peak", "plan/meas");
+  std::printf("%-10s %7s %14s %12s %14s %14s %9s  %s\n", "policy", "workers", "s/iter (mean)", "steps/s",
+              "measured peak", "planned peak", "plan/meas", "same as 1 worker");
+  const auto worker_counts = a.i64_list("workers");
+  for (int64_t w : worker_counts)
+    if (w < 1 || w > 64) throw util::UsageError("bench step: --workers expects counts in 1..64, got " + std::to_string(w));
   for (const auto& pol_name : a.str_list("policies")) {
     const CheckpointPolicy pol = CheckpointPolicy::parse(pol_name);
-    const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe);
     PlanSettings ps;
     ps.cfg = c;
     ps.seq_len = seq;
@@ -267,21 +340,37 @@ int bench_step_main(const std::vector<std::string>& argv) {
     ps.master_fp32 = false;
     ps.device = probe.cuda ? "cuda" : "cpu";
     const MemoryPlan p = plan_memory(ps);
-    double mean = 0;
-    for (double t : r.seconds) mean += t / double(r.seconds.size());
-    std::printf("%-10s %14.3f %14s %14s %9.3f\n", pol.name().c_str(), mean, human_bytes(r.measured_bytes).c_str(),
-                human_bytes(p.peak_bytes).c_str(), p.peak_bytes / r.measured_bytes);
-    out["runs"].push_back({{"policy", pol.name()}, {"seconds", r.seconds}, {"mean_seconds", mean},
-                           {"measured_peak_bytes", r.measured_bytes}, {"planned_peak_bytes", p.peak_bytes},
-                           {"planned_peak_phase", p.peak_phase}, {"ratio", p.peak_bytes / r.measured_bytes},
-                           {"loss", r.loss}, {"plan", plan_to_json(p)}});
+    // W workers on one device: W of everything the plan counts, but one frozen embedding + LM head.
+    const double frozen = double(c.vocab_size) * double(c.hidden_size) * double(ps.dtype_bytes) *
+                          (c.tie_word_embeddings ? 1.0 : 2.0);
+    std::optional<StepResult> single;
+    for (int64_t workers : worker_counts) {
+      const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe,
+                                      true, workers);
+      if (workers == 1) single = r;
+      const double planned = double(p.peak_bytes) + double(workers - 1) * (double(p.peak_bytes) - frozen);
+      double mean = 0;
+      for (double t : r.seconds) mean += t / double(r.seconds.size());
+      // Every worker computes the same step: they must agree with each other and with a lone worker.
+      const double diff = std::max(r.max_worker_diff, single ? max_run_diff(r, *single) : 0.0);
+      const std::string same = workers == 1 ? "-" : diff == 0 ? "identical" : "max diff " + std::to_string(diff);
+      std::printf("%-10s %7lld %14.3f %12.3f %14s %14s %9.3f  %s\n", pol.name().c_str(), (long long)workers, mean,
+                  double(workers) / mean, human_bytes(r.measured_bytes).c_str(), human_bytes(planned).c_str(),
+                  planned / r.measured_bytes, same.c_str());
+      nlohmann::json run = {{"policy", pol.name()}, {"workers", workers}, {"seconds", r.seconds}, {"mean_seconds", mean},
+                            {"steps_per_second", double(workers) / mean}, {"measured_peak_bytes", r.measured_bytes},
+                            {"planned_peak_bytes", planned}, {"planned_peak_phase", p.peak_phase},
+                            {"ratio", planned / r.measured_bytes}, {"loss", r.loss}, {"plan", plan_to_json(p)}};
+      if (workers > 1) run["max_diff_vs_single_worker"] = diff;
+      out["runs"].push_back(run);
+    }
   }
   if (a.on("generic-ce") && !out["runs"].empty()) {
     // The first policy again with the generic ATen cross-entropy passes instead of the fused CPU kernel (the
     // kernel only runs for hard labels on CPU in float32/bf16; elsewhere both rows time the same code).
     const auto& ours = out["runs"][0];
     const CheckpointPolicy pol = CheckpointPolicy::parse(ours["policy"].get<std::string>());
-    const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, false);
+    const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, false, 1);
     double mean = 0;
     for (double t : r.seconds) mean += t / double(r.seconds.size());
     std::printf("%-10s %14.3f %14s %14s %9s   generic cross-entropy (ours %s: %.2fx faster)\n", "generic-ce", mean,
@@ -302,7 +391,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
          "--vocab", num(c.vocab_size), "--block", num(c.block_size), "--seq", num(seq), "--anchors", num(anchors),
          "--features", num(int64_t(c.target_layer_ids.size()) * c.hidden_size), "--iters", num(iters), "--threads",
          num(at::get_num_threads()), "--window", num(c.sliding_window), "--layer-types", types, "--kl-weight",
-         std::to_string(kl), "--dtype", a.str("dtype")});
+         std::to_string(kl), "--dtype", util::hf_dtype_name(ops::dtype_name(dtype))});
     try {
       const auto j = nlohmann::json::parse(r.stdout_text.substr(r.stdout_text.rfind('{')));
       const double secs = j["mean_seconds"].get<double>(), bytes = j["peak_extra_mb"].get<double>() * (1 << 20);

@@ -1,6 +1,10 @@
 #include "hf_export.h"
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -37,11 +41,37 @@ nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::Scala
 void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterConfig& c,
                              const drafter::DrafterWeights& w, at::ScalarType dtype) {
   c.validate("drafter config to export to " + out_dir);
-  fs::create_directories(out_dir);
-  // Weights first: a folder whose config.json exists is complete.
-  drafter::save_drafter_weights((fs::path(out_dir) / "model.safetensors").string(), w, dtype);
-  data::write_file_atomic((fs::path(out_dir) / "dflash.py").string(), hf_remote_code_source());
-  data::write_file_atomic((fs::path(out_dir) / "config.json").string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
+  const fs::path out(out_dir);
+  if (fs::exists(out) && !fs::is_directory(out)) throw std::invalid_argument(out_dir + ": exists and is not a folder");
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  // Everything is written into a hidden folder beside the output first, so a failure (a full disk, an
+  // interrupted run) leaves neither an empty nor a partial export behind.
+  const fs::path stage = parent / ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  const char* files[] = {"model.safetensors", "dflash.py", "config.json"};  // config.json last: it completes a folder
+  auto clean_stage = [&] {
+    std::error_code ec;
+    for (const char* f : files) fs::remove(stage / f, ec);
+    fs::remove(stage, ec);
+  };
+  clean_stage();
+  try {
+    fs::create_directory(stage);
+    drafter::save_drafter_weights((stage / files[0]).string(), w, dtype);
+    data::write_file_atomic((stage / files[1]).string(), hf_remote_code_source());
+    data::write_file_atomic((stage / files[2]).string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
+    if (!fs::exists(out)) {
+      fs::rename(stage, out);  // the whole folder appears at once
+    } else {  // replacing an earlier export: file by file, each rename atomic, the config last
+      for (const char* f : files) fs::rename(stage / f, out / f);
+      fs::remove(stage);
+    }
+    data::fsync_dir(out.string());
+    data::fsync_dir(parent.string());
+  } catch (...) {
+    clean_stage();
+    throw;
+  }
 }
 
 }  // namespace dflash::train

@@ -21,7 +21,8 @@ const char* hf_remote_code_source();
 // config.json's content for weights stored in `dtype`.
 nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype);
 
-// Writes the three files into out_dir (created if missing), each atomically.
+// Writes the three files into out_dir: staged in a hidden folder beside it, then moved in (the whole folder at once
+// when out_dir is new, file by file with config.json last when it replaces an export). A failure leaves nothing.
 void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterConfig& c,
                              const drafter::DrafterWeights& w, at::ScalarType dtype);
 

@@ -274,6 +274,16 @@ def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tm
     ref = final_weights(run, 2)
     for k in w:
         assert torch.equal(w[k], ref[k]), k
+    # Exporting again over the folder replaces it; a failed export leaves no folder and no staging files behind.
+    r = subprocess.run([dflash_bin, "export", str(run), "--out", str(out), "--dtype", "bf16"], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and json.loads((out / "config.json").read_text())["dtype"] == "bfloat16", r.stderr
+    for bad in (["--dtype", "fp8"], ["--dtype", "fp32", "--out", str(tmp_path / "notes.txt" / "hf")]):
+        (tmp_path / "notes.txt").write_text("a file, not a folder")
+        r = subprocess.run([dflash_bin, "export", str(run), "--out", str(tmp_path / "hf2"), *bad], capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        assert r.returncode != 0 and "dflash: error:" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "notes.txt", "run"]
 
 
 @pytest.mark.parametrize("setup,needle", [
