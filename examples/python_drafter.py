@@ -164,7 +164,7 @@ class Batch:
 
 
 def make_batch(c: DrafterConfig, gen: torch.Generator, batch=2, seq=96, num_anchors=8,
-               dtype=torch.float32) -> Batch:
+               dtype=torch.float32, device="cpu") -> Batch:
     """Synthetic data with the structure of real samples (prompt not in the loss, sorted anchors, padding)."""
     ids = torch.randint(0, c.vocab_size - 1, (batch, seq), generator=gen)
     loss_mask = torch.ones(batch, seq, dtype=torch.bool)
@@ -178,16 +178,16 @@ def make_batch(c: DrafterConfig, gen: torch.Generator, batch=2, seq=96, num_anch
         anchors.append(torch.where(k, pick, 0))
         keep.append(k)
     n = c.num_target_features * c.hidden_size
-    return Batch(ids, loss_mask, torch.randn(batch, seq, n, generator=gen).to(dtype),
-                 torch.randn(batch, seq, c.hidden_size, generator=gen).to(dtype),
-                 torch.stack(anchors), torch.stack(keep))
+    return Batch(ids.to(device), loss_mask.to(device), torch.randn(batch, seq, n, generator=gen).to(device, dtype),
+                 torch.randn(batch, seq, c.hidden_size, generator=gen).to(device, dtype),
+                 torch.stack(anchors).to(device), torch.stack(keep).to(device))
 
 
 class Trainer:
     """One replica: the drafter, the frozen target embedding / LM head, and its optimizer."""
 
     def __init__(self, c: DrafterConfig, seed: int, dtype=torch.float32, attention: AttentionFn = dflash_attention,
-                 loss: str = "dflash"):
+                 loss: str = "dflash", device="cpu"):
         g = torch.Generator().manual_seed(seed)
         self.c, self.attention, self.loss_kind = c, attention, loss
         self.model = DFlashDrafter(c).to(dtype)
@@ -196,8 +196,9 @@ class Trainer:
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.size(-1)) if p.dim() > 1
                         else 1 + 0.1 * torch.randn(p.shape, generator=g))
         # The target's embedding and LM head: frozen (here random; in practice the target's own).
-        self.embed = (torch.randn(c.vocab_size, c.hidden_size, generator=g) * 0.5).to(dtype)
-        self.lm_head = (torch.randn(c.vocab_size, c.hidden_size, generator=g) / math.sqrt(c.hidden_size)).to(dtype)
+        self.embed = (torch.randn(c.vocab_size, c.hidden_size, generator=g) * 0.5).to(device, dtype)
+        self.lm_head = (torch.randn(c.vocab_size, c.hidden_size, generator=g) / math.sqrt(c.hidden_size)).to(device, dtype)
+        self.model.to(device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
 
     def loss(self, batch: Batch) -> torch.Tensor:
@@ -207,9 +208,13 @@ class Trainer:
         hidden = self.model(F.embedding(t.block_ids, self.embed), batch.target_features, m, self.attention)
         if self.loss_kind == "dense":  # logits of every row at once: the baselines' loss
             logits = (hidden @ self.lm_head.T).float().flatten(0, 1)
-            ce = F.cross_entropy(logits, t.labels.flatten(), reduction="none")
+            row = F.cross_entropy(logits, t.labels.flatten(), reduction="none")
+            if c.kl_weight > 0:  # soft labels: the target's own next-token distribution at position a+k-1
+                teacher = (batch.target_last.flatten(0, 1)[t.teacher_index] @ self.lm_head.T).float()
+                log_t, log_s = F.log_softmax(teacher, -1), F.log_softmax(logits, -1)
+                row = (1 - c.kl_weight) * row + c.kl_weight * (log_t.exp() * (log_t - log_s)).sum(-1)
             w = t.weights.flatten()
-            return (ce * w).sum() / w.sum()
+            return (row * w).sum() / w.sum()
         teacher = batch.target_last.flatten(0, 1) if c.kl_weight > 0 else None
         return dflash.chunked_lm_loss(hidden, self.lm_head, t.labels, t.weights, teacher_hidden=teacher,
                                       teacher_index=t.teacher_index if c.kl_weight > 0 else None,

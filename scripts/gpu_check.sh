@@ -22,36 +22,8 @@ fi
 OUTDIR=${OUT:-$ROOT/gpu-check-out}
 mkdir -p "$OUTDIR"
 BUILD=$ROOT/build-gpu
-SUMMARY=$OUTDIR/summary.txt
-: >"$SUMMARY"
-failures=0
-T0=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET_S:-470}  # seconds for all steps together
-note() { echo "$*" | tee -a "$SUMMARY"; }
-step() {  # step NAME TIMEOUT_S LOGFILE CMD...: runs, records pass/FAIL and the time taken
-  local name=$1 limit=$2 log=$3; shift 3
-  local t=$(date +%s)
-  local left=$((BUDGET - (t - T0)))
-  if ((left < 20)); then
-    failures=$((failures + 1))
-    note "FAIL  $name: skipped, the ${BUDGET}s budget is spent"
-    return 0
-  fi
-  ((limit > left)) && limit=$left
-  echo "===== $name (limit ${limit}s) ====="
-  echo "===== $name =====" >>"$log"
-  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
-  tail -n 40 "$log"
-  if ((rc == 0)); then
-    note "PASS  $name ($(($(date +%s) - t)) s)"
-  else
-    failures=$((failures + 1))
-    note "FAIL  $name: exit $rc$( ((rc == 124)) && echo ' (timed out)') after $(($(date +%s) - t)) s, log $(basename "$log")"
-    echo "!!!!! $name FAILED (exit $rc) -- continuing with the next step !!!!!"
-  fi
-  return 0
-}
+source "$ROOT/scripts/gpu_common.sh"
 
 PY=$ROOT/.venv/bin/python
 [[ -x "$PY" ]] || PY=$(command -v python3)
@@ -60,13 +32,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" 2>&1 |
   tee -a "$SUMMARY"
 
-# Missing dev packages: unpack the carried .debs into a private prefix.
-PREFIX_PATH=""
-if compgen -G "$DEPS/*.deb" >/dev/null; then
-  mkdir -p "$DEPS/root"
-  for f in "$DEPS"/*.deb; do dpkg -x "$f" "$DEPS/root"; done
-  PREFIX_PATH="$DEPS/root/usr;$DEPS/root/usr/lib/x86_64-linux-gnu/cmake;$DEPS/root/usr/share/cmake"
-fi
+# Missing dev packages: the carried .debs, unpacked into a private prefix.
+PREFIX_PATH=$(gpu_prefix_path "$DEPS")
 
 step "configure (sm_90)" 90 "$OUTDIR/build.log" env TORCH_CUDA_ARCH_LIST=9.0 cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDFLASH_CUDA=ON -DDFLASH_PYTHON="$PY" \

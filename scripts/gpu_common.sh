@@ -1,0 +1,41 @@
+# Shared by the one-shot GPU scripts (gpu_check.sh, gpu_seed_step.sh): a time budget for the whole run and
+# `step`, which runs one command under what is left of it, logs it, and records PASS/FAIL in the summary
+# without stopping the script (every step runs even when an earlier one failed). Source it after setting
+# OUTDIR and BUDGET.
+SUMMARY=$OUTDIR/summary.txt
+: >"$SUMMARY"
+failures=0
+T0=$(date +%s)
+note() { echo "$*" | tee -a "$SUMMARY"; }
+step() {  # step NAME TIMEOUT_S LOGFILE CMD...: runs, records pass/FAIL and the time taken
+  local name=$1 limit=$2 log=$3; shift 3
+  local t=$(date +%s)
+  local left=$((BUDGET - (t - T0)))
+  if ((left < 20)); then
+    failures=$((failures + 1))
+    note "FAIL  $name: skipped, the ${BUDGET}s budget is spent"
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  echo "===== $name (limit ${limit}s) ====="
+  echo "===== $name =====" >>"$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  tail -n 40 "$log"
+  if ((rc == 0)); then
+    note "PASS  $name ($(($(date +%s) - t)) s)"
+  else
+    failures=$((failures + 1))
+    note "FAIL  $name: exit $rc$( ((rc == 124)) && echo ' (timed out)') after $(($(date +%s) - t)) s, log $(basename "$log")"
+    echo "!!!!! $name FAILED (exit $rc) -- continuing with the next step !!!!!"
+  fi
+  return 0
+}
+# The carried Debian dev packages (gpu_check.sh --prepare) unpacked into a private prefix, for CMake.
+gpu_prefix_path() {
+  local deps=$1
+  compgen -G "$deps/*.deb" >/dev/null || return 0
+  mkdir -p "$deps/root"
+  for f in "$deps"/*.deb; do dpkg -x "$f" "$deps/root"; done
+  echo "$deps/root/usr;$deps/root/usr/lib/x86_64-linux-gnu/cmake;$deps/root/usr/share/cmake"
+}

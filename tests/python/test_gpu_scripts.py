@@ -1,0 +1,30 @@
+"""The one-shot GPU scripts, dry-run on the CPU at a scaled-down shape (no GPU here): every step of the seed-step
+run (issue 24) passes and writes the records the GPU run will commit, with the fields their readers use."""
+import json
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_seed_step_dry_run(tmp_path, dflash_bin):
+    env = dict(os.environ, OUT=str(tmp_path), DFLASH_BUILD_DIR=os.path.dirname(dflash_bin), OMP_WAIT_POLICY="passive")
+    r = subprocess.run(["bash", "scripts/gpu_seed_step.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=900)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert r.returncode == 0 and "0 failed step(s)" in summary, summary + r.stdout[-3000:]
+    for pol in ("none", "layer"):
+        plan = json.loads((tmp_path / f"plan_{pol}.json").read_text())
+        assert plan["peak_bytes"] > 0 and plan["settings"]["checkpoint_every"] == (0 if pol == "none" else 1)
+    step = json.loads((tmp_path / "bench_step.json").read_text())
+    assert step["settings"]["seq_len"] == 256 and step["settings"]["anchors"] == 16
+    assert [run["policy"] for run in step["runs"]] == ["none", "layer"]
+    for run in step["runs"]:
+        assert run["measured_peak_bytes"] > 0 and run["plan"]["peak_bytes"] > 0 and run["mean_seconds"] > 0
+    workers = json.loads((tmp_path / "bench_step_workers.json").read_text())
+    assert [run["workers"] for run in workers["runs"]] == [1, 2, 3]
+    assert all(run["max_diff_vs_single_worker"] == 0 for run in workers["runs"][1:])  # threads compute alike
+    py = json.loads((tmp_path / "python_step.json").read_text())
+    losses = {row["impl"]: row["loss"] for row in py["results"]}
+    assert set(losses) == {"dflash", "per_block_sdpa"}
+    assert abs(losses["dflash"] - losses["per_block_sdpa"]) < 1e-4 * abs(losses["dflash"])
