@@ -1,5 +1,6 @@
 #include "target_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -232,7 +233,10 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
       c.weight_prefix = "model.language_model.";
       // transformers ties the LM head by the top-level flag of the composite config (default false).
       c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", what, false);
-      if (c.eos_token_ids.empty()) c.eos_token_ids = get_ids(j, "eos_token_id", what);
+      // Released checkpoints put <|endoftext|> in text_config and <|im_end|> at the top: stop at either.
+      for (int64_t id : get_ids(j, "eos_token_id", what))
+        if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+          c.eos_token_ids.push_back(id);
       if (c.bos_token_ids.empty()) c.bos_token_ids = get_ids(j, "bos_token_id", what);
       if (j.contains("vision_config") && !j["vision_config"].is_null())
         c.notes.push_back("the vision tower (vision_config, model.visual.*) is ignored: text decoder only");
