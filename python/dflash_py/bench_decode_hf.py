@@ -2,6 +2,7 @@
 with by `dflash bench decode`). Prints one JSON line: tokens_per_s, new_tokens, seconds, threads.
 
 usage: bench_decode_hf.py MODEL PROMPT_IDS NEW_TOKENS THREADS
+       bench_decode_hf.py MODEL prefill T1,T2,... THREADS   (prefill tokens/s of synthetic T-token prompts)
 MODEL is a Llama .gguf file (dequantised to fp32 with the `gguf` package and loaded into transformers'
 LlamaForCausalLM; transformers' own GGUF path needs `accelerate`, which we do not install) or an HF folder."""
 import json
@@ -71,8 +72,24 @@ def load_llama_gguf(path):
     return model.float()
 
 
+def prefill(model, lengths):
+    """Prompt token i = (i * 7919 + 13) % vocab, as `dflash bench decode --prefill-lengths` builds it; the cache
+    is filled as for decoding and only the last position's logits are computed, as on our side."""
+    vocab = model.config.get_text_config().vocab_size
+    rows = []
+    for T in lengths:
+        ids = ((torch.arange(T) * 7919 + 13) % vocab).view(1, -1)
+        with torch.no_grad():
+            c0, t0 = time.process_time(), time.perf_counter()
+            out = model(ids, use_cache=True, logits_to_keep=1)
+            nxt = int(out.logits[0, -1].argmax())
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rows.append({"T": T, "tokens_per_s": T / wall, "tokens_per_cpu_s": T / cpu, "next_token": nxt})
+    return rows
+
+
 def main():
-    model_path, prompt, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    model_path, prompt, n, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     if threads > 0:
         torch.set_num_threads(threads)
     if os.path.isfile(model_path):
@@ -80,6 +97,11 @@ def main():
     else:
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.eval()
+    if prompt == "prefill":
+        print(json.dumps({"prefill": prefill(model, [int(t) for t in n.split(",")]),
+                          "threads": torch.get_num_threads()}))
+        return
+    n = int(n)
     ids = torch.tensor([[int(t) for t in prompt.split(",")]])
     with torch.no_grad():
         # Same work as the C++ loop: prefill once, then one token per forward on the KV cache.
