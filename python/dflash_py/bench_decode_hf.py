@@ -72,18 +72,25 @@ def load_llama_gguf(path):
     return model.float()
 
 
-def prefill(model, lengths):
+def prefill(model, lengths, repeats=3):
     """Prompt token i = (i * 7919 + 13) % vocab, as `dflash bench decode --prefill-lengths` builds it; the cache
-    is filled as for decoding and only the last position's logits are computed, as on our side."""
+    is filled as for decoding and only the last position's logits are computed, as on our side. After a warm-up
+    forward, each length is timed `repeats` times; medians are reported."""
     vocab = model.config.get_text_config().vocab_size
+    with torch.no_grad():
+        model(torch.arange(64).remainder(vocab).view(1, -1), use_cache=True, logits_to_keep=1)
     rows = []
     for T in lengths:
         ids = ((torch.arange(T) * 7919 + 13) % vocab).view(1, -1)
-        with torch.no_grad():
-            c0, t0 = time.process_time(), time.perf_counter()
-            out = model(ids, use_cache=True, logits_to_keep=1)
-            nxt = int(out.logits[0, -1].argmax())
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        walls, cpus = [], []
+        for _ in range(repeats):
+            with torch.no_grad():
+                c0, t0 = time.process_time(), time.perf_counter()
+                out = model(ids, use_cache=True, logits_to_keep=1)
+                nxt = int(out.logits[0, -1].argmax())
+                walls.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
+        wall, cpu = sorted(walls)[repeats // 2], sorted(cpus)[repeats // 2]
         rows.append({"T": T, "tokens_per_s": T / wall, "tokens_per_cpu_s": T / cpu, "next_token": nxt})
     return rows
 

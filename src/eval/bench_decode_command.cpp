@@ -74,27 +74,43 @@ nlohmann::json bench_batched(const models::TargetModel& model, const std::vector
 int64_t synthetic_token(int64_t i, int64_t vocab) { return (i * 7919 + 13) % vocab; }
 
 // Prefill of a T-token prompt (forward on a fresh cache, then the LM head of the last position) for each T, on
-// our side; then the same prompts in transformers (one Python run). A hybrid target also reports its Gated
-// DeltaNet state and what a 16-token verification keeps for rollback.
+// our side; then the same prompts in transformers (one Python run). After a warm-up forward, each length is
+// timed `repeats` times and the medians are reported (a shared machine's speed drifts). A hybrid target also
+// reports its Gated DeltaNet state and what a 16-token verification keeps for rollback.
 nlohmann::json bench_prefill(const models::TargetModel& model, const std::string& path, const std::vector<int64_t>& lengths,
                              int64_t threads, bool skip_hf) {
   using clock = std::chrono::steady_clock;
+  constexpr int repeats = 3;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   nlohmann::json rows = nlohmann::json::array();
   std::string joined;
-  for (int64_t T : lengths) {
+  for (int64_t T : lengths)
     if (T < 1) throw std::invalid_argument("bench decode: --prefill-lengths must be positive");
+  {
+    models::KVCache warm = model.make_cache(1, 64);
+    model.forward(at::arange(64, at::kLong).remainder(model.config().vocab_size).view({1, -1}), &warm, {}, false, true);
+  }
+  for (int64_t T : lengths) {
     joined += (joined.empty() ? "" : ",") + std::to_string(T);
     std::vector<int64_t> ids(static_cast<size_t>(T));
     for (int64_t i = 0; i < T; ++i) ids[size_t(i)] = synthetic_token(i, model.config().vocab_size);
-    models::KVCache cache = model.make_cache(1, T + 16);
-    const std::clock_t c0 = std::clock();
-    const auto t0 = clock::now();
-    const auto o = model.forward(at::tensor(ids, at::kLong).view({1, -1}), &cache, {}, false, true);
-    const int64_t next = model.lm_head(o.last_hidden.narrow(1, -1, 1)).argmax(-1).item<int64_t>();
-    const double wall = std::chrono::duration<double>(clock::now() - t0).count();
-    const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    nlohmann::json row = {{"T", T}, {"dflash_tokens_per_s", T / wall}, {"dflash_tokens_per_cpu_s", T / cpu},
-                          {"dflash_next_token", next}};
+    std::vector<double> walls, cpus;
+    int64_t next = -1;
+    models::KVCache cache;
+    for (int r = 0; r < repeats; ++r) {
+      cache = model.make_cache(1, T + 16);
+      const std::clock_t c0 = std::clock();
+      const auto t0 = clock::now();
+      const auto o = model.forward(at::tensor(ids, at::kLong).view({1, -1}), &cache, {}, false, true);
+      next = model.lm_head(o.last_hidden.narrow(1, -1, 1)).argmax(-1).item<int64_t>();
+      walls.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+      cpus.push_back(static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
+    }
+    nlohmann::json row = {{"T", T}, {"dflash_tokens_per_s", T / median(walls)},
+                          {"dflash_tokens_per_cpu_s", T / median(cpus)}, {"dflash_next_token", next}};
     if (model.config().hybrid) {
       model.forward(at::full({1, 16}, next, at::kLong), &cache, {}, false, false);
       row["linear_state_bytes"] = cache.linear_state_bytes();

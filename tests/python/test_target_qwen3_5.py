@@ -498,3 +498,18 @@ def test_plan_target_config_qwen3_6_27b(dflash_bin):
     bad = subprocess.run([dflash_bin, "plan", "--target-config", str(ROOT / "configs/qwen3.6-27b-target.json"),
                           "--preset", "qwen3-8b"], capture_output=True, text=True, env=ENV)
     assert bad.returncode != 0 and "only one of" in bad.stderr
+
+
+def test_bench_decode_prefill_runs_both_sides(dflash_bin, tiny, tmp_path):
+    _, d = tiny
+    out = tmp_path / "b.json"
+    r = subprocess.run([dflash_bin, "bench", "decode", "--model", str(d), "--prompt-ids", "5,6,7", "--new-tokens", "6",
+                        "--prefill-lengths", "16,70", "--json", str(out)], capture_output=True, text=True, env=ENV,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(out))
+    assert res["same_tokens"] is True
+    assert [row["T"] for row in res["prefill"]] == [16, 70]
+    for row in res["prefill"]:
+        assert row["same_next_token"] is True and row["dflash_tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
+        assert row["linear_state_bytes"] > 0 and row["rollback_bytes_verify16"] > row["linear_state_bytes"]
