@@ -342,6 +342,16 @@ at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tens
   return attention_output_and_mlp(i, x, attn, gate);
 }
 
+void TargetModel::check_cache_layers(const KVCache& cache, const char* who) const {
+  for (int i = 0; i < static_cast<int>(layers_.size()); ++i)
+    if (cache.is_linear(i) != layers_[size_t(i)].linear_attn)
+      throw std::invalid_argument(std::string(who) + ": the cache's layer " + std::to_string(i) + " holds " +
+                                  (cache.is_linear(i) ? "a Gated DeltaNet state" : "keys and values") +
+                                  ", this model's layer is " +
+                                  (layers_[size_t(i)].linear_attn ? "Gated DeltaNet" : "attention") +
+                                  " (a cache made by another model?)");
+}
+
 std::vector<bool> TargetModel::capture_flags(const std::vector<int>& layers, const char* who) const {
   const int L = static_cast<int>(layers_.size());
   std::vector<bool> capture(L, false);
@@ -380,6 +390,7 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
   if (cache && cache->batch() != input_ids.size(0))
     throw std::invalid_argument("target forward: " + std::to_string(input_ids.size(0)) + " rows for a cache of batch " +
                                 std::to_string(cache->batch()));
+  if (cache) check_cache_layers(*cache, "target forward");
 
   auto [cos_cpu, sin_cpu] = rope_cos_sin(inv_freq_, past, T);
   TargetOutput out;
@@ -422,6 +433,7 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
     if (c->num_layers() != L) throw std::invalid_argument(who + ": cache has the wrong layer count");
     if (c->length() + 1 > c->capacity())
       throw std::length_error(who + ": KV cache full (" + std::to_string(c->capacity()) + " positions)");
+    check_cache_layers(*c, who.c_str());
     if (tokens[b] < 0 || tokens[b] >= config_.vocab_size)
       throw std::invalid_argument(who + ": token id " + std::to_string(tokens[b]) + " outside the vocabulary [0, " +
                                   std::to_string(config_.vocab_size) + ")");

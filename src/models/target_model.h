@@ -103,6 +103,8 @@ class TargetModel {
                                 const std::vector<int64_t>& eos_ids, GenerateStats* stats = nullptr) const;
 
  private:
+  // Throws unless every layer of `cache` is of this model's kind (K/V or Gated DeltaNet state).
+  void check_cache_layers(const KVCache& cache, const char* who) const;
   // capture_layers as one flag per layer; an id outside the model is an error naming `who`.
   std::vector<bool> capture_flags(const std::vector<int>& layers, const char* who) const;
   struct Layer {

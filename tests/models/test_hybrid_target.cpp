@@ -39,9 +39,9 @@ TEST(HybridTarget, ChunkedPrefillEqualsTokenByTokenDecode) {
   TargetOutput full = m.forward(ids, nullptr, {0, 2, 4}, true, true);
   KVCache cache = m.make_cache(2, 150);
   std::vector<at::Tensor> h0, h2, last;
-  TargetOutput pre = m.forward(ids.narrow(1, 0, 70), &cache, {0, 2}, false, true);
+  TargetOutput pre = m.forward(ids.narrow(1, 0, 110), &cache, {0, 2}, false, true);
   h0.push_back(pre.hidden.at(0)), h2.push_back(pre.hidden.at(2)), last.push_back(pre.last_hidden);
-  for (int64_t t = 70; t < 150; ++t) {
+  for (int64_t t = 110; t < 150; ++t) {
     TargetOutput o = m.forward(ids.narrow(1, t, 1), &cache, {0, 2}, false, true);
     h0.push_back(o.hidden.at(0)), h2.push_back(o.hidden.at(2)), last.push_back(o.last_hidden);
   }
@@ -168,6 +168,23 @@ TEST(HybridTarget, GreedyGenerateAndBf16) {
   low.forward(ids.narrow(1, 0, 20), &cache, {}, false, false);
   at::Tensor got = low.forward(ids.narrow(1, 20, 10), &cache, {}, true, false).logits;
   EXPECT_LT(max_diff(got, ref.narrow(1, 20, 10)), 0.05 * ref.abs().max().item<double>());
+}
+
+TEST(HybridTarget, CacheOfAnotherModelIsRefused) {
+  TargetModel m = hybrid_model(8);
+  TargetConfig lc = tiny_config("qwen3");
+  lc.num_hidden_layers = 5;
+  TargetModel dense = make_model(lc, random_weights(lc, 8));
+  KVCache other = dense.make_cache(1, 8);
+  at::Tensor ids = at::randint(0, 97, {1, 3}, at::kLong);
+  try {
+    m.forward(ids, &other, {}, false, false);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0 holds keys and values"), std::string::npos) << e.what();
+  }
+  KVCache mine = m.make_cache(1, 8);
+  EXPECT_THROW(dense.decode_batch({1}, {&mine}), std::invalid_argument);
 }
 
 TEST(HybridTarget, LayerWeightsForADrafterStart) {
