@@ -72,6 +72,16 @@ def load_llama_gguf(path):
     return model.float()
 
 
+def load_hf_folder(path):
+    """The class the checkpoint names (a Qwen3_5ForConditionalGeneration folder loaded as a causal LM would lose
+    its tied LM head), else AutoModelForCausalLM."""
+    import transformers
+    with open(os.path.join(path, "config.json")) as f:
+        archs = json.load(f).get("architectures") or []
+    cls = getattr(transformers, archs[0], None) if archs else None
+    return (cls or AutoModelForCausalLM).from_pretrained(path, dtype=torch.float32)
+
+
 def prefill(model, lengths, repeats=3):
     """Prompt token i = (i * 7919 + 13) % vocab, as `dflash bench decode --prefill-lengths` builds it; the cache
     is filled as for decoding and only the last position's logits are computed, as on our side. After a warm-up
@@ -102,7 +112,7 @@ def main():
     if os.path.isfile(model_path):
         model = load_llama_gguf(model_path)
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model = load_hf_folder(model_path)
     model.eval()
     if prompt == "prefill":
         print(json.dumps({"prefill": prefill(model, [int(t) for t in n.split(",")]),

@@ -228,6 +228,9 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
       fail(twhat, "field 'model_type' is " + t["model_type"].dump() + " (expected \"qwen3_5_text\")");
     c.model_type = "qwen3_5";
     parse_decoder_fields(t, twhat, c);
+    // transformers' Qwen3_5TextConfig defaults where the file is silent.
+    if (!t.contains("head_dim") || t["head_dim"].is_null()) c.head_dim = 256;
+    if (!t.contains("num_key_value_heads") || t["num_key_value_heads"].is_null()) c.num_key_value_heads = 4;
     parse_hybrid_fields(t, twhat, c);
     if (nested) {
       c.weight_prefix = "model.language_model.";
