@@ -183,7 +183,7 @@ int data_regenerate_main(const std::vector<std::string>& args) {
       const std::string where = input + ": prompt " + std::to_string(p.index);
       out.id = p.index;
       out.stream = static_cast<uint64_t>(p.index);
-      out.tokens = data::prompt_token_ids(p, tokenizer.get(), chat.get(), where);
+      out.tokens = data::prompt_token_ids(p, tokenizer.get(), chat.get(), where, model.config());
       pending[p.index].prompt_ids = out.tokens;
       order.push_back(p.index);
       return true;
