@@ -245,7 +245,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
             } else if (value.is_string()) {
               c.*m = value.get<std::string>();
             } else {
-              throw std::invalid_argument(bad + "a string, got " + value.dump());
+              throw std::invalid_argument(bad + "a string, got " + io::json_shown(value));
             }
           } else if constexpr (std::is_same_v<T, int64_t>) {
             if (!value.is_number_integer()) throw std::invalid_argument(bad + "an integer, got " + io::json_shown(value));
@@ -254,10 +254,10 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
             if (!v) throw std::invalid_argument(bad + "an integer within int64, got " + io::json_shown(value));
             c.*m = *v;
           } else if constexpr (std::is_same_v<T, double>) {
-            if (!value.is_number()) throw std::invalid_argument(bad + "a number, got " + value.dump());
+            if (!value.is_number()) throw std::invalid_argument(bad + "a number, got " + io::json_shown(value));
             c.*m = value.get<double>();
           } else {
-            if (!value.is_boolean()) throw std::invalid_argument(bad + "true or false, got " + value.dump());
+            if (!value.is_boolean()) throw std::invalid_argument(bad + "true or false, got " + io::json_shown(value));
             c.*m = value.get<bool>();
           }
         },

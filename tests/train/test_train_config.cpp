@@ -214,6 +214,9 @@ TEST(TrainConfigFiles, DuplicateKeysAndSecondDocumentsAreErrors) {
   EXPECT_DOUBLE_EQ(from_file(write_file("marker.yaml", "---\nlr: 1e-3\n")).lr, 1e-3);
   EXPECT_EQ(from_file(write_file("block.yaml", "budget: |\n  ---\n  90GB\n")).budget, "---\n90GB\n");
   // yaml-cpp reads ",x" as an empty document (and its LoadAll loops forever on it): an error here.
+  // A value that is not UTF-8 is named (the message used to fail to print it: nlohmann's dump throws on it).
+  e = error_of([&] { from_file(write_file("latin1.yaml", "lr: caf\xe9\n")); });
+  EXPECT_NE(e.find("latin1.yaml:1: key 'lr' expects a number, got \"caf"), std::string::npos) << e;
   e = error_of([&] { from_file(write_file("comma.yaml", ",x\n")); });
   EXPECT_NE(e.find("comma.yaml: invalid YAML"), std::string::npos) << e;
 }
