@@ -1,25 +1,43 @@
-// dflash: one command line for everything. Subcommands register in subcommands.cpp.
+// dflash: one command line for everything. Every layer lists its own subcommands (src/<layer>/*_commands.h);
+// this file only joins the tables and dispatches.
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
-#include <c10/util/Exception.h>
+#include "data_commands.h"
+#include "drafter_commands.h"
+#include "eval_commands.h"
+#include "io_commands.h"
+#include "models_commands.h"
+#include "ops_commands.h"
+#include "subcommand.h"
+#include "tokenizer_commands.h"
+#include "train_commands.h"
 
-#include "subcommands.h"
+namespace {
+
+// In the order a user meets them: data, training, evaluation, then the tools and benchmarks below them.
+std::vector<dflash::util::Subcommand> all_commands() {
+  std::vector<dflash::util::Subcommand> table;
+  for (auto part : {dflash::data::commands(), dflash::train::commands(), dflash::eval::commands(),
+                    dflash::drafter::commands(), dflash::models::commands(), dflash::ops::commands(),
+                    dflash::tok::commands(), dflash::io::commands()})
+    table.insert(table.end(), part.begin(), part.end());
+  return table;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    return dflash::cli::dispatch(args);
-  } catch (const c10::Error& e) {
-    // LibTorch's message without its C++ stack trace: a mistake in the input is no crash report.
-    std::string msg = e.what_without_backtrace();
-    if (const auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    std::fprintf(stderr, "dflash: error: %s\n", msg.c_str());
-    return 1;
+    return dflash::util::dispatch(all_commands(), args, "dflash");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dflash: error: %s\n", e.what());
+    // LibTorch errors carry their C++ stack trace after the message: a mistake in the input is no crash report.
+    std::string msg = e.what();
+    if (const auto trace = msg.find("\nException raised from "); trace != std::string::npos) msg.resize(trace);
+    std::fprintf(stderr, "dflash: error: %s\n", msg.c_str());
     return 1;
   }
 }

@@ -1,15 +1,17 @@
-// Offline hidden states, format `dflash-hidden-v1` (our own; `dflash data dump-hidden` writes it, the trainer
-// reads it through src/train/offline_dataset.h, tests write it from Python):
-//   a folder of *.safetensors shards, or a single file. A folder with `index.json` (written by dump-hidden)
-//   is read through its "shards" list only (the shards known complete); else a folder with `index-<part>.json`
-//   files (one per `dflash data regenerate --hidden-out` process) through the union of their lists, in file-name
-//   order; without any index, every *.safetensors in file-name order. Each shard's metadata holds "format": "dflash-hidden-v1", "target_layer_ids": "1,9,17"
-//   (comma list), "hidden_size": "576", and from dump-hidden also "target_num_layers", "target" and
-//   "split": "train"; for sample i = 0..n-1 of the shard:
+// Offline hidden states, format `dflash-hidden-v1` (our own): this header is its reader; its one writer is
+// hidden_shard_writer.h (dump-hidden, regenerate --hidden-out, the tests; tests/python/hidden_format.py mirrors
+// it for the Python tests). The trainer reads it through src/train/offline_dataset.h.
+//   A folder of *.safetensors shards, or a single file. A folder is read through the union of its
+//   `index-<part>.json` files in file-name order (one per writing process: shards listed complete, with their
+//   samples' keys; layout in hidden_shard_writer.h); a folder with the single `index.json` of older dump-hidden
+//   versions through its "shards" list; a folder without any index as every *.safetensors in file-name order.
+//   Each shard's metadata holds "format": "dflash-hidden-v1", "target_layer_ids": "1,9,17" (comma list),
+//   "hidden_size": "576", and from our writers also "target_num_layers", "target" and "split": "train"; for
+//   sample i = 0..n-1 of the shard:
 //     "{i}.input_ids"     int64 (any int) [S]
 //     "{i}.loss_mask"     bool/uint8/int  [S]  (1 = assistant token, in the loss)
 //     "{i}.hidden_states" any float [S, n*H]: outputs of target layers target_layer_ids (HF hidden_states[id+1])
-//                         concatenated on the last axis in that order (bf16 from dump-hidden)
+//                         concatenated on the last axis in that order (bf16 from our writers)
 //     "{i}.last_hidden"   any float [S, H] (optional): the target's final-normed last hidden state
 //   Samples are numbered shard by shard.
 // The reader checks every sample's dtypes and shapes from the headers on open and NaN/Inf when a sample is
@@ -48,7 +50,8 @@ bool is_dflash_hidden(const std::string& path);
 // The shard files a reader opens for `path` (see the format above).
 std::vector<std::string> hidden_shard_files(const std::string& path);
 
-// Writes one shard atomically (temporary file, fsync, rename). `extra` adds metadata keys.
+// Writes one shard atomically (temporary file, fsync, rename). `extra` adds metadata keys. Folders are written
+// through HiddenShardWriter, which also keeps their index.
 void write_hidden_shard(const std::string& path, const std::vector<HiddenSample>& samples, const HiddenMeta& meta,
                         const std::map<std::string, std::string>& extra = {});
 

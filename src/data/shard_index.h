@@ -10,7 +10,7 @@
 namespace dflash::data {
 
 inline constexpr const char* kDflashHiddenFormat = "dflash-hidden-v1";
-inline constexpr const char* kHiddenIndexFile = "index.json";
+inline constexpr const char* kHiddenIndexFile = "index.json";  // the legacy single index (read, adopted)
 
 struct HiddenMeta {
   std::vector<int64_t> target_layer_ids;

@@ -8,17 +8,6 @@
 
 namespace dflash::data {
 
-std::unique_ptr<tok::Tokenizer> load_tokenizer_for(const std::string& model_path, const std::string& explicit_path) {
-  namespace fs = std::filesystem;
-  std::string path = explicit_path;
-  if (path.empty()) {
-    if (fs::is_regular_file(model_path)) path = model_path;  // a GGUF carries its vocabulary
-    else if (fs::exists(fs::path(model_path) / "tokenizer.json")) path = (fs::path(model_path) / "tokenizer.json").string();
-  }
-  if (path.empty()) return nullptr;
-  return std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(path));
-}
-
 std::vector<int64_t> stop_ids(const models::TargetModel& model, const tok::Tokenizer* t) {
   std::vector<int64_t> ids = model.config().eos_token_ids;
   if (t && t->eos_id() >= 0 && std::find(ids.begin(), ids.end(), t->eos_id()) == ids.end()) ids.push_back(t->eos_id());

@@ -1,5 +1,5 @@
-// Loading what data and eval commands need from a --model path: the target, its tokenizer (GGUF metadata or
-// tokenizer.json beside an HF folder) and the stop ids.
+// What data and eval commands derive from a loaded target and its tokenizer: the stop ids of an --eos flag and
+// the token ids of a prompt (chat template). Loading the target itself: models/target_options.h.
 #pragma once
 #include <memory>
 #include <string>
@@ -10,9 +10,6 @@
 #include "tokenizer.h"
 
 namespace dflash::data {
-
-// nullptr when `path` is empty and the model has no tokenizer next to it; `explicit_path` overrides.
-std::unique_ptr<tok::Tokenizer> load_tokenizer_for(const std::string& model_path, const std::string& explicit_path);
 
 // The model's eos ids plus the tokenizer's eos (when given): any of them ends a reply.
 std::vector<int64_t> stop_ids(const models::TargetModel& model, const tok::Tokenizer* t);

@@ -24,11 +24,14 @@
 #endif
 
 #include "args.h"
+#include "drafter_commands.h"
 #include "drafter_model.h"
 #include "memory_planner.h"
 #include "python_driver.h"
 
-namespace dflash::cli {
+namespace dflash::drafter {
+
+using util::Args;
 
 at::ScalarType parse_dtype_name(const std::string& s);  // selftest_command.cpp
 int64_t dtype_bytes_of(const std::string& s);           // plan_command.cpp
@@ -294,7 +297,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
     std::string types;
     for (const auto& t : c.layer_types) types += (types.empty() ? "" : ",") + t;
     const auto num = [](int64_t x) { return std::to_string(x); };
-    const auto r = cli::run_python(
+    const auto r = util::run_python(
         "bench_reference_step.py",
         {"--hidden", num(c.hidden_size), "--intermediate", num(c.intermediate_size), "--heads", num(c.num_attention_heads),
          "--kv-heads", num(c.num_key_value_heads), "--head-dim", num(c.head_dim), "--layers", num(c.num_hidden_layers),
@@ -322,4 +325,4 @@ int bench_step_main(const std::vector<std::string>& argv) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::drafter

@@ -7,10 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "drafter_commands.h"
 #include "drafter_model.h"
 #include "memory_planner.h"
 
-namespace dflash::cli {
+namespace dflash::drafter {
+
+using util::Args;
 
 int64_t dtype_bytes_of(const std::string& s) {
   if (s == "bf16" || s == "bfloat16" || s == "fp16" || s == "float16") return 2;
@@ -87,4 +90,4 @@ int plan_main(const std::vector<std::string>& argv) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::drafter

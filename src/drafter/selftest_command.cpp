@@ -12,10 +12,13 @@
 #include <ATen/ATen.h>
 
 #include "args.h"
+#include "drafter_commands.h"
 #include "drafter_model.h"
 #include "safetensors.h"
 
-namespace dflash::cli {
+namespace dflash::drafter {
+
+using util::Args;
 
 at::ScalarType parse_dtype_name(const std::string& s) {
   if (s == "float32" || s == "fp32") return at::kFloat;
@@ -25,7 +28,7 @@ at::ScalarType parse_dtype_name(const std::string& s) {
   throw std::invalid_argument("dtype: expected float32, float64, bfloat16 or float16, got '" + s + "'");
 }
 
-int drafter_selftest_main(const std::vector<std::string>& argv) {
+int selftest_main(const std::vector<std::string>& argv) {
   Args a("drafter selftest", "one drafter forward+backward on a saved batch; writes outputs and gradients");
   a.option("config", "FILE", "", "drafter config.json");
   a.option("weights", "FILE", "", "drafter model.safetensors");
@@ -86,4 +89,4 @@ int drafter_selftest_main(const std::vector<std::string>& argv) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::drafter

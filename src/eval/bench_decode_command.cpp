@@ -14,11 +14,14 @@
 #include <stdexcept>
 
 #include "args.h"
+#include "eval_commands.h"
 #include "python_driver.h"
 #include "response_generator.h"
-#include "target_loader.h"
+#include "target_options.h"
 
-namespace dflash::cli {
+namespace dflash::eval {
+
+using util::Args;
 namespace {
 
 // N sequences of different lengths (sequence b's prompt is the prompt repeated b % 4 + 1 times), prefilled
@@ -73,19 +76,17 @@ nlohmann::json bench_batched(const models::TargetModel& model, const std::vector
 
 int bench_decode_main(const std::vector<std::string>& args) {
   Args a("bench decode", "target greedy decode tokens/s: dflash (C++) vs Hugging Face transformers");
-  a.option("model", "PATH", "", "target: a .gguf file or a Hugging Face folder");
+  models::add_target_options(a, {.tokenizer = false, .eos = false});
   a.option("prompt-ids", "IDS", "1,9690,198,2683,359,253,5356", "comma-separated prompt token ids");
   a.option("new-tokens", "N", "64", "tokens to decode (no early stop)");
-  a.option("threads", "N", "1", "intra-op threads for both");
   a.option("skip-hf", "0|1", "0", "1: only the C++ side");
   a.option("batch", "N", "0",
            "also time N sequences decoded together (as regenerate does): fused decode attention vs per-sequence SDPA");
   a.option("json", "FILE", "", "write the results as JSON");
   if (!a.parse(args)) return 0;
-  if (a.str("model").empty()) throw std::invalid_argument("bench decode: --model is required");
-  const int64_t threads = a.i64("threads"), n = a.i64("new-tokens");
-  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
-  models::TargetModel model = models::load_target(a.str("model"));
+  const models::TargetOptions topt = models::read_target_options(a);  // --threads applies to both sides
+  const int64_t threads = topt.threads, n = a.i64("new-tokens");
+  models::TargetModel model = models::load_target(topt);
   data::GenerationOptions gen;
   gen.max_new = n;
   // CPU time as well as wall time: on a shared machine the CPU-time rate is the one that does not depend on
@@ -95,13 +96,13 @@ int bench_decode_main(const std::vector<std::string>& args) {
   const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   const double ours = r.decode_seconds > 0 ? (static_cast<double>(r.tokens.size()) - 1) / r.decode_seconds : 0;
   const double ours_cpu = cpu_s > 0 ? static_cast<double>(r.tokens.size()) / cpu_s : 0;
-  nlohmann::json out = {{"model", a.str("model")}, {"threads", at::get_num_threads()}, {"new_tokens", n},
+  nlohmann::json out = {{"model", topt.path}, {"threads", at::get_num_threads()}, {"new_tokens", n},
                         {"dflash_tokens_per_s", ours}, {"dflash_tokens_per_cpu_s", ours_cpu}};
   std::printf("dflash        %7.1f tokens/s wall, %7.1f per CPU second (%lld tokens, %d threads)\n", ours, ours_cpu,
               static_cast<long long>(n), at::get_num_threads());
   if (a.i64("skip-hf") == 0) {
-    const auto py = run_python("bench_decode_hf.py",
-                               {a.str("model"), a.str("prompt-ids"), std::to_string(n), std::to_string(threads)});
+    const auto py = util::run_python("bench_decode_hf.py",
+                               {topt.path, a.str("prompt-ids"), std::to_string(n), std::to_string(threads)});
     if (py.exit_code != 0) throw std::runtime_error("bench decode: the transformers run failed (exit " +
                                                     std::to_string(py.exit_code) + ")");
     const auto hf = nlohmann::json::parse(py.stdout_text.substr(py.stdout_text.rfind('{')));
@@ -125,4 +126,4 @@ int bench_decode_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::eval

@@ -2,7 +2,6 @@
 // proposer), against the target alone in the same run: tau, acceptance histogram, per-slot acceptance,
 // tokens/s, speedup and (at temperature 0) the lossless check, per dataset; --json writes them.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +12,7 @@
 
 #include "args.h"
 #include "dflash_proposer.h"
+#include "eval_commands.h"
 #include "eval_report.h"
 #include "progress.h"
 #include "prompt_sources.h"
@@ -20,9 +20,11 @@
 #include "simple_proposers.h"
 #include "speculative_decoder.h"
 #include "target_io.h"
-#include "target_loader.h"
+#include "target_options.h"
 
-namespace dflash::cli {
+namespace dflash::eval {
+
+using util::Args;
 namespace {
 
 struct DatasetArg {
@@ -51,8 +53,7 @@ std::vector<DatasetArg> parse_datasets(const std::vector<std::string>& items) {
 
 int eval_main(const std::vector<std::string>& args) {
   Args a("eval", "speculative decoding with a drafter vs the target alone: tau, speedup, lossless check");
-  a.option("target", "PATH", "", "target: a .gguf file or a Hugging Face folder");
-  a.option("tokenizer", "PATH", "", "tokenizer (.gguf or tokenizer.json); default: from --target");
+  models::add_target_options(a);
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
   a.option("block-size", "B", "16", "block size for the oracle / random proposers");
@@ -66,18 +67,15 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("baseline", "0|1", "1", "also decode with the target alone (speed baseline and lossless check)");
   a.option("json", "FILE", "", "write the results as JSON");
   a.option("tokens-out", "FILE", "", "write the generated tokens per prompt and repeat as JSONL");
-  a.option("eos", "IDS", "config", "stop ids: config (model + tokenizer), none, or comma-separated ids");
-  a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
   if (!a.parse(args)) return 0;
-  if (a.str("target").empty()) throw std::invalid_argument("eval: --target is required");
-  if (a.i64("threads") > 0) at::set_num_threads(static_cast<int>(a.i64("threads")));
+  const models::TargetOptions topt = models::read_target_options(a);
   const auto datasets = parse_datasets(a.str_list("data"));
   const int64_t repeats = a.i64("repeats");
   if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
   const bool baseline = a.i64("baseline") != 0;
 
-  models::TargetModel target = models::load_target(a.str("target"));
-  auto tokenizer = data::load_tokenizer_for(a.str("target"), a.str("tokenizer"));
+  const models::TargetModel target = models::load_target(topt);
+  auto tokenizer = models::load_target_tokenizer(topt);
   std::unique_ptr<tok::ChatFormat> chat;
   if (tokenizer) chat = std::make_unique<tok::ChatFormat>(tok::ChatFormat::from_tokenizer(*tokenizer));
 
@@ -102,7 +100,7 @@ int eval_main(const std::vector<std::string>& args) {
   gen.max_new = a.i64("max-new");
   gen.temperature = a.f64("temperature");
   gen.seed = static_cast<uint64_t>(a.i64("seed"));
-  gen.eos_ids = data::parse_stop_ids(a.str("eos"), target, tokenizer.get());
+  gen.eos_ids = data::parse_stop_ids(topt.eos, target, tokenizer.get());
   if (gen.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
 
   std::unique_ptr<std::ofstream> tokens_out;
@@ -159,7 +157,7 @@ int eval_main(const std::vector<std::string>& args) {
   eval::print_table(reports);
   eval::print_cycle_breakdown(reports);
   if (!a.str("json").empty()) {
-    nlohmann::json j = {{"target", a.str("target")},
+    nlohmann::json j = {{"target", topt.path},
                         {"drafter", drafter ? drafter->dir : kind},
                         {"block_size", B},
                         {"temperature", gen.temperature},
@@ -176,4 +174,4 @@ int eval_main(const std::vector<std::string>& args) {
   return all_lossless ? 0 : 3;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::eval

@@ -9,8 +9,11 @@
 #include "args.h"
 #include "atomic_output.h"
 #include "gguf.h"
+#include "io_commands.h"
 
-namespace dflash::cli {
+namespace dflash::io {
+
+using util::Args;
 
 namespace {
 
@@ -129,4 +132,4 @@ int gguf_dequant_main(const std::vector<std::string>& argv) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::io

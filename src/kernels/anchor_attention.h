@@ -100,7 +100,4 @@ void anchor_attention_reduce_dq(const AnchorAttentionArgs& a, const AnchorAttent
 // Floating-point work of one call (for GFLOP/s reports): multiply-adds x 2 over visible pairs.
 double anchor_attention_forward_flops(const AnchorAttentionArgs& a);
 
-// Which implementation the dispatcher picked on this CPU ("avx512" or "generic").
-const char* anchor_attention_cpu_isa();
-
 }  // namespace dflash::kernels

@@ -26,16 +26,6 @@ int64_t anchor_at(const AnchorAttentionArgs& a, int64_t b, int64_t n) { return a
 
 }  // namespace
 
-
-const char* anchor_attention_cpu_isa() {
-  switch (cpu_isa()) {
-    case CpuIsa::Avx512: return "avx512";
-    case CpuIsa::Avx2: return "avx2";
-    case CpuIsa::Base: return "generic";
-  }
-  return "generic";
-}
-
 std::string check_anchor_values(const AnchorAttentionArgs& a) {
   const auto& s = a.shape;
   for (int64_t b = 0; b < s.batch; ++b)

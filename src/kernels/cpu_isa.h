@@ -1,12 +1,21 @@
-// The instruction set the CPU kernels run with, detected once; each kernel is compiled once per set
-// (src/kernels/CMakeLists.txt) and DFLASH_ISA_CALL picks the copy.
+// The instruction set the CPU kernels run with. Each kernel is compiled once per set (src/kernels/CMakeLists.txt)
+// and DFLASH_ISA_CALL picks the copy. Chosen once: the environment variable DFLASH_CPU_ISA (base, avx2 or
+// avx512) when set and runnable here, else the best set this CPU runs. Tests run every runnable set in turn
+// through set_cpu_isa().
 #pragma once
+#include <vector>
 
 namespace dflash::kernels {
 
 enum class CpuIsa { Avx512, Avx2, Base };
 
 CpuIsa cpu_isa();
+const char* isa_name(CpuIsa isa);
+// The sets this binary carries that this CPU can run, best first (Base always).
+std::vector<CpuIsa> runnable_isas();
+// Makes later kernel calls use `isa`; false (and nothing changes) when it is not runnable here. Call it
+// between kernel calls, not during one.
+bool set_cpu_isa(CpuIsa isa);
 
 #if defined(DFLASH_HAVE_X86_ISAS)
 #define DFLASH_ISA_CALL(fn, ...)                                 \

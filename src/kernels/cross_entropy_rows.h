@@ -16,7 +16,9 @@ struct CrossEntropyRowsArgs {
   void* logits = nullptr;                  // [rows, ld]; with write_grad: overwritten by the gradient
   const int64_t* labels = nullptr;         // [rows], each in [0, vocab)
   const float* scale = nullptr;            // [rows]: d loss / d ce of the row (with write_grad)
-  bool write_grad = false;                 // logits := (softmax - onehot(label)) * scale
+  // logits := (softmax - onehot(label)) * scale. Without it float32 logits are left holding exp(logit - row max)
+  // (the kernel's scratch); bfloat16 logits are left as they were.
+  bool write_grad = false;
   float* lse = nullptr;                    // [rows] out: logsumexp
   float* ce = nullptr;                     // [rows] out: lse - logit[label]
   uint8_t* correct = nullptr;              // [rows] out: 1 when the first argmax is the label

@@ -1,6 +1,6 @@
 // The attention of TargetModel::decode_batch: every sequence stores its new K/V row in its own cache at
 // position length() and its one query token attends over that cache. On CPU in float32/float64 this is
-// one kernel call for all sequences (src/kernels/decode_attention.h) instead of a cache copy and an SDPA
+// one kernel call for all sequences (src/ops/decode_attention_op.h) instead of a cache copy and an SDPA
 // per sequence, whose fixed per-call costs dominated the step; elsewhere it is the per-sequence path.
 #pragma once
 #include <vector>

@@ -13,8 +13,11 @@
 #include "input_file.h"
 #include "strict_json.h"
 #include "tokenizer.h"
+#include "tokenizer_commands.h"
 
-namespace dflash::cli {
+namespace dflash::tok {
+
+using util::Args;
 
 int tokenize_main(const std::vector<std::string>& args) {
   Args a("tokenize", "tokenize JSONL text (or chat messages) with a GGUF or tokenizer.json vocabulary");
@@ -107,4 +110,4 @@ int tokenize_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::tok

@@ -17,7 +17,9 @@ class BoundedQueue {
 
   bool push(T item) {
     std::unique_lock<std::mutex> l(m_);
+    ++blocked_pushers_;
     not_full_.wait(l, [&] { return closed_ || q_.size() < capacity_; });
+    --blocked_pushers_;
     if (closed_) return false;
     q_.push_back(std::move(item));
     not_empty_.notify_one();
@@ -42,6 +44,11 @@ class BoundedQueue {
     not_empty_.notify_all();
     not_full_.notify_all();
   }
+  // Threads inside push() (waiting for room, or about to find it), so tests can wait for a blocked producer.
+  int pushers() {
+    std::lock_guard<std::mutex> l(m_);
+    return blocked_pushers_;
+  }
   void close() {
     std::lock_guard<std::mutex> l(m_);
     closed_ = true;
@@ -55,6 +62,7 @@ class BoundedQueue {
   std::condition_variable not_full_, not_empty_;
   std::deque<T> q_;
   bool closed_ = false;
+  int blocked_pushers_ = 0;
   std::exception_ptr error_;
 };
 

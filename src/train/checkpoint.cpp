@@ -4,9 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,7 +43,8 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int64_t keep) {
+std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int64_t keep,
+                            const std::function<void()>& before_rename) {
   const std::string dir = ckpt_dir(run_dir);
   fs::create_directories(dir);
   io::remove_stale_temporaries(dir);  // left by a save that was killed (kill -9, power cut)
@@ -59,11 +58,7 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int
   const std::string tmp = io::temp_path_for(final_path);  // "<name>.tmp.<pid>": stale ones are recognised later
   io::save_safetensors(tmp, t, {{"dflash_checkpoint", meta.dump()}});  // itself atomic: tmp is whole or absent
   fsync_path(tmp);
-  if (const char* k = std::getenv("DFLASH_TEST_KILL_IN_SAVE"); k && std::atoll(k) == s.step) {
-    std::fprintf(stderr, "DFLASH_TEST_KILL_IN_SAVE: killing the process between write and rename\n");
-    std::fflush(stderr);
-    std::raise(SIGKILL);
-  }
+  if (before_rename) before_rename();
   if (std::rename(tmp.c_str(), final_path.c_str()) != 0) throw std::runtime_error(final_path + ": rename failed");
   fsync_dir(dir);
   write_file_atomic((fs::path(dir) / "latest").string(), name + "\n");

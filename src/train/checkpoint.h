@@ -5,6 +5,7 @@
 // after that, so a crash at any point leaves the previous checkpoint loadable.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,9 +26,10 @@ struct TrainState {
   nlohmann::json info;     // free-form: settings, seed, rng notes
 };
 
-// Returns the checkpoint path. Test hook: DFLASH_TEST_KILL_IN_SAVE=N kills the process with SIGKILL, in the save of step N, after
-// the temporary file is complete and before it is renamed (a crash mid-save).
-std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int64_t keep);
+// Returns the checkpoint path. `before_rename` (tests) runs once the temporary file is complete and before it
+// is renamed into place: the moment a crash mid-save would hit.
+std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int64_t keep,
+                            const std::function<void()>& before_rename = {});
 
 // The newest loadable checkpoint: `latest` first, else step-*.safetensors from the highest step down
 // (a damaged file is skipped with a warning on stderr). Throws when none loads.

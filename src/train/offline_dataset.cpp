@@ -141,16 +141,6 @@ std::unique_ptr<SampleSource> open_specforge(const std::string& path) { return s
 
 HiddenMeta dflash_hidden_meta(const std::string& path) { return DflashHidden(path).meta(); }
 
-void write_dflash_shard(const std::string& path, const std::vector<Sample>& samples,
-                        const std::vector<int64_t>& target_layer_ids, int64_t hidden_size) {
-  std::vector<data::HiddenSample> h;
-  for (const auto& s : samples) h.push_back({s.input_ids, s.loss_mask, s.features, s.last_hidden});
-  HiddenMeta m;
-  m.target_layer_ids = target_layer_ids;
-  m.hidden_size = hidden_size;
-  data::write_hidden_shard(path, h, m);
-}
-
 std::unique_ptr<SampleSource> open_samples(const std::string& path, const std::string& format) {
   if (format == "tokens") return open_token_samples(path);
   if (format == "dflash") return open_dflash_hidden(path);

@@ -27,8 +27,4 @@ std::unique_ptr<SampleSource> open_specforge(const std::string& path);
 
 HiddenMeta dflash_hidden_meta(const std::string& path);
 
-// Writes one shard (used by tests).
-void write_dflash_shard(const std::string& path, const std::vector<Sample>& samples,
-                        const std::vector<int64_t>& target_layer_ids, int64_t hidden_size);
-
 }  // namespace dflash::train

@@ -8,9 +8,28 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "drafter_model.h"
 #include "target_model.h"
 
 namespace dflash::train {
+
+ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, int64_t workers, int rank,
+                                   int world) {
+  ProducerSettings ps;
+  ps.dcfg = d;
+  ps.batch_size = cfg.batch_size;
+  ps.grad_accum = cfg.grad_accum;
+  ps.workers = workers;
+  ps.rank = rank;
+  ps.world = world;
+  ps.max_len = cfg.max_len;
+  ps.num_anchors = cfg.num_anchors;
+  ps.seed = cfg.seed;
+  ps.gamma = cfg.gamma > 0 ? cfg.gamma : drafter::default_loss_gamma(d.block_size);
+  ps.want_last_hidden = cfg.kl_weight > 0;
+  ps.queue_depth = cfg.queue_depth;
+  return ps;
+}
 namespace {
 
 // splitmix64: decorrelates seeds built from (seed, step, index).

@@ -21,6 +21,7 @@
 #include "bounded_queue.h"
 #include "drafter_config.h"
 #include "sample_source.h"
+#include "train_config.h"
 
 namespace dflash::models {
 class TargetModel;
@@ -54,6 +55,10 @@ struct ProducerSettings {
   bool want_last_hidden = false;
   int64_t queue_depth = 2;
 };
+
+// The producer's settings for a run of `cfg` with `workers` local worker threads, as rank `rank` of `world`.
+ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, int64_t workers, int rank,
+                                   int world);
 
 class StepProducer {
  public:

@@ -1,18 +1,36 @@
 // `dflash train`, `dflash export`, `dflash plot` (docs/TRAINING.md).
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "checkpoint.h"
+#include "export_run.h"
 #include "python_driver.h"
+#include "train_commands.h"
 #include "train_config.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
 
-namespace dflash::cli {
+namespace dflash::train {
+
+using util::Args;
+
+namespace {
+
+// The test hooks of a whole run, for the Python tests that drive `dflash train` as a process.
+TrainHooks hooks_from_environment() {
+  TrainHooks h;
+  if (const char* f = std::getenv("DFLASH_TEST_FAIL_WORKER")) h.fail_worker = std::atoi(f);
+  if (const char* k = std::getenv("DFLASH_TEST_KILL_IN_SAVE")) h.kill_in_save_step = std::atoll(k);
+  if (const char* d = std::getenv("DFLASH_TEST_DUMP_RANK_WEIGHTS")) h.dump_rank_weights = std::string(d) == "1";
+  return h;
+}
+
+}  // namespace
 
 int train_main(const std::vector<std::string>& argv) {
   train::TrainConfig cfg;
@@ -38,41 +56,31 @@ int train_main(const std::vector<std::string>& argv) {
     cfg.resume = true;
   }
   train::install_sigint_handler();
-  return train::run_training(cfg);
+  return train::run_training(cfg, hooks_from_environment());
 }
 
 int export_main(const std::vector<std::string>& argv) {
-  std::vector<std::string> rest;
-  std::string run_dir;
-  for (const auto& a : argv) {
-    if (run_dir.empty() && a.rfind("--", 0) != 0 && (rest.empty() || rest.back().rfind("--", 0) != 0 || rest.back() == "--help"))
-      run_dir = a;
-    else
-      rest.push_back(a);
-  }
-  Args a("export", "write a run's latest checkpoint as an HF drafter folder: dflash export RUN_DIR --out DIR");
+  Args a("export", "write a run's latest checkpoint as an HF drafter folder");
+  a.positional("RUN_DIR", "the training run (its --out folder)");
   a.option("out", "DIR", "", "output folder (config.json + model.safetensors)");
-  a.option("dtype", "DTYPE", "", "weights dtype: bf16 | fp32 (default: the drafter config's torch_dtype)");
-  if (!a.parse(rest)) return 0;
-  if (run_dir.empty()) throw std::invalid_argument("export: RUN_DIR missing (dflash export RUN_DIR --out DIR)");
-  if (a.str("out").empty()) throw std::invalid_argument("export: --out DIR is required");
-  train::export_run(run_dir, a.str("out"), a.str("dtype"));
+  a.option("dtype", "DTYPE", "", "weights dtype: bf16 | fp32 | fp16 | fp64 (default: the drafter config's torch_dtype)");
+  if (!a.parse(argv)) return 0;
+  a.require("out");
+  export_run(a.str("RUN_DIR"), a.str("out"), a.str("dtype"));
   return 0;
 }
 
 int plot_main(const std::vector<std::string>& argv) {
-  std::vector<std::string> rest;
-  std::string run_dir;
-  for (const auto& a : argv) (run_dir.empty() && a.rfind("--", 0) != 0) ? (void)(run_dir = a) : rest.push_back(a);
-  Args a("plot", "PNG curves of a run's metrics.jsonl: dflash plot RUN_DIR [--out DIR]");
+  Args a("plot", "PNG curves of a run's metrics.jsonl");
+  a.positional("RUN_DIR", "the training run (its --out folder)");
   a.option("out", "DIR", "", "output folder (default RUN_DIR)");
-  if (!a.parse(rest)) return 0;
-  if (run_dir.empty()) throw std::invalid_argument("plot: RUN_DIR missing (dflash plot RUN_DIR)");
+  if (!a.parse(argv)) return 0;
+  const std::string run_dir = a.str("RUN_DIR");
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics)) throw std::invalid_argument("plot: " + metrics + " not found");
-  const auto r = run_python("plot_metrics.py", {metrics, a.str("out").empty() ? run_dir : a.str("out")});
+  const auto r = util::run_python("plot_metrics.py", {metrics, a.str("out").empty() ? run_dir : a.str("out")});
   std::fputs(r.stdout_text.c_str(), stdout);
   return r.exit_code;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::train

@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "config_yaml.h"
+#include "dtype_names.h"
 #include "input_file.h"
 #include "strict_json.h"
 
@@ -54,7 +55,7 @@ const std::vector<Field>& fields() {
       {{"gamma", "float", "loss decay (0: by block size)"}, &C::gamma},
       {{"kl_weight", "float", "soft-label weight"}, &C::kl_weight},
       {{"dtype", "str", "drafter compute dtype: bf16 | fp32 | fp64"}, &C::dtype},
-      {{"target_dtype", "str", "online target dtype: fp32 | bf16 | fp64"}, &C::target_dtype},
+      {{"target_dtype", "str", "online target dtype: fp32 | bf16 | fp16 | fp64"}, &C::target_dtype},
       {{"activation_checkpoint", "str", "none | layer | every:K"}, &C::activation_checkpoint},
       {{"loss_chunk_rows", "int", "rows of logits per loss chunk"}, &C::loss_chunk_rows},
       {{"drafter_devices", "str", "one worker thread per device, e.g. cpu,cpu"}, &C::drafter_devices},
@@ -188,9 +189,8 @@ void TrainConfig::validate() const {
   require(clip >= 0, "clip", ">= 0", shown(clip));
   require(gamma >= 0, "gamma", ">= 0", shown(gamma));
   require(kl_weight >= 0 && kl_weight <= 1, "kl_weight", "in [0, 1]", shown(kl_weight));
-  for (const auto& [key, v] : {std::pair<std::string, std::string>{"dtype", dtype}, {"target_dtype", target_dtype}})
-    require(v == "bf16" || v == "fp32" || v == "fp64" || v == "bfloat16" || v == "float32" || v == "float64", key,
-            "bf16, fp32 or fp64", "'" + v + "'");
+  util::canonical_dtype(target_dtype, "train config: 'target_dtype'");
+  require(util::canonical_dtype(dtype, "train config: 'dtype'") != "fp16", "dtype", "bf16, fp32 or fp64", "'fp16'");
   require(checkpoint_policy_ok(activation_checkpoint), "activation_checkpoint", "none, layer or every:K with K >= 1",
           "'" + activation_checkpoint + "'");
   in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
@@ -313,7 +313,7 @@ void apply_config_text(TrainConfig& c, const std::string& text, const std::strin
 }
 
 bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nlohmann::json* flag_values) {
-  cli::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
+  util::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
   a.option("config", "FILE", "", "JSON or YAML settings file (flags override it)");
   const nlohmann::json defaults = to_json(TrainConfig{});
   for (const auto& f : fields()) {

@@ -1,31 +1,20 @@
-// `dflash train`: the training loop. One producer thread prepares steps (data, online target, anchors),
-// W drafter worker threads (one device and one weight replica each) compute loss and gradients of their
-// micro-batches, the main thread sums the workers' gradients in worker order, all-reduces them across
-// processes (c10d), normalises by the step's total loss weight, clips, applies AdamW to the fp32 master
-// weights and refreshes the replicas. Checkpoints, metrics and SIGINT handling live here too.
+// `dflash train`: a training run in named phases (trainer.cpp reads top to bottom like the run itself):
+//   open the run (run_context.h) -> load the target and the data (target_setup.h) -> master weights and
+//   AdamW (master_state.h) -> replicas and worker threads (step_runner.h) -> the step producer thread
+//   (step_producer.h) -> steps, logs and checkpoints -> finish.
 #pragma once
 #include <string>
 
-#include "drafter_config.h"
+#include "step_runner.h"
 #include "train_config.h"
-
-namespace dflash::models {
-struct TargetConfig;
-}
 
 namespace dflash::train {
 
-// Runs a full training; returns the exit code (0 done, 130 stopped by SIGINT after a checkpoint).
-int run_training(const TrainConfig& cfg);
-
-// The drafter config: cfg.drafter_config's file, else derived from the target's architecture
-// (hidden/heads/MLP of the target, cfg.drafter_layers layers, SPEC default target_layer_ids).
-drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& target);
+// Runs a full training; returns the exit code (0 done, 130 stopped by SIGINT after a checkpoint). A diverging
+// run (NaN/Inf loss or gradient norm) throws an error naming the step, with the last finite checkpoint kept.
+int run_training(const TrainConfig& cfg, const TrainHooks& hooks = {});
 
 // Installs the SIGINT handler (first Ctrl-C: finish the step, checkpoint, exit 130; second: default action).
 void install_sigint_handler();
-
-// `dflash export`: the run's latest checkpoint as an HF drafter folder (config.json + model.safetensors).
-void export_run(const std::string& run_dir, const std::string& out_dir, const std::string& dtype);
 
 }  // namespace dflash::train

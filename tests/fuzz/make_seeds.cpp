@@ -151,6 +151,18 @@ void gguf_seeds() {
   put_u64(v2, 1);
   kv_str(v2, "general.name", "x");
   seed("gguf", "v2_metadata_only", v2);
+  // Found by the fuzzer: an empty F32 tensor made dequantize call memcpy with a null destination.
+  std::string empty = "GGUF";
+  put_u32(empty, 3);
+  put_u64(empty, 1);
+  put_u64(empty, 0);
+  put_str(empty, "e");
+  put_u32(empty, 1);
+  put_u64(empty, 0);
+  put_u32(empty, 0);
+  put_u64(empty, 0);
+  empty.append((32 - empty.size() % 32) % 32, '\0');
+  seed("gguf", "found_empty_f32_tensor", empty);
 }
 
 void tokenizer_json_seeds() {

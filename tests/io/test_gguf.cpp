@@ -311,3 +311,19 @@ TEST(GGUF, NonRegularFilesAreRefusedAtOnce) {
   ::unlink(fifo.c_str());
   EXPECT_THROW(GGUFFile::open(::testing::TempDir()), std::runtime_error);
 }
+
+// Found by fuzzing: an empty tensor dequantised into an empty vector passed a null pointer to memcpy.
+TEST(GGUF, EmptyTensorDequantises) {
+  std::string s = "GGUF";
+  put_u32(s, 3);
+  put_u64(s, 1);
+  put_u64(s, 0);
+  put_str(s, "e");
+  put_u32(s, 1);
+  put_u64(s, 0);
+  put_u32(s, 0);  // F32, no elements
+  put_u64(s, 0);
+  s.append((32 - s.size() % 32) % 32, '\0');
+  GGUFFile f = GGUFFile::from_bytes("empty.gguf", reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  EXPECT_TRUE(f.dequantize(f.tensor("e")).empty());
+}

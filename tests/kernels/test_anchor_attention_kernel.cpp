@@ -1,12 +1,15 @@
 // The framework-free CPU kernel against a naive fp64 implementation written from the SPEC.md mask
-// formula (not from anchor_mask.h), forward and backward, through the kernel API alone.
+// formula (not from anchor_mask.h), forward and backward, through the kernel API alone, for every
+// instruction-set build (isa_param.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "anchor_attention.h"
+#include "isa_param.h"
 
 namespace {
 
@@ -162,10 +165,11 @@ double max_rel(const std::vector<double>& x, const std::vector<double>& ref) {
   return err / scale;
 }
 
-class KernelVsNaive : public ::testing::TestWithParam<Case> {};
+class KernelVsNaive : public ::testing::TestWithParam<std::tuple<Case, dflash::kernels::CpuIsa>> {};
 
 TEST_P(KernelVsNaive, ForwardAndGradientsMatchFp64) {
-  const Case c = GetParam();
+  const Case c = std::get<0>(GetParam());
+  DFLASH_USE_ISA(std::get<1>(GetParam()));
   const Data d = make_data(c, 1234);
   const double scale = 1.0 / std::sqrt(double(c.D));
   const Grads ref = naive(d, scale);
@@ -179,10 +183,13 @@ TEST_P(KernelVsNaive, ForwardAndGradientsMatchFp64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelVsNaive,
-                         ::testing::Values(Case{1, 20, 3, 4, 2, 1, 8, 0}, Case{2, 70, 5, 16, 4, 2, 64, 0},
-                                           Case{1, 150, 4, 16, 8, 8, 32, 0}, Case{1, 3, 4, 16, 2, 2, 16, 0},
-                                           Case{2, 90, 6, 8, 8, 1, 24, 20}, Case{1, 200, 3, 16, 4, 4, 64, 70},
-                                           Case{1, 130, 2, 100, 2, 1, 8, 0}));
+                         ::testing::Combine(::testing::Values(Case{1, 20, 3, 4, 2, 1, 8, 0}, Case{2, 70, 5, 16, 4, 2, 64, 0},
+                                                              Case{1, 150, 4, 16, 8, 8, 32, 0},
+                                                              Case{1, 3, 4, 16, 2, 2, 16, 0},
+                                                              Case{2, 90, 6, 8, 8, 1, 24, 20},
+                                                              Case{1, 200, 3, 16, 4, 4, 64, 70},
+                                                              Case{1, 130, 2, 100, 2, 1, 8, 0}),
+                                            dflash::kernels::testing::kEveryIsa));
 
 TEST(KernelChecks, AnchorOutsideContextIsNamed) {
   std::vector<int64_t> anchors{0, 5, 11};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "decode_attention.h"
+#include "isa_param.h"
 
 using namespace dflash::kernels;
 
@@ -79,12 +80,18 @@ void check_against_naive(int64_t Hq, int64_t Hkv, int64_t D, std::vector<int64_t
 
 }  // namespace
 
-TEST(DecodeAttention, FloatMatchesFp64Loop) { check_against_naive<float>(9, 3, 64, {0, 5, 17, 63}, 2e-5); }
-TEST(DecodeAttention, DoubleMatchesFp64Loop) { check_against_naive<double>(9, 3, 64, {3, 0, 40}, 1e-12); }
-TEST(DecodeAttention, OddShapes) {
+class DecodeAttentionPerIsa : public ::testing::TestWithParam<dflash::kernels::CpuIsa> {};
+
+TEST_P(DecodeAttentionPerIsa, MatchesFp64Loop) {
+  DFLASH_USE_ISA(GetParam());
+  check_against_naive<float>(9, 3, 64, {0, 5, 17, 63}, 2e-5);
+  check_against_naive<double>(9, 3, 64, {3, 0, 40}, 1e-12);
   check_against_naive<float>(4, 4, 12, {1, 30}, 2e-5);   // no grouping, head_dim not a vector multiple
   check_against_naive<float>(20, 1, 8, {2, 9}, 2e-5);    // 20 q heads on one KV head: padded to 2 vectors
 }
+
+INSTANTIATE_TEST_SUITE_P(Isa, DecodeAttentionPerIsa, dflash::kernels::testing::kEveryIsa,
+                         dflash::kernels::testing::isa_label);
 
 TEST(DecodeAttention, ChecksNameTheProblem) {
   DecodeAttentionArgs a;

@@ -1,7 +1,8 @@
 """Dense reference of the DFlash anchor-block attention, written from SPEC.md "The attention mask".
 
 It materialises the full [Tq, S + N*B] mask and expands K/V to every query head: slow and memory
-hungry on purpose, so it shares nothing with the fused kernel it checks.
+hungry on purpose, so it shares nothing with the fused kernel it checks. The one dense reference of the Python
+tests (the op's, the CUDA kernel's and the reference drafter's).
 """
 import torch
 
@@ -24,19 +25,31 @@ def anchor_block_mask(anchors, keep, S, N, B, window=0):
     return (ctx | blk) & keep[:, qb][..., None]
 
 
+def masked_attention(q, k, v, mask, scale):
+    """q [batch, T, Hq, D], k/v [batch, Tk, Hkv, D], mask [batch, T, Tk] -> [batch, T, Hq, D] in q's dtype; GQA
+    expanded here. Rows that see no key output zero."""
+    G = q.shape[2] // k.shape[2]
+    kx = k.repeat_interleave(G, dim=2).transpose(1, 2)
+    vx = v.repeat_interleave(G, dim=2).transpose(1, 2)
+    s = torch.matmul(q.transpose(1, 2), kx.transpose(-1, -2)) * scale
+    m = mask[:, None]
+    s = s.masked_fill(~m, float("-inf"))
+    seen = m.any(-1, keepdim=True)
+    p = torch.softmax(torch.where(seen, s, torch.zeros_like(s)), dim=-1) * seen
+    return torch.matmul(p, vx).transpose(1, 2)
+
+
+def masked_lse(q, k, mask, scale):
+    """The row log-sum-exp [batch, Hq, T] of the masked scores (-inf for rows that see nothing)."""
+    G = q.shape[2] // k.shape[2]
+    kx = k.repeat_interleave(G, dim=2).transpose(1, 2)
+    s = torch.matmul(q.transpose(1, 2), kx.transpose(-1, -2)) * scale
+    return torch.logsumexp(s.masked_fill(~mask[:, None], float("-inf")), dim=-1)
+
+
 def dense_attention(q, k, v, anchors, keep, block_size, window=0, scale=None):
     """q [batch, N*B, Hq, D], k/v [batch, S+N*B, Hkv, D] -> [batch, N*B, Hq, D], in q's dtype."""
-    batch, Tq, Hq, D = q.shape
-    Hkv = k.shape[2]
+    Tq, D = q.shape[1], q.shape[3]
     S = k.shape[1] - Tq
-    N = Tq // block_size
-    scale = D ** -0.5 if scale is None else scale
-    mask = anchor_block_mask(anchors, keep, S, N, block_size, window)[:, None]  # [batch, 1, Tq, Tk]
-    kx = k.repeat_interleave(Hq // Hkv, dim=2).transpose(1, 2)
-    vx = v.repeat_interleave(Hq // Hkv, dim=2).transpose(1, 2)
-    s = torch.matmul(q.transpose(1, 2), kx.transpose(-1, -2)) * scale
-    s = s.masked_fill(~mask, float("-inf"))
-    any_key = mask.any(-1, keepdim=True)
-    s = torch.where(any_key, s, torch.zeros_like(s))     # rows that see nothing output zero
-    p = torch.softmax(s, dim=-1) * any_key
-    return torch.matmul(p, vx).transpose(1, 2)
+    mask = anchor_block_mask(anchors, keep, S, Tq // block_size, block_size, window)
+    return masked_attention(q, k, v, mask, D ** -0.5 if scale is None else scale)

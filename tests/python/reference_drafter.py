@@ -8,6 +8,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attention_reference import anchor_block_mask, masked_attention
+
 LAYER_KEYS = [
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
@@ -44,36 +46,6 @@ def rope(x, pos, theta):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
-def dense_mask(anchors, keep, S, B, window):
-    """[b, N*B, S+N*B] bool, exactly SPEC.md's mask_mod plus the sliding-window rules."""
-    b, N = anchors.shape
-    T = N * B
-    q = torch.arange(T)
-    qb, qj = q // B, q % B
-    kv = torch.arange(S + T)
-    a = anchors[:, qb]                                                   # [b, T]
-    is_ctx = (kv < S)[None, None, :]
-    ctx = is_ctx & (kv[None, None, :] < a[:, :, None])
-    blk_of_kv = torch.where(kv >= S, (kv - S) // B, torch.full_like(kv, -1))
-    own = (~is_ctx) & (blk_of_kv[None, None, :] == qb[None, :, None])
-    if window > 0:
-        ctx = ctx & (kv[None, None, :] >= (a + qj[None, :] - (window - 1))[:, :, None])
-        slot_of_kv = torch.where(kv >= S, (kv - S) % B, torch.zeros_like(kv))
-        own = own & (slot_of_kv[None, None, :] <= qj[None, :, None])
-    return (ctx | own) & keep[:, qb][:, :, None]
-
-
-def attention(q, k, v, mask):
-    """q [b,T,Hq,D], k/v [b,S+T,Hkv,D]; GQA expanded here (reference only). Rows with no key give 0."""
-    g = q.shape[2] // k.shape[2]
-    k = k.repeat_interleave(g, dim=2)
-    v = v.repeat_interleave(g, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
-    m = mask[:, None]
-    p = torch.softmax(s.masked_fill(~m, -1e30), dim=-1) * m
-    return torch.einsum("bhqk,bkhd->bqhd", p, v)
-
-
 def layer_window(cfg, i):
     return cfg["sliding_window"] if cfg["layer_types"][i] == "sliding_attention" else 0
 
@@ -96,7 +68,8 @@ def drafter_hidden(cfg, W, embed, feats, block_ids, anchors, keep):
         k = (kv_in @ L["self_attn.k_proj.weight"].T).view(b, S + T, hkv, d)
         k = rope(rms_norm(k, L["self_attn.k_norm.weight"], eps), key_pos, theta)
         v = (kv_in @ L["self_attn.v_proj.weight"].T).view(b, S + T, hkv, d)
-        o = attention(q, k, v, dense_mask(anchors, keep, S, B, layer_window(cfg, i)))
+        o = masked_attention(q, k, v, anchor_block_mask(anchors, keep, S, anchors.shape[1], B, layer_window(cfg, i)),
+                             q.shape[-1] ** -0.5)
         x = x + o.reshape(b, T, hq * d) @ L["self_attn.o_proj.weight"].T
         h2 = rms_norm(x, L["post_attention_layernorm.weight"], eps)
         mlp = (F.silu(h2 @ L["mlp.gate_proj.weight"].T) * (h2 @ L["mlp.up_proj.weight"].T))

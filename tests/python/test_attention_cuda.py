@@ -11,6 +11,8 @@ import os
 import pytest
 import torch
 
+from attention_reference import anchor_block_mask, masked_attention, masked_lse
+
 REQUIRE = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
 HAVE_GPU = torch.cuda.is_available()
 if not HAVE_GPU and REQUIRE:
@@ -31,45 +33,11 @@ def cuda_kernel_registered():
         pytest.skip(msg)
 
 
-# ---- dense reference, written from the SPEC ----------------------------------------------------------
-
-def spec_mask(anchors, keep, S, N, B, window):
-    """[batch, N*B, S+N*B] bool: query (block qb, slot j) sees key kv."""
-    kv = torch.arange(S + N * B)
-    row = torch.arange(N * B)
-    qb, j = row // B, row % B
-    a = anchors[:, qb][:, :, None]
-    ctx = (kv < S) & (kv < a)
-    own = (kv >= S) & ((kv - S) // B == qb[:, None])
-    if window > 0:
-        ctx = ctx & (kv >= a + j[:, None] - (window - 1))
-        own = own & ((kv - S) % B <= j[:, None])
-    return (ctx | own) & keep[:, qb][:, :, None]
-
-
-def dense(q, k, v, mask, scale):
-    """q [b, T, Hq, D], k/v [b, Tk, Hkv, D], mask [b, T, Tk] -> out [b, T, Hq, D] in q's dtype."""
-    G = q.shape[2] // k.shape[2]
-    kx = k.repeat_interleave(G, dim=2).transpose(1, 2)
-    vx = v.repeat_interleave(G, dim=2).transpose(1, 2)
-    s = torch.matmul(q.transpose(1, 2), kx.transpose(-1, -2)) * scale
-    m = mask[:, None]
-    s = s.masked_fill(~m, float("-inf"))
-    seen = m.any(-1, keepdim=True)
-    p = torch.softmax(torch.where(seen, s, torch.zeros_like(s)), dim=-1) * seen
-    return torch.matmul(p, vx).transpose(1, 2)
-
-
-def dense_lse(q, k, mask, scale):
-    G = q.shape[2] // k.shape[2]
-    kx = k.repeat_interleave(G, dim=2).transpose(1, 2)
-    s = torch.matmul(q.transpose(1, 2), kx.transpose(-1, -2)) * scale
-    return torch.logsumexp(s.masked_fill(~mask[:, None], float("-inf")), dim=-1)  # [b, Hq, T]
-
+# ---- dense reference (attention_reference.py) ----------------------------------------------------------
 
 def run_dense(q, k, v, mask, scale, dout):
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    out = dense(q, k, v, mask.to(q.device), scale)
+    out = masked_attention(q, k, v, mask.to(q.device), scale)
     out.backward(dout.to(q.device, q.dtype))
     return [out.detach(), q.grad, k.grad, v.grad]
 
@@ -113,7 +81,7 @@ def _check(dtype, case, layout="contiguous", dev=torch.device("cuda")):
     dout = torch.randn(batch, T, Hq, D, generator=gen).to(dtype)
     anchors, keep = make_anchors(gen, batch, N, S, kind)
     scale = D ** -0.5
-    mask = spec_mask(anchors, keep, S, N, B, window)
+    mask = anchor_block_mask(anchors, keep, S, N, B, window)
 
     ref = run_dense(q.double(), k.double(), v.double(), mask, scale, dout.double())
     torch_lp = [t.double().cpu() for t in run_dense(q.to(dev), k.to(dev), v.to(dev), mask, scale, dout.to(dev))]
@@ -148,7 +116,7 @@ def _check(dtype, case, layout="contiguous", dev=torch.device("cuda")):
     dropped = ~row_keep
     assert (ours[0][dropped] == 0).all() and (ours[1][dropped] == 0).all()
     assert torch.isneginf(lse.transpose(1, 2)[dropped]).all()
-    ref_lse = dense_lse(q.double(), k.double(), mask, scale).transpose(1, 2)   # [b, T, Hq]
+    ref_lse = masked_lse(q.double(), k.double(), mask, scale).transpose(1, 2)   # [b, T, Hq]
     if row_keep.any():
         kept_err = (lse.transpose(1, 2)[row_keep] - ref_lse[row_keep]).abs().max().item()
         assert kept_err < 1e-3 * max(1.0, ref_lse[row_keep].abs().max().item()), f"lse error {kept_err}"

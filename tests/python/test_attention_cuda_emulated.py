@@ -1,5 +1,5 @@
 """The CUDA attention kernels' own code, run on the CPU under an emulation of the CUDA execution
-model (tests/kernels/cuda_emu): coroutine threads, __syncthreads, warp shuffles/votes and mma.sync
+model (tests/ops/cuda_emu): coroutine threads, __syncthreads, warp shuffles/votes and mma.sync
 rebuilt from the PTX fragment layout. It checks the kernels' index math, masking, tiling and
 synchronisation without a GPU (not timing, not the hardware's rounding inside mma).
 

@@ -13,7 +13,10 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from hidden_format import indices, read_folder
+from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
 VOCAB, HIDDEN, MASK_ID = 256, 32, 255
@@ -21,9 +24,7 @@ TIMEOUT = 180
 
 
 def _llama():
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=4,
-                                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                                        max_position_embeddings=256, bos_token_id=1, eos_token_id=2))
+    return tiny_llama(vocab=VOCAB, hidden=HIDDEN, layers=4, max_positions=256, weight_scale=None)
 
 
 def _qwen3():
@@ -84,14 +85,10 @@ def _dump(dflash_bin, target, data, out, *extra, check=True):
 
 
 def _stored(out):
-    """(input_ids, loss_mask, hidden_states, last_hidden or None) per sample, in index order."""
-    idx = json.loads((pathlib.Path(out) / "index.json").read_text())
-    res = []
-    for s in idx["shards"]:
-        t = load_file(str(pathlib.Path(out) / s["file"]))
-        for i in range(s["samples"]):
-            res.append((t[f"{i}.input_ids"], t[f"{i}.loss_mask"], t[f"{i}.hidden_states"], t.get(f"{i}.last_hidden")))
-    return idx, res
+    """The dump's index (index-dump.json) and (input_ids, loss_mask, hidden_states, last_hidden or None) per sample,
+    in line order."""
+    assert list(indices(out)) == ["dump"]
+    return indices(out)["dump"], [v for _, v in sorted(read_folder(out).items())]
 
 
 @pytest.mark.parametrize("which", ["llama", "qwen3"])
@@ -185,9 +182,9 @@ def _rewrite(path, edit):
 
 
 @pytest.mark.parametrize("damage,needle", [
-    ("nan", "shard-00000.safetensors sample 1: hidden_states holds NaN or Inf; skipped"),
-    ("dtype", "shard-00001.safetensors sample 0: hidden_states has dtype I32, expected BF16/F16/F32/F64; skipped"),
-    ("shape", "shard-00000.safetensors sample 0: loss_mask has shape [3], expected [12]; skipped"),
+    ("nan", "dump-00000.safetensors sample 1: hidden_states holds NaN or Inf; skipped"),
+    ("dtype", "dump-00001.safetensors sample 0: hidden_states has dtype I32, expected BF16/F16/F32/F64; skipped"),
+    ("shape", "dump-00000.safetensors sample 0: loss_mask has shape [3], expected [12]; skipped"),
 ])
 def test_corrupt_samples_are_skipped_and_counted(dflash_bin, llama, dumped, tmp_path, damage, needle):
     bad = tmp_path / "bad"
@@ -195,15 +192,15 @@ def test_corrupt_samples_are_skipped_and_counted(dflash_bin, llama, dumped, tmp_
     if damage == "nan":
         def edit(t):
             t["1.hidden_states"][3, 5] = float("nan")
-        _rewrite(bad / "shard-00000.safetensors", edit)
+        _rewrite(bad / "dump-00000.safetensors", edit)
     elif damage == "dtype":
         def edit(t):
             t["0.hidden_states"] = t["0.hidden_states"].to(torch.int32)
-        _rewrite(bad / "shard-00001.safetensors", edit)
+        _rewrite(bad / "dump-00001.safetensors", edit)
     else:
         def edit(t):
             t["0.loss_mask"] = t["0.loss_mask"][:3].clone()
-        _rewrite(bad / "shard-00000.safetensors", edit)
+        _rewrite(bad / "dump-00000.safetensors", edit)
     # Steps cover every sample twice, so a NaN sample is met for sure.
     r = _train(dflash_bin, _train_args(llama[1], bad, tmp_path / "run", steps=8))
     assert needle in r.stderr, r.stderr
@@ -216,14 +213,14 @@ def test_corrupt_samples_are_skipped_and_counted(dflash_bin, llama, dumped, tmp_
 def test_truncated_shard_is_a_clear_error(dflash_bin, llama, dumped, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(dumped[1], bad)
-    f = bad / "shard-00001.safetensors"
+    f = bad / "dump-00001.safetensors"
     f.write_bytes(f.read_bytes()[:-100])
     r = _train(dflash_bin, _train_args(llama[1], bad, tmp_path / "run"), check=False)
     assert r.returncode != 0
-    assert "shard-00001.safetensors: unreadable dflash-hidden-v1 shard" in r.stderr, r.stderr
+    assert "dump-00001.safetensors: unreadable dflash-hidden-v1 shard" in r.stderr, r.stderr
     # dump-hidden notices the damage and writes that shard again.
     r = _dump(dflash_bin, llama[1], dumped[0], bad, "--max-len", "24", "--samples-per-shard", "2", "--last-hidden")
-    assert "shard-00001.safetensors: missing, truncated or out of order" in r.stderr
+    assert "dump-00001.safetensors: missing or truncated; its samples are computed again" in r.stderr
     _, a = _stored(bad)
     _, b = _stored(dumped[1])
     assert len(a) == 4 and all(torch.equal(x[2], y[2]) for x, y in zip(a, b))
@@ -239,12 +236,13 @@ def test_resume_continues_without_duplicates(dflash_bin, llama, tmp_path):
     idx, first = _stored(out)
     assert [s["samples"] for s in idx["shards"]] == [2, 1] and len(first) == 3
     # A crash after a shard's rename but before the index update: the shard is on disk, the index lacks it.
-    idx["shards"].pop()
-    (out / "index.json").write_text(json.dumps(idx))
-    stray = out / "shard-00002.safetensors.tmp.999"
+    lost = idx["shards"].pop()
+    (out / "index-dump.json").write_text(json.dumps(idx))
+    assert (out / lost["file"]).exists()
+    stray = out / "dump-00002.safetensors.tmp.999"
     stray.write_text("partial")
     r = _dump(dflash_bin, llama[1], data, out, *common)
-    assert "resuming after 2 samples" in r.stderr and not stray.exists()
+    assert "resuming with 2 samples already in 1 complete shards" in r.stderr and not stray.exists()
     idx, got = _stored(out)
     _, want = _stored(ref)
     assert idx["samples"] == 7 and sum(s["samples"] for s in idx["shards"]) == 7
@@ -256,6 +254,31 @@ def test_resume_continues_without_duplicates(dflash_bin, llama, tmp_path):
     # Other settings than the dump's are refused.
     r = _dump(dflash_bin, llama[1], data, out, "--max-len", "30", "--samples-per-shard", "2", check=False)
     assert r.returncode != 0 and "max_len" in r.stderr
+
+
+def test_a_dump_of_an_older_version_is_read_and_resumed(dflash_bin, llama, tmp_path):
+    recs = _samples(5, seed=6)
+    data = _write(tmp_path / "samples.jsonl", recs)
+    out, common = tmp_path / "dump", ["--max-len", "24", "--samples-per-shard", "2"]
+    _dump(dflash_bin, llama[1], data, out, *common, "--limit", "4")
+    idx, _ = _stored(out)
+    # The layout older versions wrote: one index.json, shards named shard-NNNNN keyed by first_record / records.
+    legacy = {"format": "dflash-hidden-v1", "settings": idx["settings"], "shards": [], "samples": 4}
+    for n, s in enumerate(idx["shards"]):
+        name = f"shard-{n:05d}.safetensors"
+        (out / s["file"]).rename(out / name)
+        legacy["shards"].append({"file": name, "samples": s["samples"], "records": len(s["keys"]),
+                                 "first_record": s["keys"][0], "tokens": s["tokens"], "bytes": s["bytes"]})
+    (out / "index-dump.json").unlink()
+    (out / "index.json").write_text(json.dumps(legacy))
+    r = _train(dflash_bin, _train_args(llama[1], out, tmp_path / "run", steps=1))
+    assert "dflash-hidden-v1, 4 samples" in r.stderr
+    # A rerun adopts the old index and computes only the missing sample.
+    r = _dump(dflash_bin, llama[1], data, out, *common)
+    assert "resuming with 4 samples already in 2 complete shards" in r.stderr and "dumped 1 new samples" in r.stderr
+    assert not (out / "index.json").exists()
+    _, got = _stored(out)
+    assert [x[0].tolist() for x in got] == [r["input_ids"][:24] for r in recs]
 
 
 @pytest.mark.parametrize("extra,needle", [({"split": "eval"}, "its split is \"eval\""),
@@ -277,7 +300,7 @@ def test_held_out_samples_are_refused(dflash_bin, llama, tmp_path, extra, needle
 def test_reader_refuses_an_eval_split_shard(dflash_bin, llama, dumped, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(dumped[1], bad)
-    f = bad / "shard-00000.safetensors"
+    f = bad / "dump-00000.safetensors"
     meta = safe_open(str(f), "pt").metadata()
     save_file(load_file(str(f)), str(f), metadata=dict(meta, split="eval"))
     r = _train(dflash_bin, _train_args(llama[1], bad, tmp_path / "run"), check=False)
@@ -288,7 +311,7 @@ def test_all_samples_nan_stops_training(dflash_bin, llama, dumped, tmp_path):
     # Found while loading (in the producer thread): the error must end the run, not hang it.
     bad = tmp_path / "bad"
     shutil.copytree(dumped[1], bad)
-    for f in ("shard-00000.safetensors", "shard-00001.safetensors"):
+    for f in ("dump-00000.safetensors", "dump-00001.safetensors"):
         def edit(t):
             for k in t:
                 if k.endswith(".hidden_states"):

@@ -5,29 +5,22 @@ the same file as one prompt at a time, also when resumed after a kill."""
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import time
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+
 from hf_greedy import hf_greedy
+from tiny_models import tiny_llama
 
 GGUF = pathlib.Path(__file__).resolve().parents[2] / "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
 
 
 def _tiny(vocab, seed=0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
-    m = LlamaForCausalLM(cfg).float().eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" not in name:
-                p.normal_(0, 1.0 / p.shape[-1] ** 0.5)
-    return m
+    return tiny_llama(vocab=vocab, seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -221,8 +214,9 @@ def test_resume_after_interrupted_batched_run(dflash_bin, tiny_dir, tmp_path):
     while p.poll() is None and (not killed.exists() or open(killed).read().count("\n") < 5):
         time.sleep(0.01)
     p.kill()
-    p.wait()
+    assert p.wait() == -signal.SIGKILL, "the run ended before it could be killed: the resume below would test nothing"
     n_before = open(killed).read().count("\n")
+    assert 5 <= n_before < 300
     r = _regen(dflash_bin, d, many, killed, "--max-new", "24", "--batch", "4")
     assert f"{n_before} already present" in r.stderr
     assert open(killed).read() == open(ref).read()

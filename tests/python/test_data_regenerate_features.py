@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 import torch
-from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+
+from hidden_format import read_folder
+from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
 VOCAB, HIDDEN, MASK_ID = 300, 32, 299
@@ -20,17 +21,8 @@ TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    torch.manual_seed(0)
-    m = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=4,
-                                     num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                                     max_position_embeddings=512, bos_token_id=1, eos_token_id=2)).float().eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" not in name:
-                p.normal_(0, 1.0 / p.shape[-1] ** 0.5)
     d = tmp_path_factory.mktemp("tiny_llama")
-    m.save_pretrained(str(d))
-    return m, d
+    return tiny_llama(d, vocab=VOCAB, hidden=HIDDEN, layers=4), d
 
 
 def _prompts(tmp_path, n):
@@ -69,15 +61,7 @@ def _read_jsonl(path):
 
 def _stored(folder):
     """{prompt index: (input_ids, loss_mask, hidden_states)} over every index-*.json, each sample once."""
-    out = {}
-    for idx_file in sorted(pathlib.Path(folder).glob("index-*.json")):
-        idx = json.loads(idx_file.read_text())
-        for shard in idx["shards"]:
-            t = load_file(str(pathlib.Path(folder) / shard["file"]))
-            for k, i in enumerate(shard["prompt_indices"]):
-                assert i not in out, f"prompt {i} stored twice"
-                out[i] = (t[f"{k}.input_ids"], t[f"{k}.loss_mask"], t[f"{k}.hidden_states"])
-    return out
+    return {k: v[:3] for k, v in read_folder(folder).items()}
 
 
 def _check_features(model, samples, stored, layers):
@@ -142,7 +126,7 @@ def test_resume_recomputes_exactly_the_lost_features(dflash_bin, tiny, tmp_path)
     index = feats / "index-part0of1.json"
     idx = json.loads(index.read_text())
     lost = idx["shards"].pop()
-    assert lost["prompt_indices"] == [4]
+    assert lost["keys"] == [4]
     index.write_text(json.dumps(idx))
     r = _regen(dflash_bin, d, inp, out, *flags)
     assert "features of samples already written" in r.stderr and "5 already present" in r.stderr
@@ -167,7 +151,7 @@ def test_resume_recomputes_exactly_the_lost_features(dflash_bin, tiny, tmp_path)
     (bad / "index-part0of1.json").write_text(json.dumps({"format": "dflash-hidden-v1", "settings": json.loads(
         (tmp_path / "f2" / "index-part0of1.json").read_text())["settings"], "shards": [{"file": "x.safetensors"}]}))
     r = _regen(dflash_bin, d, inp, plain, "--hidden-out", str(bad), check=False)
-    assert r.returncode != 0 and "index-part0of1.json" in r.stderr and "prompt_indices" in r.stderr
+    assert r.returncode != 0 and "index-part0of1.json" in r.stderr and "keys" in r.stderr
     # Evaluation prompts never become features.
     r = _regen(dflash_bin, d, inp, tmp_path / "e.jsonl", "--split", "eval", "--hidden-out", str(feats), check=False)
     assert r.returncode != 0 and "--hidden-out" in r.stderr

@@ -27,7 +27,7 @@ def plan(drafter_cli, *args):
 def test_planner_within_15_percent_of_measured(tmp_path, drafter_cli, model, seq, anchors, chunk):
     out = tmp_path / "bench.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run([drafter_cli, "bench-step", "--model", model, "--seq-len", str(seq), "--anchors", str(anchors),
+    subprocess.run([drafter_cli, "bench", "step", "--model", model, "--seq-len", str(seq), "--anchors", str(anchors),
                     "--loss-chunk", str(chunk), "--iters", "1", "--policies", "none,every:2,layer",
                     "--json", str(out)], check=True, capture_output=True, text=True, env=env)
     runs = json.loads(out.read_text())["runs"]

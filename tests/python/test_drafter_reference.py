@@ -86,7 +86,7 @@ def run_reference(cfg, weights, batch, dtype, kl_weight):
 
 def run_ours(build_dir, tmp_path, dtype, kl_weight, checkpoint, chunk_rows=7):
     out = tmp_path / f"out_{dtype}_{checkpoint}_{kl_weight}.safetensors"
-    subprocess.run([str(build_dir / "drafter_cli"), "selftest", "--config", str(tmp_path / "config.json"),
+    subprocess.run([str(build_dir / "drafter_cli"), "drafter", "selftest", "--config", str(tmp_path / "config.json"),
                     "--weights", str(tmp_path / "model.safetensors"), "--batch", str(tmp_path / "batch.safetensors"),
                     "--out", str(out), "--dtype", dtype, "--kl-weight", str(kl_weight), "--checkpoint", checkpoint,
                     "--chunk-rows", str(chunk_rows)], check=True, capture_output=True, text=True)

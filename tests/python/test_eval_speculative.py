@@ -10,23 +10,15 @@ import subprocess
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+
 from hf_greedy import hf_greedy
+from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
 
 
 def _tiny(vocab, layers=2, seed=0, scale=1.0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
-    m = LlamaForCausalLM(cfg).float().eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" not in name:
-                p.normal_(0, scale / p.shape[-1] ** 0.5)
-    return m
+    return tiny_llama(vocab=vocab, layers=layers, seed=seed, weight_scale=scale)
 
 
 @pytest.fixture(scope="module")

@@ -309,3 +309,11 @@ def test_failed_tokenize_leaves_no_output(dflash_bin, tmp_path):
     r = run(dflash_bin, "tokenize", "--model", tj, "--input", inp, "--output", out)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["ids"] == [0, 1, 2]
+
+
+def test_libtorch_errors_come_without_a_stack_trace(dflash_bin, tiny_target, tmp_path):
+    ids = tmp_path / "ids.safetensors"
+    save_file({"input_ids": torch.tensor([[1, 2, VOCAB + 5]])}, str(ids))  # outside the embedding: LibTorch refuses
+    r = run(dflash_bin, "target", "run", "--model", tiny_target, "--input", ids, "--output", tmp_path / "o.safetensors")
+    clean_error(r)
+    assert not (tmp_path / "o.safetensors").exists()

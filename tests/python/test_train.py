@@ -12,38 +12,20 @@ import subprocess
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from safetensors.torch import load_file
+
+from hidden_format import write_shard as write_dflash_shard
+from tiny_models import tiny_llama
 
 HIDDEN, VOCAB, LAYERS, MASK_ID = 32, 256, 2, 255
 TARGET_LAYER_IDS = [1]  # SPEC default for a 1-layer drafter over 2 target layers: [L // 2]
 TIMEOUT = 120
 
 
-def write_dflash_shard(path, samples, target_layer_ids, hidden_size):
-    """Writer of the `dflash-hidden-v1` format (docs/TRAINING.md)."""
-    t = {}
-    for i, s in enumerate(samples):
-        t[f"{i}.input_ids"] = s["input_ids"].long().contiguous()
-        t[f"{i}.loss_mask"] = s["loss_mask"].to(torch.uint8).contiguous()
-        t[f"{i}.hidden_states"] = s["hidden_states"].contiguous()
-        if "last_hidden" in s:
-            t[f"{i}.last_hidden"] = s["last_hidden"].contiguous()
-    save_file(t, str(path), metadata={"format": "dflash-hidden-v1",
-                                      "target_layer_ids": ",".join(map(str, target_layer_ids)),
-                                      "hidden_size": str(hidden_size)})
-
-
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=LAYERS,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
-    model = LlamaForCausalLM(cfg).float().eval()
     d = tmp_path_factory.mktemp("target")
-    model.save_pretrained(str(d))
-    return d, model
+    return d, tiny_llama(d, vocab=VOCAB, hidden=HIDDEN, layers=LAYERS, max_positions=256, weight_scale=None)
 
 
 def make_token_samples(n=8, seed=1):

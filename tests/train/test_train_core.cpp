@@ -21,12 +21,17 @@
 #include "drafter_config.h"
 #include "drafter_model.h"
 #include "drafter_weights.h"
+#include "hidden_shards.h"
 #include "offline_dataset.h"
 #include "optimizer.h"
 #include "safetensors.h"
 #include "step_producer.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
+#include "master_state.h"
+#include "run_context.h"
+#include "step_runner.h"
+#include "target_setup.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
@@ -101,7 +106,7 @@ TEST(BoundedQueue, ErrorReachesConsumerAndCloseUnblocks) {
   BoundedQueue<int> q2(1);
   q2.push(1);
   std::thread blocked([&] { EXPECT_FALSE(q2.push(2)); });  // full: blocks until close
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (q2.pushers() == 0) std::this_thread::yield();     // close only once the push is waiting
   q2.close();
   blocked.join();
 }
@@ -154,6 +159,17 @@ std::string write_tiny_target(const fs::path& dir) {
   }
   dflash::io::save_safetensors((dir / "model.safetensors").string(), w);
   return dir.string();
+}
+
+// One dflash-hidden-v1 shard of `samples` (through the format's one writer, data/hidden_shards.h).
+void write_dflash_shard(const std::string& path, const std::vector<Sample>& samples,
+                        const std::vector<int64_t>& target_layer_ids, int64_t hidden_size) {
+  std::vector<dflash::data::HiddenSample> h;
+  for (const auto& s : samples) h.push_back({s.input_ids, s.loss_mask, s.features, s.last_hidden});
+  dflash::data::HiddenMeta m;
+  m.target_layer_ids = target_layer_ids;
+  m.hidden_size = hidden_size;
+  dflash::data::write_hidden_shard(path, h, m);
 }
 
 // The mini runs' settings: the tiny target, `count` random offline samples of 12, 13, ... tokens (prompt: the
@@ -366,5 +382,42 @@ TEST(MiniTraining, InitFromTargetLayer) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("init_from_target_layer' must be <= 1"), std::string::npos) << e.what();
   }
+  remove_tree(root);
+}
+
+// The phases of run_training one by one (trainer.h): a good step, then a step whose loss is NaN (its features
+// poisoned) stops with DivergedError before AdamW touches the master weights or the replicas.
+TEST(MiniTraining, NonFiniteStepStopsBeforeTheUpdate) {
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_nan_" + std::to_string(::getpid()));
+  remove_tree(root);
+  TrainConfig c = mini_config(root, "run", 4, 5);
+  c.validate();
+  const RunContext run = open_run(c);
+  const TargetSide side = load_target_side(c, run.compute);
+  MasterState master = build_master_state(c, run, side);
+  StepRunner runner(c, run, side, master, {});
+  StepProducer producer(producer_settings(c, side.dcfg, 1, 0, 1), *side.samples, nullptr, 0, 3, 0);
+  auto first = producer.next();
+  ASSERT_TRUE(first);
+  const StepOutcome good = runner.step(*first, 0, 3, false);
+  EXPECT_EQ(good.metrics.step, 1);
+  EXPECT_TRUE(std::isfinite(good.metrics.loss) && good.metrics.loss > 0);
+  EXPECT_TRUE(master.finite());
+
+  auto second = producer.next();
+  ASSERT_TRUE(second);
+  for (auto& mb : second->micro) mb.features.fill_(std::nan(""));
+  std::vector<at::Tensor> before;
+  for (const auto& p : master.params) before.push_back(p.clone());
+  try {
+    runner.step(*second, 1, 3, false);
+    ADD_FAILURE() << "a NaN loss was accepted";
+  } catch (const DivergedError& e) {
+    EXPECT_EQ(e.step, 2);
+    EXPECT_NE(std::string(e.what()).find("diverged at step 2: loss nan"), std::string::npos) << e.what();
+  }
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(before[i], master.params[i])) << i;
+  EXPECT_EQ(master.adam->steps(), 1);
+  producer.stop();
   remove_tree(root);
 }

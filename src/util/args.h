@@ -1,12 +1,13 @@
-// A small flag parser: declared options with defaults and help text; unknown flags and bad values
-// are errors that name the flag and what was expected.
+// A small flag parser: declared options with defaults and help text, aliases (an old spelling that still
+// works), and positional arguments; unknown flags and bad values are errors that name the flag and what
+// was expected.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
-namespace dflash::cli {
+namespace dflash::util {
 
 class Args {
  public:
@@ -15,17 +16,26 @@ class Args {
   // Declare before parse(). `value_name` empty means a boolean switch.
   Args& option(const std::string& name, const std::string& value_name, const std::string& def, const std::string& help);
   Args& flag(const std::string& name, const std::string& help) { return option(name, "", "", help); }
+  // --alias means --name (an older spelling kept working); help lists it beside the option.
+  Args& alias(const std::string& alias, const std::string& name);
+  // A positional argument, filled in declaration order; read it with str(name). Required unless a default is
+  // given (`def` non-empty or `optional`).
+  Args& positional(const std::string& name, const std::string& help, bool optional = false);
 
   // Returns false when --help was asked for (help already printed); throws on bad input.
   bool parse(const std::vector<std::string>& argv);
 
+  const std::string& command() const { return command_; }
   std::string str(const std::string& name) const;
   int64_t i64(const std::string& name) const;
   double f64(const std::string& name) const;
   bool on(const std::string& name) const;
   bool given(const std::string& name) const { return given_.count(name) > 0; }
+  bool declared(const std::string& name) const { return opts_.count(name) > 0; }
   std::vector<int64_t> i64_list(const std::string& name) const;  // comma-separated
   std::vector<std::string> str_list(const std::string& name) const;
+  // Throws "<command>: --<name> is required" when the option was left empty.
+  void require(const std::string& name) const;
 
   std::string help() const;
 
@@ -33,11 +43,17 @@ class Args {
   struct Opt {
     std::string value_name, def, help;
   };
+  struct Positional {
+    std::string name, help;
+    bool optional = false;
+  };
   std::string command_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, Opt> opts_;
+  std::map<std::string, std::string> aliases_;  // alias -> option name
+  std::vector<Positional> positionals_;
   std::map<std::string, std::string> values_;
   std::map<std::string, bool> given_;
 };
 
-}  // namespace dflash::cli
+}  // namespace dflash::util

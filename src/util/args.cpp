@@ -4,7 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace dflash::cli {
+namespace dflash::util {
 
 Args& Args::option(const std::string& name, const std::string& value_name, const std::string& def,
                    const std::string& help) {
@@ -13,14 +13,38 @@ Args& Args::option(const std::string& name, const std::string& value_name, const
   return *this;
 }
 
+Args& Args::alias(const std::string& alias, const std::string& name) {
+  if (!opts_.count(name)) throw std::logic_error("alias --" + alias + " of undeclared option --" + name);
+  aliases_[alias] = name;
+  return *this;
+}
+
+Args& Args::positional(const std::string& name, const std::string& help, bool optional) {
+  positionals_.push_back({name, help, optional});
+  return *this;
+}
+
 bool Args::parse(const std::vector<std::string>& argv) {
+  size_t next_positional = 0;
+  bool options_ended = false;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
-    if (a == "--help" || a == "-h") {
+    if (!options_ended && (a == "--help" || a == "-h")) {
       std::fputs(help().c_str(), stdout);
       return false;
     }
-    if (a.rfind("--", 0) != 0) throw std::invalid_argument(command_ + ": unexpected argument '" + a + "'\n" + help());
+    if (!options_ended && a == "--") {
+      options_ended = true;
+      continue;
+    }
+    if (options_ended || a.rfind("--", 0) != 0) {
+      if (next_positional >= positionals_.size())
+        throw std::invalid_argument(command_ + ": unexpected argument '" + a + "'\n" + help());
+      const std::string& p = positionals_[next_positional++].name;
+      values_[p] = a;
+      given_[p] = true;
+      continue;
+    }
     std::string name = a.substr(2), value;
     const auto eq = name.find('=');
     const bool inline_value = eq != std::string::npos;
@@ -28,6 +52,7 @@ bool Args::parse(const std::vector<std::string>& argv) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
+    if (const auto al = aliases_.find(name); al != aliases_.end()) name = al->second;
     const auto it = opts_.find(name);
     if (it == opts_.end()) throw std::invalid_argument(command_ + ": unknown option --" + name + "\n" + help());
     if (it->second.value_name.empty()) {
@@ -41,7 +66,15 @@ bool Args::parse(const std::vector<std::string>& argv) {
     values_[name] = value;
     given_[name] = true;
   }
+  for (size_t p = next_positional; p < positionals_.size(); ++p)
+    if (!positionals_[p].optional)
+      throw std::invalid_argument(command_ + ": " + positionals_[p].name + " missing (" + positionals_[p].help + ")\n" +
+                                  help());
   return true;
+}
+
+void Args::require(const std::string& name) const {
+  if (str(name).empty()) throw std::invalid_argument(command_ + ": --" + name + " is required");
 }
 
 std::string Args::str(const std::string& name) const {
@@ -100,15 +133,27 @@ std::vector<int64_t> Args::i64_list(const std::string& name) const {
 }
 
 std::string Args::help() const {
-  std::string h = "usage: dflash " + command_ + " [options]\n\n" + summary_ + "\n\noptions:\n";
+  std::string usage = "usage: dflash " + command_;
+  for (const auto& p : positionals_) usage += p.optional ? " [" + p.name + "]" : " " + p.name;
+  std::string h = usage + " [options]\n\n" + summary_ + "\n";
+  auto row = [](std::string left, const std::string& text) {
+    if (left.size() < 28) left.resize(28, ' ');
+    return left + " " + text + "\n";
+  };
+  if (!positionals_.empty()) {
+    h += "\narguments:\n";
+    for (const auto& p : positionals_) h += row("  " + p.name, p.help);
+  }
+  h += "\noptions:\n";
   for (const auto& n : order_) {
     const Opt& o = opts_.at(n);
-    std::string left = "  --" + n + (o.value_name.empty() ? "" : " " + o.value_name);
-    if (left.size() < 28) left.resize(28, ' ');
-    h += left + " " + o.help + (o.def.empty() || o.value_name.empty() ? "" : " (default: " + o.def + ")") + "\n";
+    std::string text = o.help + (o.def.empty() || o.value_name.empty() ? "" : " (default: " + o.def + ")");
+    for (const auto& [al, target] : aliases_)
+      if (target == n) text += " (also --" + al + ")";
+    h += row("  --" + n + (o.value_name.empty() ? "" : " " + o.value_name), text);
   }
-  h += "  --help                       show this help\n";
+  h += row("  --help", "show this help");
   return h;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::util

@@ -25,10 +25,14 @@
 #include "anchor_attention_op.h"
 #include "args.h"
 #include "attention_baselines.h"
+#include "cpu_isa.h"
 #include "memory_probe.h"
+#include "ops_commands.h"
 #include "python_driver.h"
 
-namespace dflash::cli {
+namespace dflash::ops {
+
+using util::Args;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -224,7 +228,7 @@ double fused_forward_flops(const Inputs& in, const BenchConfig& c) {
 
 Row run_flex(const BenchConfig& c, const std::string& device, int64_t threads, int64_t reps) {
   Row row{c.name, "flex"};
-  const auto r = run_python("bench_flex.py", {"--S", std::to_string(c.S), "--N", std::to_string(c.N), "--B",
+  const auto r = util::run_python("bench_flex.py", {"--S", std::to_string(c.S), "--N", std::to_string(c.N), "--B",
                                               std::to_string(c.B), "--Hq", std::to_string(c.Hq), "--Hkv",
                                               std::to_string(c.Hkv), "--D", std::to_string(c.D), "--window",
                                               std::to_string(c.window), "--dtype", c.dtype == at::kBFloat16 ? "bf16" : "fp32",
@@ -302,11 +306,11 @@ int bench_attention_main(const std::vector<std::string>& argv) {
 
   const double gflops = gemm_gflops(device);
   std::printf("dflash bench attention: device %s, %lld threads, kernel ISA %s\n", device.str().c_str(),
-              (long long)at::get_num_threads(), kernels::anchor_attention_cpu_isa());
+              (long long)at::get_num_threads(), kernels::isa_name(kernels::cpu_isa()));
   std::printf("torch.mm %s rate measured now: %.1f GFLOP/s\n\n", device.is_cuda() ? "bf16 8192^3" : "fp32 2048^3", gflops);
 
   nlohmann::json out = {{"gemm_gflops", gflops}, {"device", device.str()}, {"threads", at::get_num_threads()},
-                        {"cpu_isa", kernels::anchor_attention_cpu_isa()}, {"configs", nlohmann::json::array()}};
+                        {"cpu_isa", kernels::isa_name(kernels::cpu_isa())}, {"configs", nlohmann::json::array()}};
   for (const auto& c : configs) {
     const Inputs in = make_inputs(c, device, 1234);
     const double scale = 1.0 / std::sqrt(double(c.D));
@@ -394,4 +398,4 @@ int bench_attention_main(const std::vector<std::string>& argv) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::ops

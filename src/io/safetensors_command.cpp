@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "args.h"
+#include "io_commands.h"
 #include "safetensors.h"
 
-namespace dflash::cli {
+namespace dflash::io {
+
+using util::Args;
 
 int safetensors_info_main(const std::vector<std::string>& args) {
   Args a("safetensors info", "validate a safetensors file and list its tensors");
@@ -36,4 +39,4 @@ int safetensors_copy_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::io

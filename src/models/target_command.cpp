@@ -2,64 +2,29 @@
 // hidden states for a batch of token ids (optionally through the KV cache in prefill + block chunks, with
 // rejected-block rollback) so tests can compare against Hugging Face; `generate` is greedy decoding.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <cstdio>
-#include <optional>
-#include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "chat_template.h"
+#include "models_commands.h"
 #include "safetensors.h"
 #include "target_loader.h"
 #include "target_model.h"
+#include "target_options.h"
 #include "tokenizer.h"
 
-namespace dflash::cli {
-namespace {
+namespace dflash::models {
 
-at::ScalarType parse_dtype(const std::string& s) {
-  if (s == "f32" || s == "float32") return at::kFloat;
-  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
-  if (s == "f16" || s == "float16") return at::kHalf;
-  if (s == "f64" || s == "float64") return at::kDouble;
-  throw std::invalid_argument("--dtype must be one of f32, bf16, f16, f64; got '" + s + "'");
-}
-
-void common_options(Args& a) {
-  a.option("model", "PATH", "", "Hugging Face folder (config.json + safetensors) or a .gguf file");
-  a.option("dtype", "TYPE", "f32", "compute dtype: f32, bf16, f16, f64");
-  a.option("stages", "N", "1", "pipeline stages on CPU (split layers evenly)");
-  a.option("devices", "LIST", "", "one pipeline stage per device, e.g. cuda:0,cuda:1 (overrides --stages)");
-  a.option("threads", "N", "0", "intra-op threads (0: LibTorch default)");
-}
-
-models::TargetModel load_from_args(const Args& a) {
-  if (a.i64("threads") > 0) at::set_num_threads(static_cast<int>(a.i64("threads")));
-  models::TargetLoadOptions opts;
-  opts.dtype = parse_dtype(a.str("dtype"));
-  const int64_t n = a.i64("stages");
-  if (n < 1) throw std::invalid_argument("--stages must be >= 1");
-  std::vector<at::Device> devices(static_cast<size_t>(n), at::kCPU);
-  if (a.given("devices")) {
-    devices.clear();
-    for (const auto& d : a.str_list("devices")) devices.emplace_back(d);
-    if (devices.empty()) throw std::invalid_argument("--devices needs at least one device, e.g. cpu or cuda:0");
-  }
-  if (devices.size() > 1 || devices.front() != at::Device(at::kCPU))
-    opts.stages = models::split_layers(static_cast<int>(models::read_target_config(a.str("model")).num_hidden_layers),
-                                       devices);
-  return models::load_target(a.str("model"), opts);
-}
-
-}  // namespace
+using util::Args;
 
 int target_run_main(const std::vector<std::string>& args) {
   Args a("target run", "run the target on token ids and save logits / hidden states to safetensors");
-  common_options(a);
+  add_target_options(a, {.tokenizer = false, .eos = false});
   a.option("input", "PATH", "", "safetensors with 'input_ids' [batch, T] int64");
   a.option("output", "PATH", "", "safetensors to write: logits, last_hidden, hidden.<layer>");
   a.option("capture", "LAYERS", "", "comma-separated layer ids whose outputs to save");
@@ -67,20 +32,20 @@ int target_run_main(const std::vector<std::string>& args) {
   a.option("block", "B", "1", "block size after the prefill (1 = token-by-token decode)");
   a.flag("rollback", "before each block, verify a junk block and crop it away (speculative rejection)");
   if (!a.parse(args)) return 0;
-  models::TargetModel model = load_from_args(a);
+  const TargetModel model = load_target(read_target_options(a));
   at::Tensor ids = io::SafetensorsFile::open(a.str("input")).load("input_ids", at::kLong);
   if (ids.dim() != 2) throw std::invalid_argument("input 'input_ids' must be [batch, T]");
   std::vector<int> capture;
   for (auto c : a.i64_list("capture")) capture.push_back(static_cast<int>(c));
 
   const int64_t T = ids.size(1), P = a.i64("prefill"), B = a.i64("block");
-  models::TargetOutput out;
+  TargetOutput out;
   if (P <= 0) {
     out = model.forward(ids, nullptr, capture, true, true);
   } else {
     if (P > T || B < 1) throw std::invalid_argument("--prefill must be in [1, T] and --block >= 1");
-    models::KVCache cache = model.make_cache(ids.size(0), T + B);
-    std::vector<models::TargetOutput> parts;
+    KVCache cache = model.make_cache(ids.size(0), T + B);
+    std::vector<TargetOutput> parts;
     parts.push_back(model.forward(ids.narrow(1, 0, P), &cache, capture, true, true));
     for (int64_t s = P; s < T; s += B) {
       const int64_t n = std::min(B, T - s);
@@ -112,25 +77,22 @@ int target_run_main(const std::vector<std::string>& args) {
 
 int target_generate_main(const std::vector<std::string>& args) {
   Args a("target generate", "greedy generation with the target; prints the new token ids and tokens/s");
-  common_options(a);
+  add_target_options(a);
   a.option("prompt-ids", "IDS", "", "comma-separated prompt token ids");
   a.option("prompt", "TEXT", "", "prompt text, sent as one user chat message (decoded reply printed)");
-  a.option("tokenizer", "PATH", "", "tokenizer .gguf or tokenizer.json (default: the model's GGUF or MODEL/tokenizer.json)");
   a.flag("raw", "tokenize --prompt as plain text instead of a chat message");
   a.option("max-new", "N", "32", "maximum new tokens");
-  a.option("eos", "IDS", "config", "stop ids: 'config' (from the model), 'none', or comma-separated ids");
   if (!a.parse(args)) return 0;
+  const TargetOptions topt = read_target_options(a);
   if (a.given("prompt") == a.given("prompt-ids"))
     throw std::invalid_argument("target generate: give exactly one of --prompt and --prompt-ids");
-  std::optional<tok::Tokenizer> tokenizer;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
   std::vector<int64_t> prompt;
   if (a.given("prompt")) {
-    std::string tpath = a.str("tokenizer");
-    if (tpath.empty())
-      tpath = std::filesystem::is_directory(a.str("model"))
-                  ? (std::filesystem::path(a.str("model")) / "tokenizer.json").string()
-                  : a.str("model");
-    tokenizer = tok::Tokenizer::load(tpath);
+    tokenizer = load_target_tokenizer(topt);
+    if (!tokenizer)
+      throw std::invalid_argument("target generate: --prompt needs a tokenizer: " + topt.path +
+                                  " has none (no GGUF vocabulary or tokenizer.json); give --tokenizer");
     std::vector<int32_t> ids =
         a.on("raw") ? tokenizer->encode(a.str("prompt"))
                     : tok::ChatFormat::from_tokenizer(*tokenizer).encode(*tokenizer, {{"user", a.str("prompt")}}, true).ids;
@@ -138,16 +100,16 @@ int target_generate_main(const std::vector<std::string>& args) {
   } else {
     prompt = a.i64_list("prompt-ids");
   }
-  models::TargetModel model = load_from_args(a);
+  const TargetModel model = load_target(topt);
   if (prompt.empty()) throw std::invalid_argument("target generate: the prompt is empty");
   for (auto t : prompt)
     if (t < 0 || t >= model.config().vocab_size)
       throw std::invalid_argument("target generate: prompt id " + std::to_string(t) + " outside the vocabulary [0, " +
                                   std::to_string(model.config().vocab_size) + ")");
   std::vector<int64_t> eos;
-  if (a.str("eos") == "config") eos = model.config().eos_token_ids;
-  else if (a.str("eos") != "none") eos = a.i64_list("eos");
-  models::GenerateStats st;
+  if (topt.eos == "config") eos = model.config().eos_token_ids;
+  else if (topt.eos != "none") eos = a.i64_list("eos");
+  GenerateStats st;
   std::vector<int64_t> ids = model.generate(prompt, a.i64("max-new"), eos, &st);
   std::string line;
   for (auto t : ids) line += (line.empty() ? "" : " ") + std::to_string(t);
@@ -164,4 +126,4 @@ int target_generate_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::models

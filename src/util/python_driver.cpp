@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace dflash::cli {
+namespace dflash::util {
 namespace {
 
 std::string shell_quote(const std::string& s) {
@@ -38,4 +38,4 @@ PythonResult run_python(const std::string& script, const std::vector<std::string
   return r;
 }
 
-}  // namespace dflash::cli
+}  // namespace dflash::util

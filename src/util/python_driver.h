@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace dflash::cli {
+namespace dflash::util {
 
 struct PythonResult {
   int exit_code = -1;
@@ -18,4 +18,4 @@ std::string project_script(const std::string& script);
 // Runs `python script args...`; stderr passes through to ours so progress stays visible.
 PythonResult run_python(const std::string& script, const std::vector<std::string>& args);
 
-}  // namespace dflash::cli
+}  // namespace dflash::util

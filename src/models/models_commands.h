@@ -1,0 +1,20 @@
+// The `dflash` commands of the models layer: run the target on its own.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "subcommand.h"
+
+namespace dflash::models {
+
+int target_run_main(const std::vector<std::string>& args);
+int target_generate_main(const std::vector<std::string>& args);
+
+inline std::vector<util::Subcommand> commands() {
+  return {
+      {{"target", "run"}, "run the target on token ids, save logits and hidden states (tests)", &target_run_main},
+      {{"target", "generate"}, "greedy generation with the target model, reports tokens/s", &target_generate_main},
+  };
+}
+
+}  // namespace dflash::models

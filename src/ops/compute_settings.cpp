@@ -1,0 +1,74 @@
+#include "compute_settings.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <stdexcept>
+#include <thread>
+
+#include "dtype_names.h"
+
+namespace dflash::ops {
+
+at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
+  const std::string c = util::canonical_dtype(name, where);
+  return c == "fp32" ? at::kFloat : c == "bf16" ? at::kBFloat16 : c == "fp16" ? at::kHalf : at::kDouble;
+}
+
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "fp32";
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    case at::kDouble: return "fp64";
+    default: throw std::invalid_argument(std::string("no dtype name for ") + c10::toString(t));
+  }
+}
+
+at::Device parse_device(const std::string& name, const std::string& where) {
+  // Checked by hand first: c10's own parser reports a bad string with a C++ stack trace.
+  const auto colon = name.find(':');
+  const std::string type = name.substr(0, colon), index = colon == std::string::npos ? "" : name.substr(colon + 1);
+  const bool index_ok = colon == std::string::npos ||
+                        (!index.empty() && index.size() <= 3 && index.find_first_not_of("0123456789") == std::string::npos);
+  if ((type != "cpu" && type != "cuda") || !index_ok || (type == "cpu" && colon != std::string::npos && index != "0"))
+    throw std::invalid_argument(where + ": expected a device like cpu, cuda or cuda:1, got '" + name + "'");
+  if (type == "cpu") return at::Device(at::kCPU);
+  const int64_t count = at::hasCUDA() ? int64_t(at::getNumGPUs()) : 0;
+  const int64_t i = index.empty() ? 0 : std::stoll(index);
+  if (count == 0)
+    throw std::invalid_argument(where + ": '" + name + "' asks for a CUDA device, but this " +
+                                (at::hasCUDA() ? "machine has no GPU" : "build or machine has no CUDA"));
+  if (i >= count)
+    throw std::invalid_argument(where + ": '" + name + "' but this machine has " + std::to_string(count) +
+                                " CUDA device(s) (cuda:0..cuda:" + std::to_string(count - 1) + ")");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i));
+}
+
+std::vector<at::Device> parse_devices(const std::string& list, const std::string& where) {
+  std::vector<at::Device> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, comma - start);
+    if (!item.empty()) out.push_back(parse_device(item, where));
+    start = comma + 1;
+  }
+  if (out.empty()) throw std::invalid_argument(where + ": needs at least one device, e.g. cpu or cuda:0");
+  return out;
+}
+
+int64_t resolve_threads(int64_t n, const std::string& where) {
+  if (n < 0 || n > kMaxThreads)
+    throw std::invalid_argument(where + ": expected 0 (every core) to " + std::to_string(kMaxThreads) + ", got " +
+                                std::to_string(n));
+  return n > 0 ? n : std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+
+int64_t set_threads(int64_t n, const std::string& where) {
+  const int64_t t = resolve_threads(n, where);
+  at::set_num_threads(static_cast<int>(t));
+  return t;
+}
+
+}  // namespace dflash::ops

@@ -1,0 +1,40 @@
+#include "export_run.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include "checkpoint.h"
+#include "compute_settings.h"
+#include "drafter_config.h"
+#include "drafter_weights.h"
+#include "dtype_names.h"
+
+namespace fs = std::filesystem;
+
+namespace dflash::train {
+
+void export_run(const std::string& run_dir, const std::string& out_dir, const std::string& dtype) {
+  std::string path;
+  const TrainState st = load_latest_checkpoint(run_dir, &path);
+  const auto dcfg = drafter::load_drafter_config((fs::path(run_dir) / "drafter_config.json").string());
+  std::vector<std::string> names;
+  for (const auto& [n, t] : st.master) names.push_back(n);
+  const auto w = drafter::drafter_weights_from(
+      dcfg, names,
+      [&](const std::string& n) {
+        for (const auto& [k, t] : st.master)
+          if (k == n) return t;
+        throw std::invalid_argument(path + ": missing " + n);
+      },
+      at::kFloat, path);
+  const at::ScalarType dt = ops::parse_dtype(dtype.empty() ? dcfg.torch_dtype : dtype, "export: --dtype");
+  fs::create_directories(out_dir);
+  auto out_cfg = dcfg;
+  out_cfg.torch_dtype = util::hf_dtype_name(ops::dtype_name(dt));
+  drafter::save_drafter_config((fs::path(out_dir) / "config.json").string(), out_cfg);
+  drafter::save_drafter_weights((fs::path(out_dir) / "model.safetensors").string(), w, dt);
+  std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
+}
+
+}  // namespace dflash::train

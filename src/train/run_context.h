@@ -1,0 +1,31 @@
+// Phase 1 of a training run ("open the run"): where things live and compute, who leads, and the state a
+// resumed run starts from. Read before anything heavy loads, so a bad run directory or device fails fast.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "checkpoint.h"
+#include "distributed.h"
+#include "train_config.h"
+
+namespace dflash::train {
+
+struct RunContext {
+  std::vector<at::Device> drafter_devices;  // one worker thread each
+  // Where gradients are summed, clipped and applied (master weights, AdamW state): the first drafter device
+  // when every worker is on CUDA (no host round trip; NCCL reduces there), else the CPU.
+  at::Device grad_device = at::kCPU;
+  std::unique_ptr<Collective> coll;
+  bool lead = true;                    // rank 0 writes files and logs
+  at::ScalarType compute = at::kBFloat16, master_dtype = at::kFloat;
+  std::unique_ptr<TrainState> resume;  // the checkpoint a --resume run continues from
+};
+
+// Checks devices and dtypes, joins the process group, creates cfg.out and loads the resume checkpoint (or
+// refuses a directory that already holds checkpoints without --resume).
+RunContext open_run(const TrainConfig& cfg);
+
+}  // namespace dflash::train

@@ -1,0 +1,174 @@
+#include "step_runner.h"
+
+#include <cmath>
+#include <cstdio>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include "compute_settings.h"
+
+namespace dflash::train {
+namespace {
+
+std::string number(double v) {
+  if (std::isnan(v)) return "nan";  // not the platform's "-nan"
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+DivergedError::DivergedError(int64_t step_, double loss, double grad_norm)
+    : std::runtime_error("training diverged at step " + std::to_string(step_) + ": loss " + number(loss) +
+                         ", gradient norm " + number(grad_norm)),
+      step(step_) {}
+
+StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,
+                       const TrainHooks& hooks)
+    : cfg_(cfg), run_(run), dcfg_(side.dcfg), master_(master), hooks_(hooks) {
+  loss_.gamma = cfg.gamma > 0 ? cfg.gamma : drafter::default_loss_gamma(dcfg_.block_size);
+  loss_.chunk.chunk_rows = cfg.loss_chunk_rows;
+  loss_.chunk.kl_weight = cfg.kl_weight;
+  checkpointing_ = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint);
+  const size_t W = run.drafter_devices.size();
+  // Threads per worker: as set, else the machine's cores shared among the workers.
+  const int64_t threads = cfg.threads > 0 ? ops::resolve_threads(cfg.threads, "train config: 'threads'")
+                                          : std::max<int64_t>(1, ops::resolve_threads(0, "") / int64_t(W));
+  std::vector<std::string> names;
+  for (const auto& [n, t] : master.named) names.push_back(n);
+  replicas_.resize(W);
+  for (size_t i = 0; i < W; ++i) {
+    Replica& r = replicas_[i];
+    r.device = run.drafter_devices[i];
+    r.w = drafter::drafter_weights_from(
+        dcfg_, names,
+        [&](const std::string& n) {
+          for (const auto& [k, t] : master.named)
+            if (k == n) return t.detach().to(r.device, run.compute, false, /*copy=*/true);
+          throw std::logic_error("replica: no master weight " + n);
+        },
+        run.compute, "replica");
+    for (const auto& [n, t] : r.w.named()) r.params.push_back(t);  // same order as the master's
+    r.w.set_requires_grad(true);
+    r.frozen.embed = side.frozen.embed.to(r.device, run.compute);
+    r.frozen.lm_head = dcfg_.tie_word_embeddings || side.frozen.lm_head.is_same(side.frozen.embed)
+                           ? r.frozen.embed
+                           : side.frozen.lm_head.to(r.device, run.compute);
+    workers_.push_back(std::make_unique<WorkerThread>([threads] { at::set_num_threads(int(threads)); }));
+  }
+}
+
+StepRunner::~StepRunner() = default;
+
+StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const MicroBatch*>& micro) {
+  Replica& r = replicas_[size_t(index)];
+  if (hooks_.fail_worker == index)
+    throw std::runtime_error("worker " + std::to_string(index) + " (" + r.device.str() + "): test failure");
+  WorkerOut out;
+  out.slot_correct = at::zeros({dcfg_.block_size}, at::kDouble);
+  out.slot_count = at::zeros({dcfg_.block_size}, at::kDouble);
+  for (const MicroBatch* mb : micro) {
+    auto dev = [&](const at::Tensor& t) { return t.defined() ? t.to(r.device) : t; };
+    const drafter::AnchorSample anchors{dev(mb->anchors.anchors), dev(mb->anchors.keep)};
+    const drafter::BlockBatch blocks{dev(mb->blocks.block_ids), dev(mb->blocks.labels), dev(mb->blocks.weights),
+                                     dev(mb->blocks.teacher_index)};
+    const at::Tensor feats = mb->features.to(r.device, run_.compute);
+    const at::Tensor last = mb->last_hidden.defined() ? mb->last_hidden.to(r.device, run_.compute) : at::Tensor();
+    auto res = drafter::drafter_loss(dcfg_, r.w, r.frozen, feats, last, anchors, blocks, loss_, checkpointing_);
+    // Unnormalised sum(w * loss_row): the step divides by the global weight after the all-reduce.
+    (res.loss * mb->weight).backward();
+    out.loss_sum += res.loss.item<double>() * mb->weight;
+    out.slot_correct += res.slot_correct.to(at::kCPU, at::kDouble);
+    out.slot_count += res.slot_count.to(at::kCPU, at::kDouble);
+  }
+  for (auto& p : r.params) {
+    out.grads.push_back(p.grad().defined()
+                            ? p.grad().to(run_.grad_device, run_.master_dtype)
+                            : at::zeros(p.sizes(), at::TensorOptions(run_.master_dtype).device(run_.grad_device)));
+    p.mutable_grad() = at::Tensor();
+  }
+  return out;
+}
+
+StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_steps, bool stop_here) {
+  std::vector<std::future<WorkerOut>> futs;
+  for (size_t wi = 0; wi < workers_.size(); ++wi) {
+    std::vector<const MicroBatch*> mine;
+    for (const auto& mb : item.micro)
+      if (mb.worker == int(wi)) mine.push_back(&mb);
+    futs.push_back(workers_[wi]->submit([this, wi, mine] { return run_worker(int(wi), mine); }));
+  }
+  std::vector<WorkerOut> outs;
+  std::exception_ptr err;
+  for (auto& f : futs) {  // wait for every worker before rethrowing, so none is left running
+    try {
+      outs.push_back(f.get());
+    } catch (...) {
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+
+  // Sum gradients in worker order (deterministic) on the gradient device, then across processes.
+  std::vector<at::Tensor> flat_parts;
+  for (size_t i = 0; i < master_.params.size(); ++i) {
+    at::Tensor g = outs[0].grads[i];
+    for (size_t w = 1; w < outs.size(); ++w) g = g + outs[w].grads[i];
+    flat_parts.push_back(g.reshape({-1}));
+  }
+  at::Tensor flat = at::cat(flat_parts);
+  double local_weight = 0, local_tokens = 0;
+  for (const auto& mb : item.micro) local_weight += mb.weight, local_tokens += double(mb.tokens);
+  const int64_t B = dcfg_.block_size;
+  at::Tensor stats = at::zeros({4 + 2 * B}, at::kDouble);
+  stats[0] = local_weight;
+  for (const auto& o : outs) stats[1] += o.loss_sum;
+  stats[2] = local_tokens;
+  stats[3] = stop_here ? 1.0 : 0.0;
+  for (const auto& o : outs) {
+    stats.narrow(0, 4, B).add_(o.slot_correct);
+    stats.narrow(0, 4 + B, B).add_(o.slot_count);
+  }
+  run_.coll->allreduce_sum(flat);
+  run_.coll->allreduce_sum(stats);
+  const double total_weight = stats[0].item<double>();
+  if (total_weight > 0) flat.div_(total_weight);
+  std::vector<at::Tensor> grads;
+  int64_t off = 0;
+  for (const auto& p : master_.params) {
+    grads.push_back(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+
+  StepOutcome out;
+  StepMetrics& m = out.metrics;
+  m.step = step + 1;
+  m.loss = total_weight > 0 ? stats[1].item<double>() / total_weight : 0.0;
+  m.grad_norm = clip_grad_norm(grads, cfg_.clip);
+  // Every process sees the same all-reduced loss and norm, so all of them stop here together, before the
+  // master weights are touched.
+  if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) throw DivergedError(m.step, m.loss, m.grad_norm);
+  m.lr = cosine_lr(step, total_steps, cfg_.lr, cfg_.warmup_ratio, cfg_.min_lr_ratio);
+  master_.adam->step(grads, m.lr);
+  {
+    at::NoGradGuard g;
+    for (auto& r : replicas_)
+      for (size_t i = 0; i < r.params.size(); ++i) r.params[i].copy_(master_.params[i]);
+  }
+  const at::Tensor correct = stats.narrow(0, 4, B), count = stats.narrow(0, 4 + B, B);
+  const at::Tensor acc = correct / count.clamp_min(1.0);
+  for (int64_t k = 0; k < B; ++k) m.slot_acc.push_back(acc[k].item<double>());
+  const double c1 = correct.narrow(0, 1, B - 1).sum().item<double>(), n1 = count.narrow(0, 1, B - 1).sum().item<double>();
+  m.acc = n1 > 0 ? c1 / n1 : 0.0;
+  m.tokens = stats[2].item<double>();
+  out.stop = stats[3].item<double>() > 0;
+  return out;
+}
+
+}  // namespace dflash::train

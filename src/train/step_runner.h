@@ -1,0 +1,73 @@
+// Phases 4 and 5 of a training run: the drafter replicas (one worker thread, device and weight copy each) and
+// one optimizer step over them. A step: every worker computes loss and gradients of its micro-batches; the
+// main thread sums the gradients in worker order (deterministic), all-reduces them and the step's statistics
+// across processes, normalises by the step's total loss weight, checks that loss and gradient norm are finite,
+// clips, applies AdamW to the master weights and copies them into the replicas.
+#pragma once
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "drafter_model.h"
+#include "master_state.h"
+#include "run_context.h"
+#include "step_producer.h"
+#include "target_setup.h"
+#include "train_log.h"
+#include "worker_thread.h"
+
+namespace dflash::train {
+
+// Hooks for tests that drive a whole run; they are passed in (the CLI reads them from its environment).
+struct TrainHooks {
+  int fail_worker = -1;            // this worker throws during its step (error propagation)
+  int64_t kill_in_save_step = -1;  // SIGKILL between writing and renaming the checkpoint of this step
+  bool dump_rank_weights = false;  // every rank writes its final master weights (ranks stay identical)
+};
+
+// A step whose loss or gradient norm is NaN or Inf: the master weights were not updated.
+struct DivergedError : std::runtime_error {
+  DivergedError(int64_t step, double loss, double grad_norm);
+  int64_t step;
+};
+
+struct StepOutcome {
+  StepMetrics metrics;
+  bool stop = false;  // some process asked to stop (SIGINT)
+};
+
+class StepRunner {
+ public:
+  StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,
+             const TrainHooks& hooks);
+  ~StepRunner();
+  // One optimizer step (0-based `step`) over `item`; `stop_here`: this process wants to stop after it.
+  StepOutcome step(const StepItem& item, int64_t step, int64_t total_steps, bool stop_here);
+
+ private:
+  struct Replica {
+    at::Device device = at::kCPU;
+    drafter::DrafterWeights w;
+    std::vector<at::Tensor> params;  // w.named() order
+    drafter::FrozenTarget frozen;
+  };
+  struct WorkerOut {
+    std::vector<at::Tensor> grads;  // master dtype, on the gradient device, w.named() order
+    double loss_sum = 0;            // sum over micro-batches of loss_mb * weight_mb
+    at::Tensor slot_correct, slot_count;
+  };
+  WorkerOut run_worker(int index, const std::vector<const MicroBatch*>& micro);
+
+  const TrainConfig& cfg_;
+  const RunContext& run_;
+  const drafter::DrafterConfig dcfg_;
+  MasterState& master_;
+  TrainHooks hooks_;
+  drafter::DrafterLossOptions loss_;
+  drafter::CheckpointPolicy checkpointing_;
+  std::vector<Replica> replicas_;
+  std::vector<std::unique_ptr<WorkerThread>> workers_;
+};
+
+}  // namespace dflash::train

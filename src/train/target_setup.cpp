@@ -1,0 +1,213 @@
+#include "target_setup.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "compute_settings.h"
+#include "hidden_shards.h"
+#include "memory_planner.h"
+#include "safetensors.h"
+#include "target_loader.h"
+
+namespace fs = std::filesystem;
+
+namespace dflash::train {
+namespace {
+
+std::vector<int64_t> parse_id_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      out.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      throw std::invalid_argument("train config: 'target_layer_ids' must be a comma list of integers, got '" + s + "'");
+    }
+  }
+  return out;
+}
+
+// Embedding and LM head of the target (CPU copies; the same tensor when the target ties them).
+drafter::FrozenTarget frozen_from_model(const models::TargetModel& m) {
+  drafter::FrozenTarget t;
+  t.embed = m.embed_weight().to(at::kCPU);
+  t.lm_head = m.lm_head_weight().is_same(m.embed_weight()) ? t.embed : m.lm_head_weight().to(at::kCPU);
+  return t;
+}
+
+// Embedding and LM head straight from an HF folder's safetensors (no architecture support needed).
+drafter::FrozenTarget frozen_from_folder(const std::string& dir, bool tied) {
+  const auto f = io::SafetensorsFolder::open(dir);
+  auto first = [&](std::initializer_list<const char*> names) -> std::string {
+    for (const char* n : names)
+      if (f.contains(n)) return n;
+    return "";
+  };
+  const std::string e = first({"model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
+                               "language_model.model.embed_tokens.weight", "embed_tokens.weight"});
+  if (e.empty()) throw std::invalid_argument(dir + ": no embedding tensor (expected model.embed_tokens.weight)");
+  drafter::FrozenTarget t;
+  t.embed = f.load(e);
+  const std::string h = first({"lm_head.weight", "model.lm_head.weight", "language_model.lm_head.weight"});
+  if (tied || h.empty()) {
+    if (!tied) throw std::invalid_argument(dir + ": no lm_head.weight and the drafter config does not tie embeddings");
+    t.lm_head = t.embed;
+  } else {
+    t.lm_head = f.load(h);
+  }
+  return t;
+}
+
+// --budget: the memory planner's peak for one worker's micro-batch must fit, checked before loading weights.
+void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
+  if (cfg.budget.empty()) return;
+  drafter::PlanSettings ps;
+  ps.cfg = d;
+  ps.batch = cfg.batch_size;
+  ps.seq_len = cfg.max_len;
+  ps.num_anchors = cfg.num_anchors;
+  ps.dtype_bytes = int64_t(c10::elementSize(compute));
+  ps.checkpoint_every = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint).every;
+  ps.loss_chunk_rows = cfg.loss_chunk_rows;
+  ps.kl_weight = cfg.kl_weight;
+  ps.optimizer = "adamw";
+  ps.master_fp32 = compute != at::kFloat && compute != at::kDouble;
+  ps.device = cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  const double budget = drafter::parse_bytes(cfg.budget);
+  const auto plan = drafter::plan_memory(ps);
+  if (plan.peak_bytes <= budget) return;
+  const auto choice = drafter::plan_for_budget(ps, budget);
+  std::string hint = choice.fits ? "; it fits with activation_checkpoint " +
+                                       drafter::CheckpointPolicy{choice.plan.settings.checkpoint_every}.name() +
+                                       " and loss_chunk_rows " + std::to_string(choice.plan.settings.loss_chunk_rows)
+                                 : "; nothing fits: " + choice.why;
+  throw std::invalid_argument("budget: the planned peak per worker is " + drafter::human_bytes(plan.peak_bytes) +
+                              " (at " + plan.peak_phase + "), over the budget of " + drafter::human_bytes(budget) + hint);
+}
+
+// Offline features only fit the drafter they were dumped for: the same target layers of a target as deep.
+void check_features_match(const SampleSource& samples, const drafter::DrafterConfig& d, const std::string& path) {
+  const auto ids = samples.target_layer_ids();
+  const std::string have = data::join_ids(ids), want = data::join_ids(d.target_layer_ids);
+  if (!ids.empty() && ids != d.target_layer_ids)
+    throw std::invalid_argument("data: " + path + " holds hidden states of target layers [" + have +
+                                "], the drafter config asks for [" + want +
+                                "]; dump again with `dflash data dump-hidden --target-layer-ids " + want +
+                                "` or train with target_layer_ids = " + have);
+  const int64_t L = samples.target_num_layers();
+  if (L > 0 && L != d.num_target_layers)
+    throw std::invalid_argument("data: " + path + " was dumped from a target with " + std::to_string(L) +
+                                " layers, the drafter config's target has " + std::to_string(d.num_target_layers));
+}
+
+}  // namespace
+
+// Drafter layer i <- target layer first + i, tensor by tensor (the drafter's q/k norms stay at 1 when the target
+// has none; target biases have no drafter counterpart). Meant as a trained start for runs with little data; on
+// the CPU demo it was not better than noise (docs/BENCHMARKS.md).
+void copy_target_layers(const models::TargetModel& target, int64_t first, drafter::DrafterWeights& w) {
+  const int64_t n = int64_t(w.layers.size()), have = target.config().num_hidden_layers;
+  if (first + n > have)
+    throw std::invalid_argument("train config: 'init_from_target_layer' must be <= " + std::to_string(have - n) +
+                                " (the target has " + std::to_string(have) + " layers, the drafter " +
+                                std::to_string(n) + "), got " + std::to_string(first));
+  at::NoGradGuard no_grad;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto src = target.layer_weights(int(first + i));
+    for (int p = 0; p < drafter::kNumLayerParams; ++p) {
+      const auto it = src.find(drafter::layer_param_suffix(p));
+      if (it == src.end()) continue;
+      at::Tensor& dst = w.layers[size_t(i)].t[size_t(p)];
+      if (it->second.sizes() != dst.sizes())
+        throw std::invalid_argument("train config: 'init_from_target_layer': target layer " +
+                                    std::to_string(first + i) + " " + it->first + " has another shape than the "
+                                    "drafter's (drafter_config differs from the target)");
+      dst.copy_(it->second);
+    }
+  }
+}
+
+drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& t) {
+  drafter::DrafterConfig d;
+  if (!cfg.drafter_config.empty()) {
+    d = drafter::load_drafter_config(cfg.drafter_config);
+    if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
+  } else {
+    d.hidden_size = t.hidden_size;
+    d.intermediate_size = t.intermediate_size;
+    d.num_attention_heads = t.num_attention_heads;
+    d.num_key_value_heads = t.num_key_value_heads;
+    d.head_dim = t.head_dim;
+    d.num_hidden_layers = cfg.drafter_layers;
+    d.num_target_layers = t.num_hidden_layers;
+    d.block_size = cfg.block_size;
+    d.vocab_size = t.vocab_size;
+    d.mask_token_id = cfg.mask_token_id;
+    d.rms_norm_eps = t.rms_norm_eps;
+    d.rope_theta = t.rope.theta;
+    d.layer_types.assign(size_t(cfg.drafter_layers), "full_attention");
+    d.tie_word_embeddings = t.tie_word_embeddings;
+    d.torch_dtype = "bfloat16";
+    d.target_layer_ids = cfg.target_layer_ids.empty()
+                             ? drafter::default_target_layer_ids(t.num_hidden_layers, cfg.drafter_layers)
+                             : parse_id_list(cfg.target_layer_ids);
+  }
+  if (d.mask_token_id < 0)
+    throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "
+                                "target vocabulary; the drafter config gives none)");
+  if (d.hidden_size != t.hidden_size || d.vocab_size != t.vocab_size)
+    throw std::invalid_argument("drafter config: hidden_size/vocab_size (" + std::to_string(d.hidden_size) + "/" +
+                                std::to_string(d.vocab_size) + ") must equal the target's (" +
+                                std::to_string(t.hidden_size) + "/" + std::to_string(t.vocab_size) + ")");
+  for (auto id : d.target_layer_ids)
+    if (id < 0 || id >= t.num_hidden_layers)
+      throw std::invalid_argument("drafter config: target layer id " + std::to_string(id) + " is outside the target's " +
+                                  std::to_string(t.num_hidden_layers) + " layers");
+  d.validate(cfg.drafter_config.empty() ? "drafter config (from the target)" : cfg.drafter_config);
+  return d;
+}
+
+TargetSide load_target_side(const TrainConfig& cfg, at::ScalarType compute) {
+  TargetSide t;
+  t.samples = open_samples(cfg.data, cfg.data_format);
+  // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
+  // this project cannot run still work with their existing hidden-state dumps.
+  const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);
+  if (frozen_only) {
+    const drafter::DrafterConfig file_cfg = drafter::load_drafter_config(cfg.drafter_config);
+    models::TargetConfig tcfg;  // what resolve_drafter_config checks: the drafter config's shapes first
+    tcfg.vocab_size = file_cfg.vocab_size;
+    tcfg.hidden_size = file_cfg.hidden_size;
+    tcfg.num_hidden_layers = file_cfg.num_target_layers;
+    tcfg.tie_word_embeddings = file_cfg.tie_word_embeddings;
+    check_budget(cfg, resolve_drafter_config(cfg, tcfg), compute);  // before the embedding is read
+    t.frozen = frozen_from_folder(cfg.target, file_cfg.tie_word_embeddings);
+    tcfg.vocab_size = t.frozen.embed.size(0);  // then checked against the weights themselves
+    tcfg.hidden_size = t.frozen.embed.size(1);
+    t.dcfg = resolve_drafter_config(cfg, tcfg);
+  } else {
+    const models::TargetConfig tcfg = models::read_target_config(cfg.target);
+    t.dcfg = resolve_drafter_config(cfg, tcfg);
+    check_budget(cfg, t.dcfg, compute);
+    models::TargetLoadOptions topt;
+    topt.dtype = ops::parse_dtype(cfg.target_dtype, "train config: 'target_dtype'");
+    if (!t.samples->has_features()) {  // online: the target's layers over target_devices (pipeline stages)
+      const auto tdev = ops::parse_devices(cfg.target_devices, "train config: 'target_devices'");
+      if (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))
+        topt.stages = models::split_layers(int(tcfg.num_hidden_layers), tdev);
+    }
+    t.target = std::make_unique<models::TargetModel>(models::load_target(cfg.target, topt));
+    t.frozen = frozen_from_model(*t.target);
+  }
+  check_features_match(*t.samples, t.dcfg, cfg.data);
+  return t;
+}
+
+}  // namespace dflash::train
