@@ -127,7 +127,7 @@ else
       fi
     fi
   done
-  common=(data regenerate --model "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train
+  common=(data regenerate --target "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train
           --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1 --batch 64 "${FEATURE_FLAGS[@]}")
   "$DFLASH" "${common[@]}" --shard 1 --output "$OUT/data/shard1.jsonl" 2> "$OUT/data/shard1.log" &
   other=$!

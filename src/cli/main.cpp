@@ -1,10 +1,12 @@
 // dflash: one command line for everything. Every layer lists its own subcommands (src/<layer>/*_commands.h);
-// this file only joins the tables and dispatches.
+// this file only joins the tables and dispatches. Exit codes: 0 done, 1 error, 2 usage error (bad flags, unknown
+// subcommand), 3 eval found a lossless mismatch, 130 interrupted (train, after a checkpoint).
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "data_commands.h"
 #include "drafter_commands.h"
 #include "eval_commands.h"
@@ -33,6 +35,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     return dflash::util::dispatch(all_commands(), args, "dflash");
+  } catch (const dflash::util::UsageError& e) {
+    std::fprintf(stderr, "dflash: error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     // LibTorch errors carry their C++ stack trace after the message: a mistake in the input is no crash report.
     std::string msg = e.what();

@@ -24,6 +24,7 @@
 #endif
 
 #include "args.h"
+#include "compute_settings.h"
 #include "drafter_commands.h"
 #include "drafter_model.h"
 #include "memory_planner.h"
@@ -32,9 +33,6 @@
 namespace dflash::drafter {
 
 using util::Args;
-
-at::ScalarType parse_dtype_name(const std::string& s);  // selftest_command.cpp
-int64_t dtype_bytes_of(const std::string& s);           // plan_command.cpp
 
 namespace {
 
@@ -204,7 +202,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
            "a drafter config.json instead of --model (e.g. a run's drafter_config.json: the drafter you train)");
   a.option("seq-len", "S", "1024", "context tokens");
   a.option("anchors", "N", "64", "blocks");
-  a.option("dtype", "DTYPE", "float32", "float32 | bfloat16 | float64");
+  a.option("dtype", "DTYPE", "fp32", "fp32 | bf16 | fp64");
   a.option("kl-weight", "X", "0.15", "soft-label weight");
   a.option("loss-chunk", "ROWS", "256", "rows per loss chunk");
   a.option("iters", "N", "3", "iterations per policy");
@@ -212,13 +210,13 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("seed", "N", "0", "RNG seed");
   a.option("device", "NAME", "cpu", "cpu | cuda (GPU runs compare the plan with the caching allocator's peak)");
   a.option("json", "FILE", "", "write results as JSON");
-  a.option("threads", "N", std::to_string(std::max(1u, std::thread::hardware_concurrency())), "CPU threads");
+  a.option("threads", "N", "0", "CPU threads (0: every core)");
   a.option("reference", "0|1", "1",
            "also time the plain-PyTorch drafter step (dense SPEC mask, eager autograd) on the same shapes (CPU)");
   a.option("generic-ce", "0|1", "1",
            "also time the first policy with the generic ATen cross-entropy instead of the fused CPU kernel");
   if (!a.parse(argv)) return 0;
-  at::set_num_threads(int(a.i64("threads")));
+  ops::set_threads(a.i64("threads"), "bench step: --threads");
   MemoryProbe probe;
   probe.cuda = a.str("device") == "cuda";
   if (a.str("device") != "cpu" && !probe.cuda)
@@ -237,7 +235,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   const std::string cfg_file = a.str("drafter-config");
   const DrafterConfig c = cfg_file.empty() ? bench_config(a.str("model")) : load_drafter_config(cfg_file);
   const std::string model_name = cfg_file.empty() ? a.str("model") : cfg_file;
-  const auto dtype = parse_dtype_name(a.str("dtype"));
+  const auto dtype = ops::parse_dtype(a.str("dtype"), "bench step: --dtype");
   const int64_t seq = a.i64("seq-len"), anchors = a.i64("anchors"), chunk = a.i64("loss-chunk");
   const int64_t iters = a.i64("iters");
   const double kl = a.f64("kl-weight");
@@ -261,7 +259,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
     ps.cfg = c;
     ps.seq_len = seq;
     ps.num_anchors = anchors;
-    ps.dtype_bytes = dtype_bytes_of(a.str("dtype"));
+    ps.dtype_bytes = int64_t(c10::elementSize(dtype));
     ps.checkpoint_every = pol.every;
     ps.loss_chunk_rows = chunk;
     ps.kl_weight = kl;

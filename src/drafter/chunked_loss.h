@@ -1,33 +1,11 @@
-// Weighted block cross-entropy (+ optional soft labels) through the frozen LM head, in chunks of rows:
-// at most one chunk of logits exists at a time; when hidden needs a gradient it is computed in the same
-// pass (no logits are recomputed in backward).
+// The drafter's chunked LM-head loss is the LibTorch op dflash::chunked_lm_loss (src/ops/chunked_lm_loss_op.h);
+// these names keep the drafter layer's callers unchanged.
 #pragma once
-#include <cstdint>
-#include <tuple>
-
-#include <ATen/core/Tensor.h>
+#include "chunked_lm_loss_op.h"
 
 namespace dflash::drafter {
 
-struct ChunkedLossOptions {
-  int64_t chunk_rows = 1024;
-  // loss_row = (1 - kl_weight) * CE(student, label) + kl_weight * KL(teacher || student).
-  double kl_weight = 0.0;
-  // Hard labels on CPU with float32/bf16 hidden: the fused cross-entropy kernel
-  // (src/kernels/cross_entropy_rows.h) instead of the generic ATen passes. false: always the generic path.
-  bool fused_ce = true;
-};
-
-// hidden [R, H] (the drafter's final hidden states; the only input that gets a gradient),
-// lm_head [V, H] (frozen), labels [R] int64, weights [R] (any float; rows with weight 0 are skipped),
-// teacher_hidden [M, H] + teacher_index [R] (the target's last hidden state rows; both undefined when
-// kl_weight == 0).
-// Returns (loss = sum(w * loss_row) / sum(w) in float32 (float64 for fp64 hidden),
-//          row_ce [R] (0 for skipped rows), row_correct [R] bool (argmax == label)); only loss has a gradient.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& lm_head,
-                                                               const at::Tensor& labels, const at::Tensor& weights,
-                                                               const at::Tensor& teacher_hidden,
-                                                               const at::Tensor& teacher_index,
-                                                               const ChunkedLossOptions& opt);
+using ops::chunked_lm_loss;
+using ops::ChunkedLossOptions;
 
 }  // namespace dflash::drafter

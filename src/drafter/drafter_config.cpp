@@ -153,6 +153,7 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   if (j.contains("rope_parameters") && j.at("rope_parameters").is_object())
     c.rope_theta = get_double(j.at("rope_parameters"), "rope_theta", where + " rope_parameters", c.rope_theta);
   c.sliding_window = get_int(j, "sliding_window", where, false, 0);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", where, false, 0);
   if (j.contains("tie_word_embeddings")) {
     if (!j.at("tie_word_embeddings").is_boolean())
       fail(where, "tie_word_embeddings", "true or false", shown(j.at("tie_word_embeddings")));
@@ -232,6 +233,7 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   for (const auto& t : c.layer_types) any_sliding |= t == "sliding_attention";
   j["use_sliding_window"] = any_sliding;
   j["vocab_size"] = c.vocab_size;
+  if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
   return j;

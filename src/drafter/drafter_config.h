@@ -22,6 +22,7 @@ struct DrafterConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 1e6;
   int64_t sliding_window = 0;               // used by layers whose type is "sliding_attention"
+  int64_t max_position_embeddings = 0;      // the target's context length (0: unknown)
   std::vector<std::string> layer_types;     // "full_attention" / "sliding_attention", one per layer
   std::vector<int64_t> target_layer_ids;    // target layers whose outputs feed `fc`, in concat order
   bool tie_word_embeddings = false;         // of the target: LM head = embedding when true

@@ -50,7 +50,7 @@ double layer_saved_full(const Dims& d) {
 // A checkpointed layer keeps only its input.
 double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 
-// Rows x V buffers alive at once in chunked_loss.cpp: logits + logsumexp temporary (+ teacher logits).
+// Rows x V buffers alive at once in src/ops/chunked_lm_loss_op.cpp: logits + logsumexp temporary (+ teacher logits).
 // The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
 double loss_chunk_bytes(const Dims& d) {
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
@@ -138,8 +138,9 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     phase("forward: last layer", base + before + full + d.T * d.H * d.e,
           "static + shared + saved layers 0..L-2 + one layer's activations");
   }
-  // The loss computes d(hidden) inside its forward (chunked_loss.cpp), so it holds that [T, H] tensor while a
-  // chunk's logits are alive; its backward only scales it (one more [T, H]) and recomputes no logits.
+  // The loss computes d(hidden) inside its forward (src/ops/chunked_lm_loss_op.cpp), so it holds that [T, H]
+  // tensor while a chunk's logits are alive; its backward only scales it (one more [T, H]) and recomputes no
+  // logits.
   phase("forward: loss chunk", base + saved_sum + final_norm + d.T * d.H * d.e + loss_chunk,
         "static + shared + all saved + final norm + d(hidden) + one loss chunk");
   phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e,

@@ -1,6 +1,6 @@
 // Predicts the peak memory of one drafter training step before it runs. Every term is derived from what
 // this library allocates and what its autograd nodes save (decoder_layer.cpp, norm_ops.cpp,
-// chunked_loss.cpp, the attention op); the phase walk mirrors the order autograd frees and allocates.
+// src/ops/chunked_lm_loss_op.cpp, the attention op); the phase walk mirrors the order autograd frees and allocates.
 #pragma once
 #include <cstdint>
 #include <string>

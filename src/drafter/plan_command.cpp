@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "drafter_commands.h"
+#include "dtype_names.h"
 #include "drafter_model.h"
 #include "memory_planner.h"
 
@@ -15,11 +16,10 @@ namespace dflash::drafter {
 
 using util::Args;
 
+// Bytes per element of a dtype name (util/dtype_names.h); torch-free, as the planner is.
 int64_t dtype_bytes_of(const std::string& s) {
-  if (s == "bf16" || s == "bfloat16" || s == "fp16" || s == "float16") return 2;
-  if (s == "fp32" || s == "float32") return 4;
-  if (s == "fp64" || s == "float64") return 8;
-  throw std::invalid_argument("--dtype: expected bf16, fp16, fp32 or fp64, got '" + s + "'");
+  const std::string c = util::canonical_dtype(s, "--dtype");
+  return c == "fp64" ? 8 : c == "fp32" ? 4 : 2;
 }
 
 int plan_main(const std::vector<std::string>& argv) {

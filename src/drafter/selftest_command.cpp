@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "args.h"
+#include "compute_settings.h"
 #include "drafter_commands.h"
 #include "drafter_model.h"
 #include "safetensors.h"
@@ -19,14 +20,6 @@
 namespace dflash::drafter {
 
 using util::Args;
-
-at::ScalarType parse_dtype_name(const std::string& s) {
-  if (s == "float32" || s == "fp32") return at::kFloat;
-  if (s == "float64" || s == "fp64") return at::kDouble;
-  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
-  if (s == "float16" || s == "fp16") return at::kHalf;
-  throw std::invalid_argument("dtype: expected float32, float64, bfloat16 or float16, got '" + s + "'");
-}
 
 int selftest_main(const std::vector<std::string>& argv) {
   Args a("drafter selftest", "one drafter forward+backward on a saved batch; writes outputs and gradients");
@@ -44,7 +37,7 @@ int selftest_main(const std::vector<std::string>& argv) {
     if (a.str(req).empty()) throw std::invalid_argument(std::string("drafter selftest: --") + req + " is required");
 
   using namespace dflash::drafter;
-  const auto dtype = parse_dtype_name(a.str("dtype"));
+  const auto dtype = ops::parse_dtype(a.str("dtype"), "drafter selftest: --dtype");
   const DrafterConfig cfg = load_drafter_config(a.str("config"));
   DrafterWeights w = load_drafter_weights(cfg, a.str("weights"), dtype);
   w.set_requires_grad(true);

@@ -25,6 +25,7 @@
 #include "anchor_attention_op.h"
 #include "args.h"
 #include "attention_baselines.h"
+#include "compute_settings.h"
 #include "cpu_isa.h"
 #include "memory_probe.h"
 #include "ops_commands.h"
@@ -275,13 +276,12 @@ int bench_attention_main(const std::vector<std::string>& argv) {
             "Fused anchor-block attention vs the dense mask, the seed's per-block SDPA and compiled flex_attention,\n"
             "same inputs, one run. Prints forward and forward+backward time (median), peak extra memory, error vs\n"
             "fp64, and how many times slower each baseline is than ours.");
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   args.option("configs", "LIST", "quick,seed-scaled,series-S1024,series-S4096,series-N128,series-N512",
               "configs to run: quick, seed-scaled, series-S1024, series-S4096, series-N128, series-N512, "
               "seed-scaled-window, seed-scaled-bf16, seed, qwen3.6-27b")
       .option("impls", "LIST", "fused,dense,per_block_sdpa,flex", "implementations to compare")
       .option("device", "DEV", "cpu", "cpu or cuda[:N]")
-      .option("threads", "N", std::to_string(hw), "CPU threads")
+      .option("threads", "N", "0", "CPU threads (0: every core)")
       .option("reps", "N", "3", "timed repetitions (after one warm-up that also measures memory)")
       .option("chunk-blocks", "N", "32", "blocks per chunk of the per-block SDPA baseline")
       .option("mem-limit-gb", "GB", "", "skip a baseline whose predicted memory exceeds this (default: 60% of available)")
@@ -290,8 +290,8 @@ int bench_attention_main(const std::vector<std::string>& argv) {
   if (!args.parse(argv)) return 0;
 
   util::PeakRss::configure_allocator();
-  at::set_num_threads(int(args.i64("threads")));
-  const at::Device device(args.str("device"));
+  set_threads(args.i64("threads"), "bench attention: --threads");
+  const at::Device device = parse_device(args.str("device"), "bench attention: --device");
   const double limit_bytes = args.given("mem-limit-gb") ? args.f64("mem-limit-gb") * 1e9
                                                         : 0.6 * double(util::available_memory_bytes());
   std::vector<BenchConfig> configs;

@@ -8,7 +8,7 @@
 #include "compute_settings.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
-#include "dtype_names.h"
+#include "hf_export.h"
 
 namespace fs = std::filesystem;
 
@@ -29,11 +29,7 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const st
       },
       at::kFloat, path);
   const at::ScalarType dt = ops::parse_dtype(dtype.empty() ? dcfg.torch_dtype : dtype, "export: --dtype");
-  fs::create_directories(out_dir);
-  auto out_cfg = dcfg;
-  out_cfg.torch_dtype = util::hf_dtype_name(ops::dtype_name(dt));
-  drafter::save_drafter_config((fs::path(out_dir) / "config.json").string(), out_cfg);
-  drafter::save_drafter_weights((fs::path(out_dir) / "model.safetensors").string(), w, dt);
+  write_hf_drafter_folder(out_dir, dcfg, w, dt);
   std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
 }
 

@@ -1,5 +1,5 @@
-// `dflash export`: a training run's latest checkpoint as a Hugging Face drafter folder (config.json +
-// model.safetensors, the layout released DFlash drafters use).
+// `dflash export`: a training run's latest checkpoint as a Hugging Face drafter folder (hf_export.h: config.json,
+// dflash.py, model.safetensors; the layout released DFlash drafters use, loadable by transformers).
 #pragma once
 #include <string>
 

@@ -1,6 +1,7 @@
 #include "run_context.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 
@@ -8,10 +9,44 @@
 
 namespace dflash::train {
 
+namespace {
+
+// A torchrun variable as a non-negative integer; `def` when unset.
+int64_t env_int(const char* name, int64_t def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1 << 20)
+    throw std::invalid_argument(std::string("environment: ") + name + " must be a non-negative integer, got '" + v + "'");
+  return x;
+}
+
+}  // namespace
+
+std::vector<at::Device> local_devices(const std::vector<at::Device>& node, int64_t local_rank, int64_t local_world,
+                                      const std::string& what, bool share_single_cpu) {
+  if (local_world < 1 || local_rank >= local_world)
+    throw std::invalid_argument("environment: LOCAL_RANK " + std::to_string(local_rank) + " is not below LOCAL_WORLD_SIZE " +
+                                std::to_string(local_world));
+  if (local_world == 1) return node;
+  if (share_single_cpu && node.size() == 1 && node.front().is_cpu()) return node;
+  const int64_t n = int64_t(node.size());
+  if (n % local_world != 0)
+    throw std::invalid_argument(what + " lists " + std::to_string(n) + " devices for LOCAL_WORLD_SIZE=" +
+                                std::to_string(local_world) + " processes on this node; list a multiple of " +
+                                std::to_string(local_world) + " (each process takes an equal share, in order)");
+  const int64_t k = n / local_world;
+  return std::vector<at::Device>(node.begin() + local_rank * k, node.begin() + (local_rank + 1) * k);
+}
+
 RunContext open_run(const TrainConfig& cfg) {
   RunContext run;
-  run.drafter_devices = ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'");
-  ops::parse_devices(cfg.target_devices, "train config: 'target_devices'");  // checked now, used when loading
+  const int64_t local_world = env_int("LOCAL_WORLD_SIZE", 1), local_rank = env_int("LOCAL_RANK", 0);
+  run.drafter_devices = local_devices(ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'"),
+                                      local_rank, local_world, "train config: 'drafter_devices'", false);
+  run.target_devices = local_devices(ops::parse_devices(cfg.target_devices, "train config: 'target_devices'"),
+                                     local_rank, local_world, "train config: 'target_devices'", true);
   bool all_cuda = true;
   for (const auto& d : run.drafter_devices) all_cuda = all_cuda && d.is_cuda();
   run.grad_device = all_cuda ? run.drafter_devices.front() : at::Device(at::kCPU);

@@ -14,7 +14,8 @@
 namespace dflash::train {
 
 struct RunContext {
-  std::vector<at::Device> drafter_devices;  // one worker thread each
+  std::vector<at::Device> drafter_devices;  // this process's: one worker thread each
+  std::vector<at::Device> target_devices;   // this process's pipeline stages of the online target
   // Where gradients are summed, clipped and applied (master weights, AdamW state): the first drafter device
   // when every worker is on CUDA (no host round trip; NCCL reduces there), else the CPU.
   at::Device grad_device = at::kCPU;
@@ -27,5 +28,12 @@ struct RunContext {
 // Checks devices and dtypes, joins the process group, creates cfg.out and loads the resume checkpoint (or
 // refuses a directory that already holds checkpoints without --resume).
 RunContext open_run(const TrainConfig& cfg);
+
+// torchrun starts LOCAL_WORLD_SIZE processes per node, and a device list names the node's devices: process
+// LOCAL_RANK takes the local_rank-th of local_world equal slices (cuda:0,cuda:1,cuda:2,cuda:3 over 2 processes:
+// cuda:0,cuda:1 and cuda:2,cuda:3). A single cpu entry is shared when `share_single_cpu` (the target on the
+// CPU); any other length that does not divide evenly is an error naming `what`.
+std::vector<at::Device> local_devices(const std::vector<at::Device>& node, int64_t local_rank, int64_t local_world,
+                                      const std::string& what, bool share_single_cpu);
 
 }  // namespace dflash::train

@@ -152,6 +152,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     d.mask_token_id = cfg.mask_token_id;
     d.rms_norm_eps = t.rms_norm_eps;
     d.rope_theta = t.rope.theta;
+    d.max_position_embeddings = t.max_position_embeddings;
     d.layer_types.assign(size_t(cfg.drafter_layers), "full_attention");
     d.tie_word_embeddings = t.tie_word_embeddings;
     d.torch_dtype = "bfloat16";
@@ -174,7 +175,8 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
   return d;
 }
 
-TargetSide load_target_side(const TrainConfig& cfg, at::ScalarType compute) {
+TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
+  const at::ScalarType compute = run.compute;
   TargetSide t;
   t.samples = open_samples(cfg.data, cfg.data_format);
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
@@ -199,7 +201,7 @@ TargetSide load_target_side(const TrainConfig& cfg, at::ScalarType compute) {
     models::TargetLoadOptions topt;
     topt.dtype = ops::parse_dtype(cfg.target_dtype, "train config: 'target_dtype'");
     if (!t.samples->has_features()) {  // online: the target's layers over target_devices (pipeline stages)
-      const auto tdev = ops::parse_devices(cfg.target_devices, "train config: 'target_devices'");
+      const auto& tdev = run.target_devices;
       if (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))
         topt.stages = models::split_layers(int(tcfg.num_hidden_layers), tdev);
     }

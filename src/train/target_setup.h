@@ -8,6 +8,7 @@
 
 #include "drafter_config.h"
 #include "drafter_model.h"
+#include "run_context.h"
 #include "sample_source.h"
 #include "target_model.h"
 #include "train_config.h"
@@ -21,8 +22,8 @@ struct TargetSide {
   drafter::DrafterConfig dcfg;
 };
 
-// `compute`: the drafter's dtype (for the budget check).
-TargetSide load_target_side(const TrainConfig& cfg, at::ScalarType compute);
+// The drafter's dtype (run.compute) sizes the budget check; the online target runs on run.target_devices.
+TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run);
 
 // The drafter config: cfg.drafter_config's file, else derived from the target's architecture (hidden/heads/MLP
 // of the target, cfg.drafter_layers layers, SPEC default target_layer_ids).

@@ -61,7 +61,7 @@ int train_main(const std::vector<std::string>& argv) {
 
 int export_main(const std::vector<std::string>& argv) {
   Args a("export", "write a run's latest checkpoint as an HF drafter folder");
-  a.positional("RUN_DIR", "the training run (its --out folder)");
+  a.positional("RUN_DIR", "the training run folder (train's --out)");
   a.option("out", "DIR", "", "output folder (config.json + model.safetensors)");
   a.option("dtype", "DTYPE", "", "weights dtype: bf16 | fp32 | fp16 | fp64 (default: the drafter config's torch_dtype)");
   if (!a.parse(argv)) return 0;
@@ -72,7 +72,7 @@ int export_main(const std::vector<std::string>& argv) {
 
 int plot_main(const std::vector<std::string>& argv) {
   Args a("plot", "PNG curves of a run's metrics.jsonl");
-  a.positional("RUN_DIR", "the training run (its --out folder)");
+  a.positional("RUN_DIR", "the training run folder (train's --out)");
   a.option("out", "DIR", "", "output folder (default RUN_DIR)");
   if (!a.parse(argv)) return 0;
   const std::string run_dir = a.str("RUN_DIR");

@@ -30,11 +30,12 @@ extern "C" void on_sigint(int) {
 
 void describe_run(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, int64_t total_steps,
                   int64_t per_step) {
-  std::string ids;
+  std::string ids, devices;
   for (auto id : side.dcfg.target_layer_ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  for (const auto& d : run.drafter_devices) devices += (devices.empty() ? "" : ",") + d.str();
   std::fprintf(stderr, "data: %s\ndrafter: %lld layers, hidden %lld, target layers [%s]; %zu workers (%s); %s; %lld "
                "steps x %lld sequences\n", side.samples->describe().c_str(), (long long)side.dcfg.num_hidden_layers,
-               (long long)side.dcfg.hidden_size, ids.c_str(), run.drafter_devices.size(), cfg.drafter_devices.c_str(),
+               (long long)side.dcfg.hidden_size, ids.c_str(), run.drafter_devices.size(), devices.c_str(),
                run.coll->describe().c_str(), (long long)total_steps, (long long)per_step);
 }
 
@@ -54,7 +55,7 @@ void install_sigint_handler() { std::signal(SIGINT, on_sigint); }
 int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   cfg.validate();
   RunContext run = open_run(cfg);
-  TargetSide side = load_target_side(cfg, run.compute);
+  TargetSide side = load_target_side(cfg, run);
 
   const int64_t per_step = cfg.batch_size * cfg.grad_accum * int64_t(run.drafter_devices.size()) * run.coll->world();
   const int64_t total_steps = cfg.steps > 0 ? cfg.steps : (cfg.epochs * side.samples->size() + per_step - 1) / per_step;

@@ -39,7 +39,7 @@ bool Args::parse(const std::vector<std::string>& argv) {
     }
     if (options_ended || a.rfind("--", 0) != 0) {
       if (next_positional >= positionals_.size())
-        throw std::invalid_argument(command_ + ": unexpected argument '" + a + "'\n" + help());
+        throw UsageError(command_ + ": unexpected argument '" + a + "'\n" + help());
       const std::string& p = positionals_[next_positional++].name;
       values_[p] = a;
       given_[p] = true;
@@ -54,13 +54,13 @@ bool Args::parse(const std::vector<std::string>& argv) {
     }
     if (const auto al = aliases_.find(name); al != aliases_.end()) name = al->second;
     const auto it = opts_.find(name);
-    if (it == opts_.end()) throw std::invalid_argument(command_ + ": unknown option --" + name + "\n" + help());
+    if (it == opts_.end()) throw UsageError(command_ + ": unknown option --" + name + "\n" + help());
     if (it->second.value_name.empty()) {
-      if (inline_value) throw std::invalid_argument(command_ + ": --" + name + " takes no value");
+      if (inline_value) throw UsageError(command_ + ": --" + name + " takes no value");
       value = "1";
     } else if (!inline_value) {
       if (i + 1 >= argv.size())
-        throw std::invalid_argument(command_ + ": --" + name + " needs a value (" + it->second.value_name + ")");
+        throw UsageError(command_ + ": --" + name + " needs a value (" + it->second.value_name + ")");
       value = argv[++i];
     }
     values_[name] = value;
@@ -68,13 +68,13 @@ bool Args::parse(const std::vector<std::string>& argv) {
   }
   for (size_t p = next_positional; p < positionals_.size(); ++p)
     if (!positionals_[p].optional)
-      throw std::invalid_argument(command_ + ": " + positionals_[p].name + " missing (" + positionals_[p].help + ")\n" +
+      throw UsageError(command_ + ": " + positionals_[p].name + " is missing: " + positionals_[p].help + "\n" +
                                   help());
   return true;
 }
 
 void Args::require(const std::string& name) const {
-  if (str(name).empty()) throw std::invalid_argument(command_ + ": --" + name + " is required");
+  if (str(name).empty()) throw UsageError(command_ + ": --" + name + " is required");
 }
 
 std::string Args::str(const std::string& name) const {
@@ -93,7 +93,7 @@ int64_t Args::i64(const std::string& name) const {
     if (pos == s.size()) return v;
   } catch (const std::exception&) {
   }
-  throw std::invalid_argument(command_ + ": --" + name + " expects an integer, got '" + s + "'");
+  throw UsageError(command_ + ": --" + name + " expects an integer, got '" + s + "'");
 }
 
 double Args::f64(const std::string& name) const {
@@ -104,7 +104,7 @@ double Args::f64(const std::string& name) const {
     if (pos == s.size()) return v;
   } catch (const std::exception&) {
   }
-  throw std::invalid_argument(command_ + ": --" + name + " expects a number, got '" + s + "'");
+  throw UsageError(command_ + ": --" + name + " expects a number, got '" + s + "'");
 }
 
 bool Args::on(const std::string& name) const { return str(name) == "1"; }
@@ -124,9 +124,9 @@ std::vector<int64_t> Args::i64_list(const std::string& name) const {
     try {
       size_t pos = 0;
       out.push_back(std::stoll(s, &pos));
-      if (pos != s.size()) throw std::invalid_argument(s);
+      if (pos != s.size()) throw UsageError(s);
     } catch (const std::exception&) {
-      throw std::invalid_argument(command_ + ": --" + name + " expects comma-separated integers, got '" + s + "'");
+      throw UsageError(command_ + ": --" + name + " expects comma-separated integers, got '" + s + "'");
     }
   }
   return out;

@@ -4,10 +4,17 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace dflash::util {
+
+// A mistake on the command line itself (unknown flag, bad value, missing argument): `dflash` exits with 2, other
+// errors exit with 1.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
 
 class Args {
  public:
@@ -22,7 +29,7 @@ class Args {
   // given (`def` non-empty or `optional`).
   Args& positional(const std::string& name, const std::string& help, bool optional = false);
 
-  // Returns false when --help was asked for (help already printed); throws on bad input.
+  // Returns false when --help was asked for (help already printed); throws UsageError on bad input.
   bool parse(const std::vector<std::string>& argv);
 
   const std::string& command() const { return command_; }
@@ -34,7 +41,7 @@ class Args {
   bool declared(const std::string& name) const { return opts_.count(name) > 0; }
   std::vector<int64_t> i64_list(const std::string& name) const;  // comma-separated
   std::vector<std::string> str_list(const std::string& name) const;
-  // Throws "<command>: --<name> is required" when the option was left empty.
+  // Throws UsageError "<command>: --<name> is required" when the option was left empty.
   void require(const std::string& name) const;
 
   std::string help() const;

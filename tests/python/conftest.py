@@ -1,6 +1,7 @@
 """Shared fixtures: where the build put the op library and the CLI."""
 import os
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -19,6 +20,9 @@ def _load_ops():
 
 _load_ops()
 torch.set_num_threads(os.cpu_count() or 1)
+# The Python package from the checkout (python/dflash) runs on the library loaded above; the installed
+# package itself is tested by test_pypkg_install.py.
+sys.path.insert(0, str(ROOT / "python"))
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from conftest import BUILD
-from test_attention_cuda import make_anchors, run_dense, spec_mask, dense_lse
+from attention_reference import anchor_block_mask, masked_lse
+from test_attention_cuda import make_anchors, run_dense
 
 LIB = BUILD / "libdflash_cuda_emu.so"
 if not LIB.exists():
@@ -44,7 +45,7 @@ def _run(dtype, case):
     dout = torch.randn(batch, T, Hq, D, generator=gen).to(dtype)
     anchors, keep = make_anchors(gen, batch, N, S, kind)
     scale = D ** -0.5
-    mask = spec_mask(anchors, keep, S, N, B, window)
+    mask = anchor_block_mask(anchors, keep, S, N, B, window)
     ref = run_dense(q.double(), k.double(), v.double(), mask, scale, dout.double())
     lowp = [t.double() for t in run_dense(q, k, v, mask, scale, dout)]
 
@@ -65,7 +66,7 @@ def _run(dtype, case):
     lse_t = lse.transpose(1, 2).double()
     assert torch.isneginf(lse_t[~row_keep]).all()
     if row_keep.any():
-        ref_lse = dense_lse(q.double(), k.double(), mask, scale).transpose(1, 2)
+        ref_lse = masked_lse(q.double(), k.double(), mask, scale).transpose(1, 2)
         assert (lse_t[row_keep] - ref_lse[row_keep]).abs().max().item() < 1e-4 * max(1.0, ref_lse[row_keep].abs().max().item())
     unseen = ~mask.any(1)
     assert (ours[2][unseen] == 0).all() and (ours[3][unseen] == 0).all()

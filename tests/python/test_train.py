@@ -181,6 +181,42 @@ def test_two_processes_gloo_equal_one_process(dflash_bin, target_dir, offline_di
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)
 
 
+def test_torchrun_two_processes_of_two_workers_equal_one_of_four(dflash_bin, target_dir, offline_dir, tmp_path):
+    """torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE): the node's device list is split
+    between the processes on it, so 2 processes x 2 workers train exactly the batches of 1 process x 4 workers."""
+    dist, single = tmp_path / "dist", tmp_path / "single"
+    port = str(free_port())
+    four = dict(drafter_devices="cpu,cpu,cpu,cpu", steps=2)
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, HF_HUB_OFFLINE="1", RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port, DFLASH_TEST_DUMP_RANK_WEIGHTS="1")
+        procs.append(subprocess.Popen([dflash_bin, "train", *base_args(target_dir[0], offline_dir[0], dist, **four)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    if any("this build has no Gloo" in e for _, e in outs):
+        pytest.skip("built without gloo headers (apt install libgloo-dev)")
+    for p, (o, e) in zip(procs, outs):
+        assert p.returncode == 0, e
+    assert "2 workers (cpu,cpu)" in outs[0][1] and "4 sequences" in outs[0][1], outs[0][1]
+    r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], single, **four),
+              env={"DFLASH_TEST_DUMP_RANK_WEIGHTS": "1"})
+    assert "4 workers" in r.stderr and "4 sequences" in r.stderr
+    r0, r1 = load_file(str(dist / "weights.rank0.safetensors")), load_file(str(dist / "weights.rank1.safetensors"))
+    ref = load_file(str(single / "weights.rank0.safetensors"))
+    for k in r0:
+        assert torch.equal(r0[k], r1[k]), k
+        torch.testing.assert_close(r0[k], ref[k], rtol=1e-4, atol=1e-5)  # the sums associate differently
+    for x, y in zip(metrics(dist), metrics(single)):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)
+    # A node list that does not split evenly is refused, naming the setting.
+    env = dict(os.environ, LOCAL_RANK="0", LOCAL_WORLD_SIZE="2")
+    r = subprocess.run([dflash_bin, "train", *base_args(target_dir[0], offline_dir[0], tmp_path / "bad",
+                                                        drafter_devices="cpu,cpu,cpu")],
+                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 1 and "'drafter_devices' lists 3 devices for LOCAL_WORLD_SIZE=2" in r.stderr, r.stderr
+
+
 def test_specforge_samples_equal_dflash_shards(dflash_bin, target_dir, offline_dir, tmp_path):
     d, samples = offline_dir
     sf = tmp_path / "specforge"

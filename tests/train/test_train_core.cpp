@@ -393,7 +393,7 @@ TEST(MiniTraining, NonFiniteStepStopsBeforeTheUpdate) {
   TrainConfig c = mini_config(root, "run", 4, 5);
   c.validate();
   const RunContext run = open_run(c);
-  const TargetSide side = load_target_side(c, run.compute);
+  const TargetSide side = load_target_side(c, run);
   MasterState master = build_master_state(c, run, side);
   StepRunner runner(c, run, side, master, {});
   StepProducer producer(producer_settings(c, side.dcfg, 1, 0, 1), *side.samples, nullptr, 0, 3, 0);
@@ -420,4 +420,21 @@ TEST(MiniTraining, NonFiniteStepStopsBeforeTheUpdate) {
   EXPECT_EQ(master.adam->steps(), 1);
   producer.stop();
   remove_tree(root);
+}
+
+// torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE: each process on a node takes its share of the node's device list.
+TEST(LocalDevices, EachProcessTakesItsShare) {
+  const std::vector<at::Device> four{at::Device("cpu"), at::Device("cpu"), at::Device("cuda:0"), at::Device("cuda:1")};
+  EXPECT_EQ(local_devices(four, 0, 1, "d", false), four);
+  EXPECT_EQ(local_devices(four, 1, 2, "d", false), (std::vector<at::Device>{at::Device("cuda:0"), at::Device("cuda:1")}));
+  EXPECT_EQ(local_devices(four, 3, 4, "d", false), (std::vector<at::Device>{at::Device("cuda:1")}));
+  const std::vector<at::Device> cpu{at::Device("cpu")};
+  EXPECT_EQ(local_devices(cpu, 1, 2, "t", true), cpu);  // a CPU target is shared
+  try {
+    local_devices(cpu, 1, 2, "train config: 'drafter_devices'", false);
+    ADD_FAILURE() << "one drafter device for two processes was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'drafter_devices' lists 1 devices for LOCAL_WORLD_SIZE=2"), std::string::npos);
+  }
+  EXPECT_THROW(local_devices(four, 2, 2, "d", false), std::invalid_argument);
 }

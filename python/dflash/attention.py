@@ -1,0 +1,54 @@
+"""The fused DFlash anchor-block attention (torch.ops.dflash.anchor_block_attention) with autograd."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, anchors: torch.Tensor,
+                           keep: torch.Tensor, block_size: int, window: int = 0,
+                           scale: Optional[float] = None) -> torch.Tensor:
+    """DFlash attention: every block's queries see the context before its anchor and their own block.
+
+    Layout ``[batch, seq, heads, head_dim]`` (the op's own; see :func:`anchor_block_attention_bhsd` for the
+    ``[batch, heads, seq, head_dim]`` layout of SDPA / flex code):
+
+    - ``q``: ``[batch, N*B, Hq, D]``, the N blocks of B query tokens one after another;
+    - ``k``, ``v``: ``[batch, S + N*B, Hkv, D]``, the S context keys, then the N*B block keys
+      (``Hq`` a multiple of ``Hkv``: GQA heads are never expanded);
+    - ``anchors``: ``[batch, N]`` (or ``[N]`` for every batch row) int64, each in ``[0, S]``;
+    - ``keep``: ``[batch, N]`` (or ``[N]``) bool; a dropped block outputs zero and gets zero gradients;
+    - ``block_size``: B; ``window``: sliding window (0 = none); ``scale``: softmax scale (None: 1/sqrt(D)).
+
+    A query in block n, slot j sees context keys ``kv < anchors[n]`` (and, with a window,
+    ``kv >= anchors[n] + j - (window - 1)``) plus the B keys of its own block (with a window only slots
+    ``<= j``). Returns ``[batch, N*B, Hq, D]``. fp32, bf16 and fp64 on the CPU; bf16/fp16 on CUDA.
+    Gradients flow to q, k and v. q, k, v may be strided as long as ``head_dim`` has stride 1.
+    Bad arguments raise ``RuntimeError`` naming the argument, its shape and what was expected.
+    """
+    return torch.ops.dflash.anchor_block_attention(q, k, v, anchors, keep, block_size, window, scale)
+
+
+def _as_bshd(x: torch.Tensor, name: str, want: str) -> torch.Tensor:
+    if x.dim() != 4:
+        raise ValueError(f"anchor_block_attention_bhsd: {name} must be {want}, got shape {list(x.shape)}")
+    y = x.transpose(1, 2)  # a view: no copy
+    return y if y.size(3) <= 1 or y.stride(3) == 1 else y.contiguous()
+
+
+def anchor_block_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, anchors: torch.Tensor,
+                                keep: torch.Tensor, block_size: int, window: int = 0,
+                                scale: Optional[float] = None) -> torch.Tensor:
+    """:func:`anchor_block_attention` for the ``[batch, heads, seq, head_dim]`` layout of SDPA and flex.
+
+    ``q [batch, Hq, N*B, D]``, ``k, v [batch, Hkv, S + N*B, D]`` -> ``[batch, Hq, N*B, D]``. The tensors are
+    passed as transposed views (the op reads any batch/seq/head strides), so nothing is copied when
+    ``head_dim`` has stride 1, which is the case for every ``.view(...).transpose(1, 2)`` projection
+    output; only a tensor whose last dimension is strided is made contiguous first. The result is a
+    transposed view of the op's ``[batch, N*B, Hq, D]`` output (call ``.contiguous()`` if you need one).
+    """
+    qt = _as_bshd(q, "q", "[batch, Hq, N*B, D]")
+    kt = _as_bshd(k, "k", "[batch, Hkv, S+N*B, D]")
+    vt = _as_bshd(v, "v", "[batch, Hkv, S+N*B, D]")
+    return anchor_block_attention(qt, kt, vt, anchors, keep, block_size, window, scale).transpose(1, 2)

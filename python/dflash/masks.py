@@ -1,0 +1,178 @@
+"""From what a DFlash data collator has (anchor positions, keep flags, block size) to the op's arguments.
+
+How a flex_attention DFlash trainer maps onto :func:`dflash.anchor_block_attention`:
+
+==========================================  ==========================================================
+flex / SDPA trainer                          dflash
+==========================================  ==========================================================
+``anchor_positions [b, N]``                  ``BlockMaskArgs.anchors`` (int64)
+``block_keep_mask [b, N]``                   ``BlockMaskArgs.keep`` (bool)
+``S`` (context length), ``Q_LEN = N*B``      ``context_len``; q holds N*B rows, k/v hold S + N*B
+KV = ``[context | block_0 | ... | block_N-1]``  the same: ``k = cat([k_context, k_blocks], seq dim)``
+``mask_mod(b, h, q_idx, kv_idx)``            ``BlockMaskArgs.mask_mod`` (the same rule, for checking)
+``create_block_mask(...)`` + ``flex_attention(q, k, v, block_mask=..., enable_gqa=True)``
+                                             ``anchor_block_attention_bhsd(q, k, v, anchors, keep, B)``
+position ids ``cat([arange(S), anchor+k])``  ``key_positions`` (and ``query_positions`` for q)
+==========================================  ==========================================================
+
+No mask is ever built for the op: it derives the rule from anchors and keep (O(N) memory).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Optional
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockMaskArgs:
+    """The DFlash mask as the op takes it. Pass ``anchors, keep, block_size, window`` to the op."""
+
+    anchors: torch.Tensor  # [b, N] (or [N]) int64: block n's anchor position in the sequence
+    keep: torch.Tensor     # same shape, bool: False = padding block (zero output, zero gradient)
+    block_size: int        # B
+    context_len: int       # S: context keys come first in k/v, block keys after them
+    window: int = 0        # sliding window of the layer (0 = full attention)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.anchors.size(-1)
+
+    @property
+    def query_positions(self) -> torch.Tensor:
+        """RoPE positions of the block tokens, ``[b, N*B]`` (``[N*B]`` for 1-D anchors): anchor + slot."""
+        pos = self.anchors.unsqueeze(-1) + torch.arange(self.block_size, device=self.anchors.device)
+        return pos.flatten(-2)
+
+    @property
+    def key_positions(self) -> torch.Tensor:
+        """RoPE positions of all keys, ``[b, S + N*B]``: the context at 0..S-1, then the block tokens."""
+        q = self.query_positions
+        ctx = torch.arange(self.context_len, device=q.device).expand(*q.shape[:-1], self.context_len)
+        return torch.cat([ctx, q], -1)
+
+    @property
+    def mask_mod(self):
+        """flex_attention's ``mask_mod(b, h, q_idx, kv_idx)`` for the same mask (a plain function, for
+        ``create_block_mask`` and for checks; the op itself needs no mask).
+
+        Query ``q_idx`` is slot ``j = q_idx % B`` of block ``n = q_idx // B``; it sees context key ``kv_idx``
+        when ``kv_idx < anchors[n]`` (and, with a window, ``kv_idx >= anchors[n] + j - (window - 1)``), and
+        the keys of its own block ``S + n*B .. S + n*B + B-1`` (with a window only slots ``<= j``); nothing
+        when ``keep[n]`` is False.
+        """
+        S, B, W = self.context_len, self.block_size, self.window
+        anchors, keep = self.anchors, self.keep
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            n, j = q_idx // B, q_idx % B
+            a = anchors[n] if anchors.dim() == 1 else anchors[b, n]
+            kept = keep[n] if keep.dim() == 1 else keep[b, n]
+            ctx = (kv_idx < S) & (kv_idx < a)
+            own = (kv_idx >= S) & ((kv_idx - S) // B == n)
+            if W > 0:
+                ctx = ctx & (kv_idx >= a + j - (W - 1))
+                own = own & ((kv_idx - S) % B <= j)
+            return (ctx | own) & kept
+
+        return mask_mod
+
+    def dense_mask(self, batch: Optional[int] = None) -> torch.Tensor:
+        """The whole mask, ``[b, N*B, S + N*B]`` bool (O(N*B x S): for checking small cases only)."""
+        if batch is None:
+            batch = self.anchors.size(0) if self.anchors.dim() == 2 else 1
+        dev = self.anchors.device
+        T = self.num_blocks * self.block_size
+        b = torch.arange(batch, device=dev).view(-1, 1, 1)
+        q = torch.arange(T, device=dev).view(1, -1, 1)
+        kv = torch.arange(self.context_len + T, device=dev).view(1, 1, -1)
+        return self.mask_mod(b, None, q, kv).expand(batch, T, self.context_len + T)
+
+
+def _bad(msg: str) -> ValueError:
+    return ValueError("block_mask_args: " + msg)
+
+
+def block_mask_args(anchor_positions: torch.Tensor, block_keep_mask: Optional[torch.Tensor], block_size: int,
+                    seq_len: int, window: int = 0) -> BlockMaskArgs:
+    """What a SpecForge-style collator has -> the op's inputs, checked.
+
+    ``anchor_positions``: ``[b, N]`` or ``[N]``, any integer dtype (sorted or not, duplicates allowed; padding
+    blocks may hold any anchor in ``[0, seq_len]``, e.g. 0). ``block_keep_mask``: same shape, bool or 0/1
+    (None: every block kept). ``seq_len``: S, the number of context positions (the target's sequence
+    length). ``window``: the layer's sliding window (0 = full attention).
+
+    Raises ``ValueError`` for shapes, dtypes or anchors outside ``[0, S]`` (the op's message).
+    """
+    a = torch.as_tensor(anchor_positions)
+    if a.dim() not in (1, 2):
+        raise _bad(f"anchor_positions must be [N] or [batch, N], got shape {list(a.shape)}")
+    if a.dtype.is_floating_point or a.dtype.is_complex or a.dtype == torch.bool:
+        raise _bad(f"anchor_positions must hold integers, got {a.dtype}")
+    if block_size < 1:
+        raise _bad(f"block_size must be >= 1, got {block_size}")
+    if window < 0:
+        raise _bad(f"window must be >= 0 (0 = no sliding window), got {window}")
+    if seq_len < 0:
+        raise _bad(f"seq_len must be >= 0, got {seq_len}")
+    a = a.to(torch.long).contiguous()
+    keep = (torch.ones_like(a, dtype=torch.bool) if block_keep_mask is None
+            else torch.as_tensor(block_keep_mask, device=a.device))
+    if keep.shape != a.shape:
+        raise _bad(f"block_keep_mask must have the shape of anchor_positions {list(a.shape)}, "
+                   f"got {list(keep.shape)}")
+    keep = (keep != 0).contiguous()
+    bad = ((a < 0) | (a > seq_len)).nonzero()
+    if bad.numel():
+        idx = bad[0].tolist() if a.dim() == 2 else [0] + bad[0].tolist()
+        raise _bad(f"anchors[{idx[0]}, {idx[1]}] = {int(a.view(-1, a.size(-1))[idx[0], idx[1]])} is outside "
+                   f"[0, S] with context length S = {seq_len}")
+    return BlockMaskArgs(a, keep, int(block_size), int(seq_len), int(window))
+
+
+def default_gamma(block_size: int) -> float:
+    """The loss decay of DFlash: 7 for B=16, 5 for B=10, 4 for B=8, else B/2 (at least 1)."""
+    return {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+
+
+class BlockTargets(NamedTuple):
+    block_ids: torch.Tensor      # [b, N*B] int64: [token[a], mask, ..., mask] per block (embed these)
+    labels: torch.Tensor         # [b, N*B] int64: slot k predicts token[a + k] (0 past the sequence end)
+    weights: torch.Tensor        # [b, N*B] float32: exp(-(k-1)/gamma) * keep * loss_mask[a+k] * (a+k < S) * (k > 0)
+    teacher_index: torch.Tensor  # [b*N*B] int64: row of the flattened [b*S, H] target hidden that is the
+    #                              soft-label teacher of each block token (position a+k-1)
+
+
+def block_targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, args: BlockMaskArgs, mask_token_id: int,
+                  gamma: Optional[float] = None) -> BlockTargets:
+    """Block inputs, labels and loss weights of DFlash training for ``input_ids``/``loss_mask`` ``[b, S]``.
+
+    Labels are not shifted: slot k of the block anchored at a predicts ``input_ids[a + k]``; slot 0 and
+    blocks with ``keep`` False weigh 0, and so do tokens past the end or outside the loss mask.
+    """
+    if input_ids.dim() != 2 or loss_mask.shape != input_ids.shape:
+        raise ValueError(f"block_targets: input_ids and loss_mask must both be [batch, S], got "
+                         f"{list(input_ids.shape)} and {list(loss_mask.shape)}")
+    bsz, S = input_ids.shape
+    if S != args.context_len:
+        raise ValueError(f"block_targets: input_ids has {S} positions but the mask args have S = {args.context_len}")
+    B = args.block_size
+    gamma = default_gamma(B) if gamma is None else gamma
+    dev = input_ids.device
+    anchors = args.anchors.expand(bsz, -1) if args.anchors.dim() == 1 else args.anchors
+    keep = args.keep.expand(bsz, -1) if args.keep.dim() == 1 else args.keep
+    k = torch.arange(B, device=dev)
+    pos = anchors.unsqueeze(-1) + k                                   # [b, N, B]
+    inside = pos < S
+    safe = pos.clamp(max=max(S - 1, 0)).flatten(1)
+    labels = torch.where(inside.flatten(1), input_ids.gather(1, safe), 0)
+    decay = torch.exp(-(k - 1).clamp(min=0).double() / gamma) * (k > 0)
+    in_loss = loss_mask.gather(1, safe).view_as(pos).bool() & inside
+    weights = (decay * (in_loss & keep.unsqueeze(-1))).to(torch.float32).flatten(1)
+    block_ids = torch.full_like(labels, mask_token_id)
+    first = input_ids.gather(1, anchors.clamp(max=max(S - 1, 0)))
+    block_ids.view(bsz, -1, B)[:, :, 0] = torch.where(anchors < S, first, mask_token_id)
+    teacher = (pos - 1).clamp(0, max(S - 1, 0)).flatten(1) + S * torch.arange(bsz, device=dev).unsqueeze(1)
+    return BlockTargets(block_ids, labels, weights, teacher.reshape(-1))
+

@@ -1,0 +1,217 @@
+"""The DFlash drafter for transformers (written next to the weights by `dflash export`).
+
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    tokens = model.draft(target_hidden, anchor_tokens, anchors, target.get_input_embeddings(),
+                         target.get_output_embeddings())
+
+The drafter proposes a block of `block_size` tokens in one forward pass from the target's hidden states.
+Its context features are the target's layer outputs at `dflash_config.target_layer_ids`, concatenated on the
+feature axis, through `fc` and `hidden_norm`; every decoder layer (Qwen3: RMSNorm, attention with per-head
+q/k norms and RoPE, SwiGLU MLP) takes them as extra keys and values next to the block tokens' own, while
+queries come from the block tokens only. Block n, anchored at position a, is `[token[a], MASK, ...]` at
+positions a .. a+B-1: its queries see context positions < a and the keys of their own block (sliding-window
+layers: context within the window and only earlier slots). The token embedding and the LM head are the
+target's and are not part of this model.
+
+This file needs only torch and transformers. It builds the attention mask densely (fine for inference and
+small checks); the trainer that wrote it uses a fused kernel instead.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers import PreTrainedModel, Qwen3Config
+from transformers.modeling_outputs import BaseModelOutput
+
+
+class DFlashRMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        y = x.to(acc)
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+
+def _rope_theta(config) -> float:
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"])
+    return float(getattr(config, "rope_theta", 1e6))
+
+
+def _apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """x [b, L, heads, D] rotated (first half / second half pairs) at integer positions [b, L]."""
+    half = x.size(-1) // 2
+    freq = theta ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / x.size(-1))
+    angle = positions.to(torch.float64).unsqueeze(-1) * freq
+    cos = angle.cos().repeat(1, 1, 2).unsqueeze(2).to(x.dtype)
+    sin = angle.sin().repeat(1, 1, 2).unsqueeze(2).to(x.dtype)
+    lo, hi = x[..., :half], x[..., half:]
+    return x * cos + torch.cat([-hi, lo], -1) * sin
+
+
+def _block_mask(anchors: torch.Tensor, keep: torch.Tensor, context_len: int, block_size: int,
+                window: int) -> torch.Tensor:
+    """[b, N*B, S + N*B] bool: which keys each block token may attend to."""
+    b, n = anchors.shape
+    dev = anchors.device
+    slot = torch.arange(block_size, device=dev)
+    q_block = torch.arange(n, device=dev).repeat_interleave(block_size)       # [T]
+    q_slot = slot.repeat(n)                                                    # [T]
+    a = anchors[:, q_block].unsqueeze(-1)                                      # [b, T, 1]
+    ctx_pos = torch.arange(context_len, device=dev)
+    sees_ctx = ctx_pos < a                                                     # [b, T, S]
+    k_block = torch.arange(n, device=dev).repeat_interleave(block_size)
+    sees_blk = (k_block.unsqueeze(0) == q_block.unsqueeze(1)).unsqueeze(0).expand(b, -1, -1)
+    if window > 0:
+        first = a + q_slot.view(1, -1, 1) - (window - 1)
+        sees_ctx = sees_ctx & (ctx_pos >= first)
+        sees_blk = sees_blk & (slot.repeat(n).unsqueeze(0) <= q_slot.unsqueeze(1)).unsqueeze(0)
+    return torch.cat([sees_ctx, sees_blk], -1) & keep[:, q_block].unsqueeze(-1)
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        h, d = config.hidden_size, self.head_dim
+        self.q_proj = nn.Linear(h, self.heads * d, bias=False)
+        self.k_proj = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(self.heads * d, h, bias=False)
+        self.q_norm = DFlashRMSNorm(d, config.rms_norm_eps)
+        self.k_norm = DFlashRMSNorm(d, config.rms_norm_eps)
+        self.theta = _rope_theta(config)
+
+    def forward(self, x, context, q_pos, k_pos, mask):
+        b, t, _ = x.shape
+        s = context.size(1)
+        q = self.q_norm(self.q_proj(x).view(b, t, self.heads, self.head_dim))
+        q = _apply_rope(q, q_pos, self.theta)
+        kv_in = torch.cat([context, x], 1)  # context features are keys/values of every layer
+        k = self.k_norm(self.k_proj(kv_in).view(b, s + t, self.kv_heads, self.head_dim))
+        k = _apply_rope(k, k_pos, self.theta)
+        v = self.v_proj(kv_in).view(b, s + t, self.kv_heads, self.head_dim)
+        group = self.heads // self.kv_heads
+        k = k.repeat_interleave(group, dim=2)
+        v = v.repeat_interleave(group, dim=2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_dim)
+        allowed = mask.unsqueeze(1)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        seen = allowed.any(-1, keepdim=True)
+        probs = torch.softmax(torch.where(seen, scores, torch.zeros_like(scores)), -1) * seen
+        out = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, self.heads * self.head_dim)
+        return self.o_proj(out)
+
+
+class DFlashMLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DFlashDecoderLayer(nn.Module):
+    def __init__(self, config, index: int):
+        super().__init__()
+        types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+        self.window = 0
+        if types[index] == "sliding_attention":
+            if not config.sliding_window:  # Qwen3Config drops sliding_window unless use_sliding_window is true
+                raise ValueError(f"config.json: layer_types[{index}] is \"sliding_attention\" but sliding_window is "
+                                 f"{config.sliding_window!r}; set sliding_window and \"use_sliding_window\": true")
+            self.window = int(config.sliding_window)
+        self.input_layernorm = DFlashRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = DFlashAttention(config)
+        self.post_attention_layernorm = DFlashRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = DFlashMLP(config)
+
+    def forward(self, x, context, q_pos, k_pos, masks):
+        x = x + self.self_attn(self.input_layernorm(x), context, q_pos, k_pos, masks[self.window])
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDraftModel(PreTrainedModel):
+    """fc + hidden_norm over the target's features, Qwen3 decoder layers with KV injection, final norm."""
+
+    config_class = Qwen3Config
+    base_model_prefix = "dflash"
+    _no_split_modules = ["DFlashDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+        dc = getattr(config, "dflash_config", None) or {}
+        self.block_size = int(getattr(config, "block_size", None) or dc.get("block_size", 16))
+        self.mask_token_id = int(dc["mask_token_id"])
+        self.target_layer_ids = list(dc["target_layer_ids"])
+        h = config.hidden_size
+        self.fc = nn.Linear(len(self.target_layer_ids) * h, h, bias=False)
+        self.hidden_norm = DFlashRMSNorm(h, config.rms_norm_eps)
+        self.layers = nn.ModuleList(DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = DFlashRMSNorm(h, config.rms_norm_eps)
+        self.post_init()
+
+    def _init_weights(self, module):
+        if isinstance(module, DFlashRMSNorm):
+            nn.init.ones_(module.weight)
+        elif isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=getattr(self.config, "initializer_range", 0.02))
+
+    def target_features(self, hidden_states) -> torch.Tensor:
+        """The context input from a target's `output_hidden_states=True` tuple: outputs of the target layers
+        in `target_layer_ids` (layer i's output is `hidden_states[i + 1]`), concatenated."""
+        return torch.cat([hidden_states[i + 1] for i in self.target_layer_ids], -1)
+
+    def forward(self, block_embeds: torch.Tensor, target_hidden: torch.Tensor, anchors: torch.Tensor,
+                keep: Optional[torch.Tensor] = None, **kwargs) -> BaseModelOutput:
+        """block_embeds [b, N*B, H] (embedded block tokens), target_hidden [b, S, n*H] (target features),
+        anchors [b, N] (each block's first position, in [0, S]), keep [b, N] bool (None: all) ->
+        last_hidden_state [b, N*B, H] (apply the target's LM head for logits)."""
+        b, t, _ = block_embeds.shape
+        n, s = anchors.size(1), target_hidden.size(1)
+        if t != n * self.block_size:
+            raise ValueError(f"block_embeds has {t} tokens, expected {n} blocks x block_size {self.block_size}")
+        if keep is None:
+            keep = torch.ones_like(anchors, dtype=torch.bool)
+        q_pos = (anchors.unsqueeze(-1) + torch.arange(self.block_size, device=anchors.device)).reshape(b, t)
+        k_pos = torch.cat([torch.arange(s, device=anchors.device).expand(b, s), q_pos], 1)
+        windows = {layer.window for layer in self.layers}
+        masks = {w: _block_mask(anchors, keep.bool(), s, self.block_size, w) for w in windows}
+        context = self.hidden_norm(self.fc(target_hidden.to(self.fc.weight.dtype)))
+        x = block_embeds.to(self.fc.weight.dtype)
+        for layer in self.layers:
+            x = layer(x, context, q_pos, k_pos, masks)
+        return BaseModelOutput(last_hidden_state=self.norm(x))
+
+    @torch.no_grad()
+    def draft(self, target_hidden: torch.Tensor, anchor_tokens: torch.Tensor, anchors: torch.Tensor,
+              embed_tokens: Union[nn.Module, torch.Tensor], lm_head: Union[nn.Module, torch.Tensor],
+              keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Greedy proposals [b, N, B-1]: block n is `[anchor_tokens[:, n], MASK, ...]` at anchors[:, n];
+        slot k (k >= 1) proposes the token at anchors + k. At inference N = 1 and the anchor is the
+        number of committed tokens whose features are in target_hidden. embed_tokens / lm_head: the
+        target's modules (or their weights)."""
+        b, n = anchors.shape
+        ids = torch.full((b, n, self.block_size), self.mask_token_id, dtype=torch.long, device=anchors.device)
+        ids[:, :, 0] = anchor_tokens
+        ids = ids.view(b, -1)
+        emb = embed_tokens(ids) if isinstance(embed_tokens, nn.Module) else F.embedding(ids, embed_tokens)
+        hidden = self.forward(emb, target_hidden, anchors, keep).last_hidden_state
+        w = lm_head if isinstance(lm_head, torch.Tensor) else lm_head.weight
+        logits = hidden.to(w.dtype) @ w.T
+        return logits.view(b, n, self.block_size, -1)[:, :, 1:].argmax(-1)
