@@ -1,9 +1,7 @@
 // `dflash plan`: predicted peak training memory of the drafter, with a breakdown, before any step runs.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include "drafter_from_target.h"
 #include "dtype_names.h"
 #include "drafter_model.h"
+#include "input_file.h"
 #include "memory_planner.h"
 #include "target_loader.h"
 
@@ -33,11 +32,13 @@ namespace {
 models::TargetConfig read_target(const std::string& path) {
   if (std::filesystem::is_directory(path) || path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0)
     return models::read_target_config(path);
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("--target-config '" + path + "': cannot open for reading");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return models::parse_target_config(ss.str(), "'" + path + "'");
+  std::string text;
+  try {
+    text = io::read_regular_file(path, 64 << 20);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("--target-config ") + e.what());
+  }
+  return models::parse_target_config(text, "'" + path + "'");
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ int eval_main(const std::vector<std::string>& args) {
     int64_t done = 0, toks = 0;
     for (const auto& p : prompts) {
       const std::vector<int64_t> ids =
-          data::prompt_token_ids(p, tokenizer.get(), chat.get(), ds.path + ": prompt " + std::to_string(p.index));
+          data::prompt_token_ids(p, tokenizer.get(), chat.get(), ds.path + ": prompt " + std::to_string(p.index), target.config());
       for (int64_t r = 0; r < repeats; ++r) {
         const uint64_t stream = static_cast<uint64_t>(p.index * repeats + r);
         // The target alone and with speculation, back to back so both see the same machine load.

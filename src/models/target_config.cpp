@@ -1,11 +1,13 @@
 #include "target_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
+
+#include "input_file.h"
+#include "strict_json.h"
 
 namespace dflash::models {
 namespace {
@@ -16,13 +18,18 @@ using nlohmann::json;
   throw std::runtime_error("target config " + what + ": " + msg);
 }
 
+constexpr int64_t kMaxTargetInt = 2147483647;  // sizes and counts become int (layers, heads, token ids)
+
 int64_t get_int(const json& j, const std::string& key, const std::string& what, bool required, int64_t def) {
   if (!j.contains(key) || j[key].is_null()) {
     if (required) fail(what, "missing field '" + key + "' (expected a positive integer)");
     return def;
   }
-  if (!j[key].is_number_integer()) fail(what, "field '" + key + "' must be an integer, got " + j[key].dump());
-  return j[key].get<int64_t>();
+  if (!j[key].is_number_integer()) fail(what, "field '" + key + "' must be an integer, got " + io::json_shown(j[key]));
+  // Counts and sizes are narrowed to int downstream: refuse what would wrap, showing the value as written.
+  const auto v = io::json_integer_in(j[key], 0, kMaxTargetInt);
+  if (!v) fail(what, "field '" + key + "' is " + io::json_shown(j[key]) + ", outside [0, " + std::to_string(kMaxTargetInt) + "]");
+  return *v;
 }
 
 double get_num(const json& j, const std::string& key, const std::string& what, double def) {
@@ -37,16 +44,26 @@ bool get_bool(const json& j, const std::string& key, const std::string& what, bo
   return j[key].get<bool>();
 }
 
+// 1e-09, not 0.000000; inf and nan by name (JSON has no spelling for them).
+std::string shown_double(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return json(v).dump();
+}
+
 std::vector<int64_t> get_ids(const json& j, const std::string& key, const std::string& what) {
   std::vector<int64_t> out;
   if (!j.contains(key) || j[key].is_null()) return out;
   const json& v = j[key];
-  if (v.is_number_integer()) return {v.get<int64_t>()};
+  auto id = [&](const json& e) {
+    const auto n = io::json_integer_in(e, 0, kMaxTargetInt);
+    if (!n) fail(what, "field '" + key + "' must hold token ids (integers in [0, " + std::to_string(kMaxTargetInt) +
+                           "]), got " + io::json_shown(e));
+    return *n;
+  };
+  if (v.is_number()) return {id(v)};
   if (!v.is_array()) fail(what, "field '" + key + "' must be an integer or a list of integers");
-  for (const auto& e : v) {
-    if (!e.is_number_integer()) fail(what, "field '" + key + "' must hold integers, got " + e.dump());
-    out.push_back(e.get<int64_t>());
-  }
+  for (const auto& e : v) out.push_back(id(e));
   return out;
 }
 
@@ -85,6 +102,14 @@ RopeConfig parse_rope(const json& j, const std::string& what) {
 void TargetConfig::validate(const std::string& what) const {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail(what, std::string("field '") + name + "' must be positive, got " + std::to_string(v));
+    // A GGUF block_count of 2^32+1 must not run as a 1-layer model once narrowed to int.
+    if (v > kMaxTargetInt)
+      fail(what, std::string("field '") + name + "' is " + std::to_string(v) + ", above the limit " +
+                     std::to_string(kMaxTargetInt));
+  };
+  auto finite_positive = [&](const char* name, double v) {
+    if (!std::isfinite(v) || !(v > 0))
+      fail(what, std::string("field '") + name + "' must be a finite positive number, got " + shown_double(v));
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -97,15 +122,25 @@ void TargetConfig::validate(const std::string& what) const {
     fail(what, "field 'num_key_value_heads' (" + std::to_string(num_key_value_heads) +
                    ") must divide num_attention_heads (" + std::to_string(num_attention_heads) + ")");
   if (head_dim % 2 != 0) fail(what, "field 'head_dim' must be even for RoPE, got " + std::to_string(head_dim));
-  if (!(rms_norm_eps > 0)) fail(what, "field 'rms_norm_eps' must be positive");
-  if (!(rope.theta > 0)) fail(what, "field 'rope_theta' must be positive");
-  if (rope.type == "llama3" && (!(rope.factor > 0) || !(rope.high_freq_factor > rope.low_freq_factor) ||
+  if (max_position_embeddings < 0 || max_position_embeddings > kMaxTargetInt)
+    fail(what, "field 'max_position_embeddings' is " + std::to_string(max_position_embeddings) + ", outside [0, " +
+                   std::to_string(kMaxTargetInt) + "]");
+  finite_positive("rms_norm_eps", rms_norm_eps);
+  finite_positive("rope_theta", rope.theta);
+  for (double d : rope.freq_divisors) finite_positive("rope_freqs", d);
+  if (rope.type == "llama3" && (!std::isfinite(rope.factor) || !std::isfinite(rope.low_freq_factor) ||
+                                 !std::isfinite(rope.high_freq_factor) || !(rope.factor > 0) ||
+                                 !(rope.high_freq_factor > rope.low_freq_factor) ||
                                  rope.original_max_position_embeddings <= 0))
     fail(what, "llama3 rope parameters need factor > 0, high_freq_factor > low_freq_factor and "
                "original_max_position_embeddings > 0");
   for (auto id : eos_token_ids)
     if (id < 0 || id >= vocab_size)
       fail(what, "field 'eos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
+                     std::to_string(vocab_size) + ")");
+  for (auto id : bos_token_ids)
+    if (id < 0 || id >= vocab_size)
+      fail(what, "field 'bos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
                      std::to_string(vocab_size) + ")");
   if (!hybrid) return;
   if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
@@ -204,9 +239,9 @@ void parse_decoder_fields(const json& t, const std::string& what, TargetConfig& 
 TargetConfig parse_target_config(const std::string& json_text, const std::string& what) {
   json j;
   try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    fail(what, std::string("not valid JSON: ") + e.what());
+    j = io::parse_json_strict(json_text);  // a key given twice is an error, not "last one wins"
+  } catch (const io::JsonError& e) {
+    fail(what, e.what());
   }
   if (!j.is_object()) fail(what, "must be a JSON object");
   TargetConfig c;
@@ -261,11 +296,13 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
 
 TargetConfig load_target_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("target config '" + path + "': cannot open for reading");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_target_config(ss.str(), "'" + path + "'");
+  std::string text;
+  try {
+    text = io::read_regular_file(path);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("target config ") + e.what());
+  }
+  return parse_target_config(text, "'" + path + "'");
 }
 
 }  // namespace dflash::models

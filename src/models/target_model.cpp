@@ -73,6 +73,9 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
     if (!has(name)) throw std::runtime_error("target weights: missing tensor '" + name + "'");
     at::Tensor t = get(name);
     check_shape(t, shape, name);
+    if (!at::isFloatingType(t.scalar_type()))  // integer or bool data must not become weights silently
+      throw std::runtime_error("target weights: tensor '" + name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
+                               ", expected floating-point weights");
     return t.to(dev, m.dtype_).contiguous();
   };
   auto load_opt = [&](const std::string& name, std::vector<int64_t> shape, at::Device dev, bool want) {
