@@ -1,5 +1,6 @@
 """The one-shot GPU scripts, dry-run on the CPU at a scaled-down shape (no GPU here): every step of the seed-step
-run (issue 24) passes and writes the records the GPU run will commit, with the fields their readers use."""
+run (issue 24) and of the whole-pipeline run (issue 25) passes and writes the records the GPU run will commit,
+with the fields their readers use."""
 import json
 import os
 import subprocess
@@ -28,3 +29,23 @@ def test_seed_step_dry_run(tmp_path, dflash_bin):
     losses = {row["impl"]: row["loss"] for row in py["results"]}
     assert set(losses) == {"dflash", "per_block_sdpa"}
     assert abs(losses["dflash"] - losses["per_block_sdpa"]) < 1e-4 * abs(losses["dflash"])
+
+
+def test_pipeline_dry_run(tmp_path, dflash_bin):
+    """The --full recipe end to end at a tiny scale: regenerate, train online, export, eval on three datasets."""
+    env = dict(os.environ, OUT=str(tmp_path), DFLASH_BUILD_DIR=os.path.dirname(dflash_bin), OMP_WAIT_POLICY="passive")
+    r = subprocess.run(["bash", "scripts/gpu_pipeline.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=1200)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert r.returncode == 0 and "0 failed step(s)" in summary, summary + r.stdout[-3000:]
+    cfg = json.loads((tmp_path / "drafter_config.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["block_size"]) == (4, 16)  # the --full recipe's drafter
+    ev = json.loads((tmp_path / "eval.json").read_text())
+    assert ev["block_size"] == 16
+    assert [d["name"] for d in ev["datasets"]] == ["gsm8k_test", "humaneval", "mt_bench"]
+    for d in ev["datasets"]:
+        assert d["lossless"] is True and d["prompts"] >= 1 and d["tau"] >= 1.0
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(row["loss"] > 0 for row in rows)
+    for png in ("loss.png", "acceptance.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

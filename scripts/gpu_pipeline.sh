@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Issue 25's one-shot GPU run: the whole pipeline on one GPU with the `--full` recipe's drafter (4 layers, block
+# 16) on SmolLM2-135M: the target's own answers to all 7473 GSM8K train prompts (regenerated ahead of time on
+# a CPU and carried in as a .jsonl.gz: on the GPU the batched regeneration would take most of the budget),
+# training with the target online on the GPU (target and one drafter worker on cuda:0; with
+# GPU_PIPELINE_NCCL=1 the gradients go through c10d NCCL in a group of one), then `dflash eval` on the GPU on
+# held-out GSM8K test, HumanEval and MT-Bench, lossless check on. Everything lands in $OUT (or
+# gpu-pipeline-out/): the demo's logs, eval.json, metrics.jsonl and the PNG plots; commit them under docs/gpu/.
+#
+# Sizes for a ~10 minute device budget (override by environment): GPU_PIPELINE_STEPS (default 4000),
+# GPU_PIPELINE_EVAL (GSM8K prompts, default 200; HumanEval and MT-Bench get a tenth each), GPU_PIPELINE_MAX_NEW
+# (default 128). The regenerated answers: GPU_PIPELINE_ANSWERS (default data/regenerated/smollm2_gsm8k_train.jsonl.gz;
+# made with `bash scripts/gpu_pipeline.sh --regenerate`, hours on 2 CPU cores, resumable).
+#
+#   device call: carry [".cache/gpu_deps"], command "bash scripts/gpu_pipeline.sh", timeout_s 580
+#   dry run here (CPU, 8 prompts, a few steps: the same stages end to end): bash scripts/gpu_pipeline.sh --dry-run
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MODE=gpu
+case "${1:-}" in
+  --dry-run) MODE=dry ;;
+  --regenerate) MODE=regenerate ;;
+  "") ;;
+  *) echo "gpu_pipeline: unknown option '$1'" >&2; exit 2 ;;
+esac
+MODEL=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+DATA="${DFLASH_DATA_DIR:-$ROOT/../shared/data}"
+ANSWERS=${GPU_PIPELINE_ANSWERS:-$ROOT/data/regenerated/smollm2_gsm8k_train.jsonl.gz}
+
+if [[ $MODE == regenerate ]]; then
+  # The answers the GPU run trains on: greedy, up to 512 tokens, two processes (one core each), resumable.
+  BUILD=${DFLASH_BUILD_DIR:-$ROOT/build}
+  work=$ROOT/.cache/regenerate-full
+  mkdir -p "$work" "$(dirname "$ANSWERS")"
+  common=(data regenerate --target "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train --max-new 512 --shards 2
+          --threads 1 --batch 64)
+  OMP_WAIT_POLICY=passive "$BUILD/dflash" "${common[@]}" --shard 1 --output "$work/shard1.jsonl" 2> "$work/shard1.log" &
+  other=$!
+  OMP_WAIT_POLICY=passive "$BUILD/dflash" "${common[@]}" --shard 0 --output "$work/shard0.jsonl" || exit 1
+  wait "$other" || { echo "shard 1 failed: $work/shard1.log" >&2; exit 1; }
+  cat "$work/shard0.jsonl" "$work/shard1.jsonl" | gzip -9 > "$ANSWERS.tmp" && mv "$ANSWERS.tmp" "$ANSWERS"
+  echo "wrote $ANSWERS ($(zcat "$ANSWERS" | wc -l) answers)"
+  exit 0
+fi
+
+OUTDIR=${OUT:-$ROOT/gpu-pipeline-out}
+mkdir -p "$OUTDIR"
+BUDGET=${GPU_PIPELINE_BUDGET_S:-560}
+source "$ROOT/scripts/gpu_common.sh"
+PY=$ROOT/.venv/bin/python
+[[ -x "$PY" ]] || PY=$(command -v python3)
+note "gpu_pipeline $(date -u +%FT%TZ) mode $MODE python $PY"
+
+DEMO_OUT=$OUTDIR/full
+mkdir -p "$DEMO_OUT/data"
+if [[ $MODE == dry ]]; then
+  BUILD=${DFLASH_BUILD_DIR:-$ROOT/build}
+  export DEMO_DEVICE=cpu DEMO_PROMPTS=8 DEMO_MAX_NEW=24 DEMO_STEPS=4 DEMO_EVAL_PROMPTS=1 DEMO_EVAL_MAX_NEW=16
+  export DEMO_ANCHORS=16 DEMO_MAX_LEN=128
+else
+  BUILD=$ROOT/build-gpu
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+  PREFIX_PATH=$(gpu_prefix_path "$ROOT/.cache/gpu_deps")
+  step "configure (sm_90)" 90 "$OUTDIR/build.log" env TORCH_CUDA_ARCH_LIST=9.0 cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDFLASH_CUDA=ON -DDFLASH_PYTHON="$PY" \
+    ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH}
+  step "build dflash" 240 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash -j16
+  # The answers come regenerated: stage 1 of the demo finds them and is skipped.
+  if [[ -f $ANSWERS ]]; then
+    zcat "$ANSWERS" > "$DEMO_OUT/data/train.jsonl"
+    n=$(wc -l < "$DEMO_OUT/data/train.jsonl")
+    echo "prompts=$n max_new=512" > "$DEMO_OUT/data/.done"
+    export DEMO_PROMPTS=$n DEMO_MAX_NEW=512
+    note "INFO  $n regenerated answers from $ANSWERS"
+  else
+    note "INFO  $ANSWERS missing: the demo regenerates on the GPU (slow)"
+  fi
+  export DEMO_DEVICE=cuda:0 DEMO_STEPS=${GPU_PIPELINE_STEPS:-4000}
+  export DEMO_EVAL_PROMPTS=${GPU_PIPELINE_EVAL:-200} DEMO_EVAL_MAX_NEW=${GPU_PIPELINE_MAX_NEW:-128}
+  if [[ ${GPU_PIPELINE_NCCL:-0} == 1 ]]; then  # a c10d NCCL group of one around the single CUDA worker
+    export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517
+  fi
+fi
+step "demo.sh --full on $DEMO_DEVICE" "$BUDGET" "$OUTDIR/demo.log" env DEMO_OUT="$DEMO_OUT" \
+  bash scripts/demo.sh "$BUILD" --full
+for f in eval.json metrics.jsonl; do
+  [[ -f $DEMO_OUT/$f ]] && cp "$DEMO_OUT/$f" "$OUTDIR/" || note "FAIL  $f was not written"
+done
+cp "$DEMO_OUT"/*.png "$OUTDIR/" 2>/dev/null
+[[ -f $DEMO_OUT/drafter/config.json ]] && cp "$DEMO_OUT/drafter/config.json" "$OUTDIR/drafter_config.json"
+"$PY" - "$OUTDIR/eval.json" <<'PYEOF' 2>&1 | tee -a "$SUMMARY"
+import json, sys
+r = json.load(open(sys.argv[1]))
+for d in r["datasets"]:
+    print(f'{d["name"]}: tau {d["tau"]:.2f} over {d["prompts"]} prompts, speedup {d["speedup"]:.2f}x, '
+          f'lossless {d["lossless"]}, block {r["block_size"]}')
+PYEOF
+note "total $(($(date +%s) - T0)) s, $failures failed step(s)"
+cat "$SUMMARY"
+exit $((failures > 0))
