@@ -77,7 +77,25 @@ void Tokenizer::finish() {
   size_t n = bpe_.size();
   for (const auto& a : added_) n = std::max(n, static_cast<size_t>(a.id) + 1);
   added_index_.assign(n, -1);
-  for (size_t k = 0; k < added_.size(); ++k) added_index_[added_[k].id] = static_cast<int32_t>(k);
+  for (size_t k = 0; k < added_.size(); ++k) {
+    int32_t& slot = added_index_[added_[k].id];
+    if (slot >= 0)  // one id, two strings: encode and decode would disagree
+      throw std::runtime_error(source_ + ": added token id " + std::to_string(added_[k].id) + " is given to both '" +
+                               added_[slot].content + "' and '" + added_[k].content + "'");
+    slot = static_cast<int32_t>(k);
+  }
+  // Ids the post-processor adds must name tokens: an id between the vocabulary and the added tokens has none.
+  for (const auto* list : {&prefix_ids_, &suffix_ids_})
+    for (int32_t id : *list)
+      if (!has_token(id))
+        throw std::runtime_error(source_ + ": post_processor special token id " + std::to_string(id) +
+                                 " is not a token of the vocabulary (" + std::to_string(bpe_.size()) +
+                                 " entries) or of added_tokens");
+}
+
+bool Tokenizer::has_token(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= added_index_.size()) return false;
+  return added_index_[id] >= 0 || static_cast<size_t>(id) < bpe_.size();
 }
 
 size_t Tokenizer::vocab_size() const { return added_index_.size(); }
@@ -93,6 +111,9 @@ std::string Tokenizer::id_to_token(int32_t id) const {
     throw std::out_of_range(source_ + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                             std::to_string(added_index_.size()) + ")");
   if (added_index_[id] >= 0) return added_[added_index_[id]].content;
+  if (static_cast<size_t>(id) >= bpe_.size())
+    throw std::out_of_range(source_ + ": token id " + std::to_string(id) + " has no token (the vocabulary has " +
+                            std::to_string(bpe_.size()) + " entries and no added token takes this id)");
   return bpe_.token(id);
 }
 

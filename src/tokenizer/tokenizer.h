@@ -56,6 +56,7 @@ class Tokenizer {
   int32_t token_to_id(const std::string& token) const;  // -1 when unknown
   std::string id_to_token(int32_t id) const;            // throws when out of range
   bool is_special(int32_t id) const;
+  bool has_token(int32_t id) const;  // false for ids outside the vocabulary and for gaps below the added tokens
 
   int32_t bos_id() const { return bos_id_; }  // -1 when the source names none
   int32_t eos_id() const { return eos_id_; }

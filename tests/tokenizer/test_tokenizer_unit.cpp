@@ -9,6 +9,7 @@
 #include "bpe.h"
 #include "normalizer_nfc.h"
 #include "pretokenizer.h"
+#include "tokenizer.h"
 #include "unicode.h"
 
 using namespace dflash::tok;
@@ -116,4 +117,62 @@ TEST(Normalizer, Nfc) {
   EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
   EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                       // Angstrom sign -> Å (singleton)
   EXPECT_EQ(nfc("a\xCC\xA3\xCC\x81"), nfc("a\xCC\x81\xCC\xA3"));     // canonical order
+}
+
+// Fuzz findings (tests/fuzz/fuzz_tokenizer_json.cpp): a tokenizer.json whose ids do not name one token each is
+// refused when it loads, with the file named, instead of failing later inside an encode or decode.
+namespace {
+
+std::string tiny_tokenizer_json(const std::string& added, const std::string& post_processor) {
+  return R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
+             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+             "decoder": {"type": "ByteLevel"}, "added_tokens": [)" + added + R"(],
+             "post_processor": )" + post_processor + "}";
+}
+
+std::string load_error(const std::string& text) {
+  try {
+    dflash::tok::Tokenizer::from_tokenizer_json_text(text, "/no-such-dir/t.json");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(TokenizerJson, LoadsTheTinyTokenizer) {
+  const auto t = dflash::tok::Tokenizer::from_tokenizer_json_text(
+      tiny_tokenizer_json(R"({"id": 3, "content": "<s>", "special": true})", "null"), "/no-such-dir/t.json");
+  EXPECT_EQ(t.encode("ab"), (std::vector<int32_t>{2}));
+  EXPECT_TRUE(t.has_token(3));
+  EXPECT_FALSE(t.has_token(4));
+}
+
+TEST(TokenizerJson, TwoAddedTokensWithOneIdAreRefused) {
+  const std::string e = load_error(tiny_tokenizer_json(
+      R"({"id": 5, "content": "<x>", "special": true}, {"id": 5, "content": "<y>", "special": true})", "null"));
+  EXPECT_NE(e.find("/no-such-dir/t.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("added token id 5 is given to both '<x>' and '<y>'"), std::string::npos) << e;
+}
+
+TEST(TokenizerJson, PostProcessorIdInAGapIsRefused) {
+  // Vocabulary 0..2, an added token at 5: ids 3 and 4 name nothing.
+  const std::string e = load_error(tiny_tokenizer_json(
+      R"({"id": 5, "content": "<s>", "special": true})",
+      R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+          {"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [3], "tokens": ["<s>"]}}})"));
+  EXPECT_NE(e.find("/no-such-dir/t.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("post_processor special token id 3 is not a token"), std::string::npos) << e;
+}
+
+TEST(TokenizerJson, DecodingAGapIdNamesTheFile) {
+  const auto t = dflash::tok::Tokenizer::from_tokenizer_json_text(
+      tiny_tokenizer_json(R"({"id": 5, "content": "<s>", "special": true})", "null"), "/no-such-dir/t.json");
+  try {
+    t.decode({4});
+    FAIL() << "decoding id 4 (no token) was accepted";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("/no-such-dir/t.json: token id 4 has no token"), std::string::npos) << e.what();
+  }
 }
