@@ -1,5 +1,6 @@
 #include "shard_index.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@ bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
   int64_t v = 0;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
+    if (v > (std::numeric_limits<int64_t>::max() - (c - '0')) / 10) return false;  // 19 digits can pass 2^63
     v = v * 10 + (c - '0');
   }
   if (v < lo || v > hi) return false;
