@@ -178,7 +178,9 @@ MemoryPlan plan_memory(const PlanSettings& s) {
 
   auto term = [&](const std::string& n, double b, const std::string& how) { p.terms.push_back({n, b, how}); };
   term("weights", weights, std::to_string(p.params) + " params x " + std::to_string(s.dtype_bytes) + " B");
-  term("frozen embedding + LM head", frozen, c.tie_word_embeddings ? "V x H (tied: one copy)" : "2 x V x H");
+  term("frozen embedding + LM head", frozen,
+       c.draft_vocab_size > 0 ? "V x H + K x H (draft vocabulary head)"
+                              : c.tie_word_embeddings ? "V x H (tied: one copy)" : "2 x V x H");
   term("grads", grads_total, "params x dtype (allocated during backward)");
   term("master weights", master_bytes, master ? "fp32 copy" : "none");
   term("optimizer state", state_bytes, s.optimizer == "adamw" ? "AdamW m, v in fp32" : s.optimizer);
@@ -191,7 +193,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   term("final norm + hidden", final_norm, "2 x T x H");
   term("attention (O + LSE saved; backward workspace)", attention_bwd_workspace(s, d) + d.T * d.Q * d.e + 2 * (d.C + d.T) * d.K * d.e,
        s.device == "cpu" ? "dq, dk, dv + delta + dQ partitions (CPU)" : "dq, dk, dv + delta + fp32 dQ accumulator");
-  term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + " rows x V x (" + (d.soft ? "3" : "2") + " fp32 buffers)");
+  term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
   return p;
 }
 
