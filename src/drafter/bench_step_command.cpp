@@ -186,6 +186,8 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     // Target-like scale (std 0.02) keeps logits, and so the loss, in a realistic range.
     t.embed = at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02).to(dev);
     t.lm_head = c.tie_word_embeddings ? t.embed : at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02).to(dev);
+    // A draft vocabulary: the loss runs over K rows of the head (their own [K, H] copy, as in training).
+    if (c.draft_vocab_size > 0) t.lm_head = t.lm_head.narrow(0, 0, c.draft_vocab_size).contiguous();
     DrafterLossOptions opt;
     opt.gamma = default_loss_gamma(c.block_size);
     opt.chunk.chunk_rows = chunk;
@@ -193,6 +195,8 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     opt.chunk.fused_ce = fused_ce;
     std::vector<Replica> reps;
     for (int64_t w = 0; w < workers; ++w) reps.push_back(make_replica(c, dtype, seq, anchors, kl, opt.gamma, seed, dev));
+    if (c.draft_vocab_size > 0)  // labels as draft ids (the trainer maps them; outside targets only lose weight)
+      for (auto& rep : reps) rep.blocks.labels = rep.blocks.labels.remainder(c.draft_vocab_size);
     if (std::getenv("DFLASH_BENCH_TRACE"))
       std::fprintf(stderr, "  before forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
                    (probe.peak() - baseline) / 1e6);
@@ -281,6 +285,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("device", "NAME", "cpu", "cpu | cuda (GPU runs compare the plan with the caching allocator's peak)");
   a.option("json", "FILE", "", "write results as JSON");
   a.option("threads", "N", "0", "CPU threads (0: every core)");
+  a.option("draft-vocab", "K", "0",
+           "also time the first policy with the LM head and loss over a draft vocabulary of K rows (0: off)");
   a.option("reference", "0|1", "1",
            "also time the plain-PyTorch drafter step (dense SPEC mask, eager autograd) on the same shapes (CPU)");
   a.option("generic-ce", "0|1", "1",
@@ -378,6 +384,26 @@ int bench_step_main(const std::vector<std::string>& argv) {
                 mean / ours["mean_seconds"].get<double>());
     out["generic_ce"] = {{"mean_seconds", mean}, {"seconds", r.seconds}, {"measured_peak_bytes", r.measured_bytes},
                          {"loss", r.loss}};
+  }
+  if (a.i64("draft-vocab") > 0 && !out["runs"].empty()) {
+    // The first policy again, side by side, with the loss over K rows instead of the whole vocabulary.
+    const int64_t k = a.i64("draft-vocab");
+    if (k >= c.vocab_size)
+      throw std::invalid_argument("bench step: --draft-vocab must be in [1, " + std::to_string(c.vocab_size - 1) +
+                                  "] (below the vocabulary size), got " + std::to_string(k));
+    DrafterConfig ck = c;
+    ck.draft_vocab_size = k;
+    const auto& ours = out["runs"][0];
+    const CheckpointPolicy pol = CheckpointPolicy::parse(ours["policy"].get<std::string>());
+    const StepResult r = run_policy(ck, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, true, 1);
+    double mean = 0;
+    for (double t : r.seconds) mean += t / double(r.seconds.size());
+    std::printf("%-10s %14.3f %14s %14s %9s   draft vocabulary %lld of %lld rows (full %s: %.3f s, %s; %.2fx the time)\n",
+                "draft-voc", mean, human_bytes(r.measured_bytes).c_str(), "-", "-", (long long)k,
+                (long long)c.vocab_size, ours["policy"].get<std::string>().c_str(), ours["mean_seconds"].get<double>(),
+                human_bytes(ours["measured_peak_bytes"].get<double>()).c_str(), mean / ours["mean_seconds"].get<double>());
+    out["draft_vocab"] = {{"k", k}, {"mean_seconds", mean}, {"seconds", r.seconds},
+                          {"measured_peak_bytes", r.measured_bytes}, {"loss", r.loss}};
   }
   if (a.on("reference") && !probe.cuda && !out["runs"].empty()) {
     // The plain-PyTorch drafter our tests compare against, timed in its own process on the same shapes.

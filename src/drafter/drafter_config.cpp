@@ -65,6 +65,9 @@ void DrafterConfig::validate(const std::string& where) const {
   positive("num_hidden_layers", num_hidden_layers);
   positive("num_target_layers", num_target_layers);
   positive("vocab_size", vocab_size);
+  if (draft_vocab_size < 0 || draft_vocab_size > vocab_size)
+    fail(where, "draft_vocab_size", "in [1, vocab_size=" + std::to_string(vocab_size) + "] (absent: the full vocabulary)",
+         std::to_string(draft_vocab_size));
   if (block_size < 2) fail(where, "block_size", "an integer >= 2", std::to_string(block_size));
   if (num_attention_heads % num_key_value_heads != 0)
     fail(where, "num_key_value_heads", "a divisor of num_attention_heads (" + std::to_string(num_attention_heads) + ")",
@@ -144,6 +147,12 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   c.num_hidden_layers = get_int(j, "num_hidden_layers", where, true, 0);
   c.num_target_layers = get_int(j, "num_target_layers", where, true, 0);
   c.vocab_size = get_int(j, "vocab_size", where, true, 0);
+  // vLLM reads an absent draft_vocab_size as vocab_size: both mean the target's own LM head.
+  if (j.contains("draft_vocab_size") && !j.at("draft_vocab_size").is_null()) {
+    c.draft_vocab_size = get_int(j, "draft_vocab_size", where, true, 0);
+    if (c.draft_vocab_size <= 0) fail(where, "draft_vocab_size", "a positive integer", std::to_string(c.draft_vocab_size));
+    if (c.draft_vocab_size == c.vocab_size) c.draft_vocab_size = 0;
+  }
   // block_size lives at the top level in released configs; some put it in dflash_config.
   c.block_size = j.contains("block_size") ? get_int(j, "block_size", where, true, 16)
                                           : get_int(dc, "block_size", where + " dflash_config", false, 16);
@@ -233,6 +242,7 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   for (const auto& t : c.layer_types) any_sliding |= t == "sliding_attention";
   j["use_sliding_window"] = any_sliding;
   j["vocab_size"] = c.vocab_size;
+  if (c.draft_vocab_size > 0) j["draft_vocab_size"] = c.draft_vocab_size;
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;

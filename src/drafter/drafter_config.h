@@ -18,6 +18,9 @@ struct DrafterConfig {
   int64_t num_target_layers = 0;
   int64_t block_size = 16;
   int64_t vocab_size = 0;
+  // Rows of the drafter's own LM head (a draft vocabulary: d2t/t2d, docs/TRAINING.md); 0 = the target's full
+  // vocabulary through the target's LM head. config.json's `draft_vocab_size` (equal to vocab_size reads as 0).
+  int64_t draft_vocab_size = 0;
   int64_t mask_token_id = -1;
   double rms_norm_eps = 1e-6;
   double rope_theta = 1e6;

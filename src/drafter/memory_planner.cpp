@@ -14,7 +14,7 @@ namespace dflash::drafter {
 namespace {
 
 struct Dims {
-  double T, C, H, Q, K, I, V, D, Hq, Hkv, L, n, e, a, r;
+  double T, C, H, Q, K, I, V, Vl, D, Hq, Hkv, L, n, e, a, r;  // Vl: LM-head rows of the loss
   bool soft;
 };
 
@@ -31,6 +31,7 @@ Dims dims_of(const PlanSettings& s) {
   d.K = d.Hkv * d.D;
   d.I = double(c.intermediate_size);
   d.V = double(c.vocab_size);
+  d.Vl = double(c.draft_vocab_size > 0 ? c.draft_vocab_size : c.vocab_size);  // a draft vocabulary's K rows
   d.L = double(c.num_hidden_layers);
   d.n = double(c.target_layer_ids.size());
   d.e = double(s.dtype_bytes);
@@ -54,7 +55,7 @@ double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 // The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
 double loss_chunk_bytes(const Dims& d) {
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
-  return d.r * d.V * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e;
+  return d.r * d.Vl * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e;
 }
 
 // Attention op backward workspace beyond dq/dk/dv: delta [Hq, T] and the dQ accumulator(s).
@@ -103,7 +104,8 @@ MemoryPlan plan_memory(const PlanSettings& s) {
 
   // Resident for the whole step.
   const double weights = P * d.e;
-  const double frozen = d.V * d.H * d.e * (c.tie_word_embeddings ? 1 : 2);
+  // Embedding + LM head; a draft vocabulary's head is its own [K, H] copy of the target's rows (tied or not).
+  const double frozen = c.draft_vocab_size > 0 ? (d.V + d.Vl) * d.H * d.e : d.V * d.H * d.e * (c.tie_word_embeddings ? 1 : 2);
   const bool master = s.master_fp32 && d.e < 4 && s.optimizer != "none";
   const double master_bytes = master ? P * 4 : 0;
   const double state_bytes = s.optimizer == "adamw" ? 2 * P * std::max(4.0, d.a) : s.optimizer == "sgd" ? P * std::max(4.0, d.a) : 0;
@@ -176,7 +178,9 @@ MemoryPlan plan_memory(const PlanSettings& s) {
 
   auto term = [&](const std::string& n, double b, const std::string& how) { p.terms.push_back({n, b, how}); };
   term("weights", weights, std::to_string(p.params) + " params x " + std::to_string(s.dtype_bytes) + " B");
-  term("frozen embedding + LM head", frozen, c.tie_word_embeddings ? "V x H (tied: one copy)" : "2 x V x H");
+  term("frozen embedding + LM head", frozen,
+       c.draft_vocab_size > 0 ? "V x H + K x H (draft vocabulary head)"
+                              : c.tie_word_embeddings ? "V x H (tied: one copy)" : "2 x V x H");
   term("grads", grads_total, "params x dtype (allocated during backward)");
   term("master weights", master_bytes, master ? "fp32 copy" : "none");
   term("optimizer state", state_bytes, s.optimizer == "adamw" ? "AdamW m, v in fp32" : s.optimizer);
@@ -189,7 +193,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   term("final norm + hidden", final_norm, "2 x T x H");
   term("attention (O + LSE saved; backward workspace)", attention_bwd_workspace(s, d) + d.T * d.Q * d.e + 2 * (d.C + d.T) * d.K * d.e,
        s.device == "cpu" ? "dq, dk, dv + delta + dQ partitions (CPU)" : "dq, dk, dv + delta + fp32 dQ accumulator");
-  term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + " rows x V x (" + (d.soft ? "3" : "2") + " fp32 buffers)");
+  term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
   return p;
 }
 
@@ -340,6 +344,7 @@ std::string format_plan(const MemoryPlan& p) {
                 (long long)s.cfg.head_dim, (long long)s.cfg.num_key_value_heads, (long long)s.cfg.intermediate_size,
                 (long long)s.cfg.vocab_size, double(p.params) / 1e9);
   o << line;
+  if (s.cfg.draft_vocab_size > 0) o << "draft vocabulary: LM head and loss over " << s.cfg.draft_vocab_size << " rows\n";
   std::snprintf(line, sizeof line,
                 "step: batch %lld x seq %lld, %lld anchors x block %lld, %lld-byte dtype, checkpoint %s, loss chunk %lld rows, "
                 "kl_weight %g, optimizer %s%s, device %s\n",

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "draft_vocab_map.h"
+#include "safetensors.h"
+
 #include <filesystem>
 #include <stdexcept>
 
@@ -25,7 +28,32 @@ LoadedDrafter load_drafter(const std::string& path, const at::Device& device) {
   LoadedDrafter d;
   d.dir = resolve_drafter_dir(path);
   d.config = drafter::load_drafter_config(d.dir + "/config.json");
-  d.weights = drafter::load_drafter_weights(d.config, d.dir + "/model.safetensors", at::kFloat);
+  const std::string file = d.dir + "/model.safetensors";
+  const auto st = io::SafetensorsFile::open(file);
+  std::vector<std::string> names;
+  for (const auto& n : st.names())
+    if (d.config.draft_vocab_size == 0 || (n != "lm_head.weight" && n != "d2t" && n != "t2d")) names.push_back(n);
+  d.weights = drafter::drafter_weights_from(d.config, names, [&](const std::string& n) { return st.load(n); }, at::kFloat,
+                                            file);
+  if (d.config.draft_vocab_size > 0) {
+    const int64_t k = d.config.draft_vocab_size;
+    for (const char* n : {"lm_head.weight", "d2t"})
+      if (!st.contains(n))
+        throw std::invalid_argument(file + ": tensor '" + std::string(n) + "' is missing (config.json has draft_vocab_size " +
+                                    std::to_string(k) + ")");
+    d.lm_head = st.load("lm_head.weight").to(at::kFloat);
+    if (d.lm_head.sizes() != at::IntArrayRef({k, d.config.hidden_size}))
+      throw std::invalid_argument(file + ": 'lm_head.weight' must be [" + std::to_string(k) + ", " +
+                                  std::to_string(d.config.hidden_size) + "] (draft_vocab_size x hidden_size), got " +
+                                  c10::str(d.lm_head.sizes()));
+    const at::Tensor d2t = st.load("d2t");
+    if (d2t.numel() != k)
+      throw std::invalid_argument(file + ": 'd2t' must have draft_vocab_size = " + std::to_string(k) + " entries");
+    d.draft_ids = drafter::draft_ids_from_offsets(d2t, st.contains("t2d") ? st.load("t2d") : at::Tensor(),
+                                                d.config.vocab_size, file);
+    d.lm_head = d.lm_head.to(device);
+    d.draft_ids = d.draft_ids.to(device);
+  }
   if (!device.is_cpu()) {
     for (auto* t : {&d.weights.fc, &d.weights.hidden_norm, &d.weights.norm}) *t = t->to(device);
     for (auto& l : d.weights.layers)
@@ -46,6 +74,8 @@ DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel
   if (c.num_target_layers != tc.num_hidden_layers)
     fail("num_target_layers " + std::to_string(c.num_target_layers) + " vs target " +
          std::to_string(tc.num_hidden_layers));
+  if (c.vocab_size != tc.vocab_size)
+    fail("vocab_size " + std::to_string(c.vocab_size) + " vs target " + std::to_string(tc.vocab_size));
   if (c.mask_token_id < 0 || c.mask_token_id >= tc.vocab_size)
     fail("mask_token_id " + std::to_string(c.mask_token_id) + " outside the target vocabulary");
   for (auto id : c.target_layer_ids)
@@ -79,8 +109,14 @@ std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
   const at::Tensor emb = target_.embed(at::tensor(ids, at::kLong).view({1, B}).to(target_.input_device()));
   const at::Tensor h = cache_.block_hidden(emb.to(d_.weights.fc.device()));
   const int64_t n = max_draft_ > 0 ? std::min(max_draft_, B - 1) : B - 1;
-  const at::Tensor logits = target_.lm_head(h.narrow(1, 1, n).to(target_.dtype()));
-  const at::Tensor best = logits.argmax(-1).reshape({-1}).to(at::kCPU).contiguous();
+  at::Tensor best;
+  if (d_.lm_head.defined()) {  // draft vocabulary: argmax over its K rows, then draft id -> target id
+    const at::Tensor logits = at::linear(h.narrow(1, 1, n).to(d_.lm_head.scalar_type()), d_.lm_head);
+    best = d_.draft_ids.index_select(0, logits.argmax(-1).reshape({-1}));
+  } else {
+    best = target_.lm_head(h.narrow(1, 1, n).to(target_.dtype())).argmax(-1).reshape({-1});
+  }
+  best = best.to(at::kCPU).contiguous();
   std::vector<int64_t> out(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
   out.resize(static_cast<size_t>(B - 1), d_.config.mask_token_id);  // slots past max_draft: never verified
   return out;

@@ -1,6 +1,7 @@
 // The real drafter as a Proposer: context features (the target's hidden states at target_layer_ids for every
 // committed token) go into a DrafterContextCache; each cycle the block [last, MASK x (B-1)] runs once and the
-// proposals are the argmax of the target's LM head on slots 1..B-1.
+// proposals are the argmax of the target's LM head on slots 1..B-1 (or of the drafter's own draft-vocabulary
+// head, mapped to target ids).
 #pragma once
 #include <memory>
 
@@ -20,6 +21,9 @@ struct LoadedDrafter {
   std::string dir;
   drafter::DrafterConfig config;
   drafter::DrafterWeights weights;
+  // A draft vocabulary (config.draft_vocab_size > 0): the drafter's own LM head [K, H] and the target id of each
+  // draft id [K] (from the file's d2t offsets); proposals are mapped to target ids before verification.
+  at::Tensor lm_head, draft_ids;
 };
 std::string resolve_drafter_dir(const std::string& path);
 // Weights in float32 on `device`, where the proposer then runs the drafter.

@@ -52,6 +52,7 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int
   for (const auto& [n, v] : s.master) t.emplace_back("model." + n, v);
   for (const auto& [n, v] : s.exp_avg) t.emplace_back("adam_m." + n, v);
   for (const auto& [n, v] : s.exp_avg_sq) t.emplace_back("adam_v." + n, v);
+  if (s.draft_ids.defined()) t.emplace_back("draft_vocab.draft_ids", s.draft_ids);
   nlohmann::json meta = {{"step", s.step}, {"data_pos", s.data_pos}, {"info", s.info}};
   const std::string name = "step-" + std::to_string(s.step) + ".safetensors";
   const std::string final_path = (fs::path(dir) / name).string();
@@ -87,6 +88,7 @@ TrainState load_checkpoint(const std::string& path) {
     if (kind == "model") s.master.emplace_back(rest, v);
     else if (kind == "adam_m") s.exp_avg.emplace_back(rest, v);
     else if (kind == "adam_v") s.exp_avg_sq.emplace_back(rest, v);
+    else if (name == "draft_vocab.draft_ids") s.draft_ids = v;
     else throw std::invalid_argument(path + ": unexpected tensor '" + name + "'");
   }
   return s;

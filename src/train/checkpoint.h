@@ -23,6 +23,7 @@ struct TrainState {
   int64_t step = 0;        // optimizer steps done
   int64_t data_pos = 0;    // samples consumed (position in the seeded epoch order)
   NamedTensors master, exp_avg, exp_avg_sq;
+  at::Tensor draft_ids;    // [K] int64 target ids of the draft vocabulary (draft_vocab.h); undefined: full vocabulary
   nlohmann::json info;     // free-form: settings, seed, rng notes
 };
 

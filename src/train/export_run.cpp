@@ -29,7 +29,14 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const st
       },
       at::kFloat, path);
   const at::ScalarType dt = ops::parse_dtype(dtype.empty() ? dcfg.torch_dtype : dtype, "export: --dtype");
-  write_hf_drafter_folder(out_dir, dcfg, w, dt);
+  DraftVocabFile draft;
+  if (dcfg.draft_vocab_size > 0) {  // the head rows come from the run's draft_vocab.safetensors, the mapping from both
+    draft = load_draft_vocab(run_dir);
+    if (!st.draft_ids.defined() || !st.draft_ids.equal(draft.draft_ids))
+      throw std::invalid_argument(path + ": its draft vocabulary differs from " + draft_vocab_path(run_dir) +
+                                  " (a run directory mixed from two runs?)");
+  }
+  write_hf_drafter_folder(out_dir, dcfg, w, dt, draft);
   std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atomic_file.h"
+#include "safetensors.h"
 
 namespace dflash::train {
 namespace fs = std::filesystem;
@@ -39,8 +40,23 @@ nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::Scala
 }
 
 void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterConfig& c,
-                             const drafter::DrafterWeights& w, at::ScalarType dtype) {
+                             const drafter::DrafterWeights& w, at::ScalarType dtype, const DraftVocabFile& draft) {
   c.validate("drafter config to export to " + out_dir);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [n, t] : w.named()) tensors.emplace_back(n, t.detach().to(at::kCPU, dtype).contiguous());
+  if (c.draft_vocab_size > 0) {
+    if (!draft.draft_ids.defined() || draft.draft_ids.size(0) != c.draft_vocab_size || !draft.lm_head.defined() ||
+        draft.lm_head.sizes() != at::IntArrayRef({c.draft_vocab_size, c.hidden_size}))
+      throw std::invalid_argument("export: draft_vocab_size " + std::to_string(c.draft_vocab_size) +
+                                  " needs draft_ids [K] and lm_head [K, hidden_size]");
+    // vLLM (vllm/model_executor/models/qwen3_dflash.py and llama_eagle3.py, DFlashQwen3ForCausalLM /
+    // Eagle3LlamaForCausalLM.load_weights + compute_logits) reads `d2t` as int64 offsets [draft_vocab_size]:
+    // target = arange(K) + d2t, skips `t2d`, and loads `lm_head.weight` [draft_vocab_size, H] from the draft
+    // when present. SpecForge writes t2d as bool [target vocab]; we write both.
+    tensors.emplace_back("lm_head.weight", draft.lm_head.to(at::kCPU, dtype).contiguous());
+    tensors.emplace_back("d2t", draft_to_target_offsets(draft.draft_ids.to(at::kCPU, at::kLong)).contiguous());
+    tensors.emplace_back("t2d", target_in_draft_mask(draft.draft_ids, c.vocab_size));
+  }
   const fs::path out(out_dir);
   if (fs::exists(out) && !fs::is_directory(out)) throw std::invalid_argument(out_dir + ": exists and is not a folder");
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
@@ -57,7 +73,7 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
   clean_stage();
   try {
     fs::create_directory(stage);
-    drafter::save_drafter_weights((stage / files[0]).string(), w, dtype);
+    io::save_safetensors((stage / files[0]).string(), tensors, {{"format", "pt"}});
     data::write_file_atomic((stage / files[1]).string(), hf_remote_code_source());
     data::write_file_atomic((stage / files[2]).string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
     if (!fs::exists(out)) {

@@ -11,6 +11,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
+#include "draft_vocab.h"
 
 namespace dflash::train {
 namespace {
@@ -40,6 +41,7 @@ StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const Targ
   // Threads per worker: as set, else the machine's cores shared among the workers.
   const int64_t threads = cfg.threads > 0 ? ops::resolve_threads(cfg.threads, "train config: 'threads'")
                                           : std::max<int64_t>(1, ops::resolve_threads(0, "") / int64_t(W));
+  if (side.draft_ids.defined()) draft_table_ = target_to_draft_table(side.draft_ids, side.frozen.embed.size(0));
   std::vector<std::string> names;
   for (const auto& [n, t] : master.named) names.push_back(n);
   replicas_.resize(W);
@@ -57,7 +59,8 @@ StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const Targ
     for (const auto& [n, t] : r.w.named()) r.params.push_back(t);  // same order as the master's
     r.w.set_requires_grad(true);
     r.frozen.embed = side.frozen.embed.to(r.device, run.compute);
-    r.frozen.lm_head = dcfg_.tie_word_embeddings || side.frozen.lm_head.is_same(side.frozen.embed)
+    // A draft vocabulary's head is its own [K, H] slice of the target's rows, tied or not.
+    r.frozen.lm_head = !draft_table_.defined() && (dcfg_.tie_word_embeddings || side.frozen.lm_head.is_same(side.frozen.embed))
                            ? r.frozen.embed
                            : side.frozen.lm_head.to(r.device, run.compute);
     workers_.push_back(std::make_unique<WorkerThread>([threads] { at::set_num_threads(int(threads)); }));
@@ -76,8 +79,15 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
   for (const MicroBatch* mb : micro) {
     auto dev = [&](const at::Tensor& t) { return t.defined() ? t.to(r.device) : t; };
     const drafter::AnchorSample anchors{dev(mb->anchors.anchors), dev(mb->anchors.keep)};
-    const drafter::BlockBatch blocks{dev(mb->blocks.block_ids), dev(mb->blocks.labels), dev(mb->blocks.weights),
-                                     dev(mb->blocks.teacher_index)};
+    drafter::BlockBatch blocks{dev(mb->blocks.block_ids), dev(mb->blocks.labels), dev(mb->blocks.weights),
+                               dev(mb->blocks.teacher_index)};
+    if (draft_table_.defined()) {  // loss over the draft vocabulary: other targets leave the loss, counted
+      const RestrictedLabels rl = restrict_labels(mb->blocks.labels, mb->blocks.weights, draft_table_);
+      blocks.labels = dev(rl.labels);
+      blocks.weights = dev(rl.weights);
+      out.out_of_vocab += double(rl.out_of_vocab.sum().item<int64_t>());
+      out.label_rows += double(mb->blocks.weights.gt(0).sum().item<int64_t>());
+    }
     const at::Tensor feats = mb->features.to(r.device, run_.compute);
     const at::Tensor last = mb->last_hidden.defined() ? mb->last_hidden.to(r.device, run_.compute) : at::Tensor();
     auto res = drafter::drafter_loss(dcfg_, r.w, r.frozen, feats, last, anchors, blocks, loss_, checkpointing_);
@@ -126,7 +136,7 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   double local_weight = 0, local_tokens = 0;
   for (const auto& mb : item.micro) local_weight += mb.weight, local_tokens += double(mb.tokens);
   const int64_t B = dcfg_.block_size;
-  at::Tensor stats = at::zeros({4 + 2 * B}, at::kDouble);
+  at::Tensor stats = at::zeros({6 + 2 * B}, at::kDouble);
   stats[0] = local_weight;
   for (const auto& o : outs) stats[1] += o.loss_sum;
   stats[2] = local_tokens;
@@ -134,6 +144,8 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   for (const auto& o : outs) {
     stats.narrow(0, 4, B).add_(o.slot_correct);
     stats.narrow(0, 4 + B, B).add_(o.slot_count);
+    stats[4 + 2 * B] += o.out_of_vocab;
+    stats[5 + 2 * B] += o.label_rows;
   }
   run_.coll->allreduce_sum(flat);
   run_.coll->allreduce_sum(stats);
@@ -168,6 +180,10 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   m.acc = n1 > 0 ? c1 / n1 : 0.0;
   m.tokens = stats[2].item<double>();
   out.stop = stats[3].item<double>() > 0;
+  if (draft_table_.defined()) {
+    const double rows = stats[5 + 2 * B].item<double>();
+    m.out_of_vocab = rows > 0 ? stats[4 + 2 * B].item<double>() / rows : 0.0;
+  }
   return out;
 }
 

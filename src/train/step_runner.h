@@ -56,6 +56,7 @@ class StepRunner {
     std::vector<at::Tensor> grads;  // master dtype, on the gradient device, w.named() order
     double loss_sum = 0;            // sum over micro-batches of loss_mb * weight_mb
     at::Tensor slot_correct, slot_count;
+    double out_of_vocab = 0, label_rows = 0;  // loss rows whose target is outside the draft vocabulary / all
   };
   WorkerOut run_worker(int index, const std::vector<const MicroBatch*>& micro);
 
@@ -68,6 +69,7 @@ class StepRunner {
   drafter::CheckpointPolicy checkpointing_;
   std::vector<Replica> replicas_;
   std::vector<std::unique_ptr<WorkerThread>> workers_;
+  at::Tensor draft_table_;  // draft vocabulary: target id -> draft id or -1 ([V] int64, CPU); undefined: full
 };
 
 }  // namespace dflash::train

@@ -20,10 +20,18 @@ struct TargetSide {
   std::unique_ptr<models::TargetModel> target;  // null when only the frozen matrices are read (offline data)
   drafter::FrozenTarget frozen;                 // CPU copies
   drafter::DrafterConfig dcfg;
+  // draft_vocab > 0 (draft_vocab.h): the draft vocabulary's target ids [K] (CPU); frozen.lm_head is then the
+  // target's rows of them [K, H]. Set by set_up_draft_vocab.
+  at::Tensor draft_ids;
 };
 
 // The drafter's dtype (run.compute) sizes the budget check; the online target runs on run.target_devices.
 TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run);
+
+// draft_vocab > 0: the draft vocabulary of a fresh run (counted over the training answers, the target's EOS ids kept;
+// written to RUN_DIR/draft_vocab.safetensors by the lead) or of the checkpoint a resumed run continues; restricts
+// side.frozen.lm_head and sets side.dcfg.draft_vocab_size. Prints the answer-token coverage.
+void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSide& side);
 
 // The drafter config: cfg.drafter_config's file, else derived from the target's architecture (hidden/heads/MLP
 // of the target, cfg.drafter_layers layers, SPEC default target_layer_ids).

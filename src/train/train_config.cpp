@@ -58,6 +58,8 @@ const std::vector<Field>& fields() {
       {{"target_dtype", "str", "online target dtype: fp32 | bf16 | fp16 | fp64"}, &C::target_dtype},
       {{"activation_checkpoint", "str", "none | layer | every:K"}, &C::activation_checkpoint},
       {{"loss_chunk_rows", "int", "rows of logits per loss chunk"}, &C::loss_chunk_rows},
+      {{"draft_vocab", "int", "draft vocabulary: the K most frequent answer tokens + EOS ids (0: full vocabulary)"},
+       &C::draft_vocab},
       {{"drafter_devices", "str", "one worker thread per device, e.g. cpu,cpu"}, &C::drafter_devices},
       {{"target_devices", "str", "online target pipeline devices"}, &C::target_devices},
       {{"dist_backend", "str", "multi-process all-reduce: auto (nccl for CUDA workers, else gloo) | gloo | nccl"},
@@ -194,6 +196,7 @@ void TrainConfig::validate() const {
   require(checkpoint_policy_ok(activation_checkpoint), "activation_checkpoint", "none, layer or every:K with K >= 1",
           "'" + activation_checkpoint + "'");
   in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
+  in_range("draft_vocab", draft_vocab, 0, 16777216, " (0: the full vocabulary; at most the target's vocabulary size)");
   require(!drafter_device_list().empty(), "drafter_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
   require(!target_device_list().empty(), "target_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
   in_range("checkpoint_every", checkpoint_every, 1, std::numeric_limits<int64_t>::max());

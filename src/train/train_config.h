@@ -24,6 +24,7 @@ struct TrainConfig {
   double gamma = 0.0, kl_weight = 0.0;
   std::string dtype = "bf16", target_dtype = "fp32", activation_checkpoint = "none";
   int64_t loss_chunk_rows = 1024;
+  int64_t draft_vocab = 0;  // K > 0: LM head restricted to the K most frequent answer tokens (+ EOS ids)
   std::string drafter_devices = "cpu", target_devices = "cpu";
   int64_t checkpoint_every = 100, keep_checkpoints = 2, log_every = 10, threads = 0;
   std::string budget;

@@ -65,12 +65,15 @@ void TrainLog::step(const StepMetrics& m) {
     nlohmann::json j = {{"step", m.step}, {"loss", m.loss}, {"acc", m.acc}, {"slot_acc", m.slot_acc},
                         {"lr", m.lr}, {"grad_norm", m.grad_norm}, {"tokens_per_s", tps},
                         {"rss_bytes", rss}, {"elapsed_s", elapsed}};
+    if (m.out_of_vocab >= 0) j["out_of_vocab"] = m.out_of_vocab;
     std::ofstream(path_, std::ios::app) << j.dump() << "\n";
   }
-  char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  acc %.3f  lr %.2e  %.0f tok/s  ETA %s  RSS %.0f MB",
-                (long long)m.step, (long long)total_, m.loss, m.acc, m.lr, tps, duration(eta).c_str(),
-                double(rss) / 1e6);
+  char line[320];
+  int used = std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  acc %.3f  lr %.2e  %.0f tok/s  ETA %s  RSS %.0f MB",
+                           (long long)m.step, (long long)total_, m.loss, m.acc, m.lr, tps, duration(eta).c_str(),
+                           double(rss) / 1e6);
+  if (m.out_of_vocab >= 0 && used > 0 && size_t(used) < sizeof line)  // targets the draft vocabulary lacks
+    std::snprintf(line + used, sizeof line - size_t(used), "  oov %.2f%%", 100.0 * m.out_of_vocab);
   if (tty_) {
     const int width = 24;
     const int fill = total_ > 0 ? int(width * m.step / total_) : width;

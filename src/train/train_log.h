@@ -13,6 +13,7 @@ struct StepMetrics {
   int64_t step = 0;  // steps done, 1-based
   double loss = 0, acc = 0, lr = 0, grad_norm = 0, tokens = 0, step_seconds = 0;
   std::vector<double> slot_acc;
+  double out_of_vocab = -1;  // draft vocabulary: fraction of loss rows whose target it lacks (-1: full vocabulary)
 };
 
 class TrainLog {

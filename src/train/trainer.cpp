@@ -56,6 +56,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   cfg.validate();
   RunContext run = open_run(cfg);
   TargetSide side = load_target_side(cfg, run);
+  set_up_draft_vocab(cfg, run, side);
 
   const int64_t per_step = cfg.batch_size * cfg.grad_accum * int64_t(run.drafter_devices.size()) * run.coll->world();
   const int64_t total_steps = cfg.steps > 0 ? cfg.steps : (cfg.epochs * side.samples->size() + per_step - 1) / per_step;
@@ -87,8 +88,9 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       std::fflush(stderr);
       std::raise(SIGKILL);
     };
-    log.message("checkpoint " + save_checkpoint(cfg.out, master.checkpoint(step, pos, info), cfg.keep_checkpoints,
-                                                kill_hook));
+    TrainState st = master.checkpoint(step, pos, info);
+    st.draft_ids = side.draft_ids;  // the mapping travels with the weights it was trained with
+    log.message("checkpoint " + save_checkpoint(cfg.out, st, cfg.keep_checkpoints, kill_hook));
     saved_step = step;
   };
 

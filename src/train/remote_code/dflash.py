@@ -164,6 +164,14 @@ class DFlashDraftModel(PreTrainedModel):
         self.hidden_norm = DFlashRMSNorm(h, config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = DFlashRMSNorm(h, config.rms_norm_eps)
+        # A draft vocabulary (config.draft_vocab_size < vocab_size): the drafter's own LM head over K target
+        # tokens, with vLLM's d2t (int64 [K] offsets: target id = draft id + d2t[draft id]) and t2d (bool [V]).
+        k = getattr(config, "draft_vocab_size", None)
+        self.draft_vocab_size = int(k) if k is not None and int(k) != int(config.vocab_size) else 0
+        if self.draft_vocab_size:
+            self.lm_head = nn.Linear(h, self.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.zeros(self.draft_vocab_size, dtype=torch.long))
+            self.register_buffer("t2d", torch.zeros(int(config.vocab_size), dtype=torch.bool))
         self.post_init()
 
     def _init_weights(self, module):
@@ -212,6 +220,10 @@ class DFlashDraftModel(PreTrainedModel):
         ids = ids.view(b, -1)
         emb = embed_tokens(ids) if isinstance(embed_tokens, nn.Module) else F.embedding(ids, embed_tokens)
         hidden = self.forward(emb, target_hidden, anchors, keep).last_hidden_state
+        if self.draft_vocab_size:  # argmax over the draft vocabulary, then draft id -> target id
+            w = self.lm_head.weight
+            best = (hidden.to(w.dtype) @ w.T).view(b, n, self.block_size, -1)[:, :, 1:].argmax(-1)
+            return best + self.d2t[best]
         w = lm_head if isinstance(lm_head, torch.Tensor) else lm_head.weight
         logits = hidden.to(w.dtype) @ w.T
         return logits.view(b, n, self.block_size, -1)[:, :, 1:].argmax(-1)
