@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 # ccache keys on paths relative to the checkout, so clones in other folders share cached objects.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: setup build test demo bench clean
+.PHONY: setup build test demo bench fuzz clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,12 @@ demo: build
 
 bench: build
 	@$(BUILD)/dflash bench attention --json docs/bench_attention.json
+
+# The parsers' fuzz targets for longer than `make test` does: FUZZ_SECONDS per target, or FUZZ_RUNS executions
+# each (docs/BENCHMARKS.md: FUZZ_RUNS=1000000). FUZZ_TARGETS picks some (default: all).
+FUZZ_SECONDS ?= 300
+fuzz: build
+	@bash scripts/fuzz.sh --build $(BUILD) $(if $(FUZZ_RUNS),--runs $(FUZZ_RUNS),--seconds $(FUZZ_SECONDS)) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf $(BUILD)

@@ -15,7 +15,7 @@
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
 # Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
 # DEMO_TARGET_LAYERS, DEMO_LR, DEMO_FINAL_NORM, DEMO_DTYPE, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_MAX_DRAFT,
-# DEMO_OUT.
+# DEMO_OUT. DEMO_DEVICE=cuda:0 runs every stage on that GPU (target and drafter; default cpu).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -27,7 +27,7 @@ for arg in "$@"; do
   case "$arg" in
     --full) FULL=1 ;;
     --long) LONG=1 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "demo: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -75,8 +75,15 @@ fi
 # bf16 training where the CPU has bf16 instructions: oneDNN's bf16 GEMMs make a demo training step 2x faster than
 # fp32, with the same tau (docs/BENCHMARKS.md, "bf16 on CPU"); elsewhere bf16 is emulated. The drafter keeps fp32
 # master weights and AdamW state either way.
-if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then : "${DEMO_DTYPE:=bf16}"; else : "${DEMO_DTYPE:=fp32}"; fi
+if [ "${DEMO_DEVICE:-cpu}" != cpu ] || grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then
+  : "${DEMO_DTYPE:=bf16}"
+else
+  : "${DEMO_DTYPE:=fp32}"
+fi
 MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, SPEC.md)
+# Where everything runs: on the CPU two drafter workers share the cores; on a GPU one worker has the card.
+: "${DEMO_DEVICE:=cpu}"
+if [ "$DEMO_DEVICE" = cpu ]; then DRAFTER_DEVICES=cpu,cpu; else DRAFTER_DEVICES=$DEMO_DEVICE; fi
 mkdir -p "$OUT/data"
 STAGE_T0=$(date +%s)
 stage() { echo; echo "== $* =="; STAGE_T0=$(date +%s); }
@@ -128,7 +135,8 @@ else
     fi
   done
   common=(data regenerate --target "$MODEL" --input "$DATA/gsm8k_train.jsonl" --split train
-          --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1 --batch 64 "${FEATURE_FLAGS[@]}")
+          --limit "$DEMO_PROMPTS" --max-new "$DEMO_MAX_NEW" --shards 2 --threads 1 --batch 64 --devices "$DEMO_DEVICE"
+          "${FEATURE_FLAGS[@]}")
   "$DFLASH" "${common[@]}" --shard 1 --output "$OUT/data/shard1.jsonl" 2> "$OUT/data/shard1.log" &
   other=$!
   "$DFLASH" "${common[@]}" --shard 0 --output "$OUT/data/shard0.jsonl"
@@ -147,8 +155,8 @@ RUN="$OUT/run"
 DRAFTER="$OUT/drafter"
 TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS block=$DEMO_BLOCK anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
 TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM offline=$DEMO_OFFLINE"
-TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE"
-stage "2/4 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK), 2 workers, $DEMO_STEPS steps"
+TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE device=$DEMO_DEVICE"
+stage "2/4 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK) on $DRAFTER_DEVICES, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
 else
@@ -159,7 +167,8 @@ else
     rm -rf "$RUN"
     echo "$TRAIN_KEY" > "$OUT/.train_key"
     "$DFLASH" train --target "$MODEL" --data "$TRAIN_DATA" --out "$RUN" --drafter-layers "$DEMO_LAYERS" \
-      --mask-token-id "$MASK_TOKEN" --block-size "$DEMO_BLOCK" --steps "$DEMO_STEPS" --drafter-devices cpu,cpu \
+      --mask-token-id "$MASK_TOKEN" --block-size "$DEMO_BLOCK" --steps "$DEMO_STEPS" --drafter-devices "$DRAFTER_DEVICES" \
+      --target-devices "$DEMO_DEVICE" \
       --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype "$DEMO_DTYPE" --log-every 10 --checkpoint-every 200 \
       --target-layer-ids "$DEMO_TARGET_LAYERS" --lr "$DEMO_LR" --init-final-norm "$DEMO_FINAL_NORM"
   fi
@@ -184,7 +193,7 @@ else
   rm -f "$OUT/.eval_done"
   rc=0
   # One process with 2 threads here: spinning OpenMP threads hand work over faster (verify 72 -> 52 ms).
-  OMP_WAIT_POLICY=active "$DFLASH" eval --target "$MODEL" --drafter "$DRAFTER" --data "$sets" \
+  OMP_WAIT_POLICY=active "$DFLASH" eval --target "$MODEL" --devices "$DEMO_DEVICE" --drafter "$DRAFTER" --data "$sets" \
     --limit "$DEMO_EVAL_PROMPTS" --max-new "$DEMO_EVAL_MAX_NEW" --max-draft "$DEMO_MAX_DRAFT" --threads 2 \
     --json "$EVAL" --tokens-out "$OUT/eval_tokens.jsonl" || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || exit "$rc"   # 3: ran, but some output was not lossless (reported)

@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev python3-venv nlohmann-json3-dev libgloo-dev libyaml-cpp-dev)
+# clang + libclang-rt-dev: the libFuzzer/ASan/UBSan runtime of the fuzz targets (tests/fuzz; `make test` runs them).
+APT_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev python3-venv nlohmann-json3-dev libgloo-dev libyaml-cpp-dev
+              clang libclang-rt-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

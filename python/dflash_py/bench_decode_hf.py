@@ -2,6 +2,7 @@
 with by `dflash bench decode`). Prints one JSON line: tokens_per_s, new_tokens, seconds, threads.
 
 usage: bench_decode_hf.py MODEL PROMPT_IDS NEW_TOKENS THREADS
+       bench_decode_hf.py MODEL prefill T1,T2,... THREADS   (prefill tokens/s of synthetic T-token prompts)
 MODEL is a Llama .gguf file (dequantised to fp32 with the `gguf` package and loaded into transformers'
 LlamaForCausalLM; transformers' own GGUF path needs `accelerate`, which we do not install) or an HF folder."""
 import json
@@ -71,15 +72,53 @@ def load_llama_gguf(path):
     return model.float()
 
 
+def load_hf_folder(path):
+    """The class the checkpoint names (a Qwen3_5ForConditionalGeneration folder loaded as a causal LM would lose
+    its tied LM head), else AutoModelForCausalLM."""
+    import transformers
+    with open(os.path.join(path, "config.json")) as f:
+        archs = json.load(f).get("architectures") or []
+    cls = getattr(transformers, archs[0], None) if archs else None
+    return (cls or AutoModelForCausalLM).from_pretrained(path, dtype=torch.float32)
+
+
+def prefill(model, lengths, repeats=3):
+    """Prompt token i = (i * 7919 + 13) % vocab, as `dflash bench decode --prefill-lengths` builds it; the cache
+    is filled as for decoding and only the last position's logits are computed, as on our side. After a warm-up
+    forward, each length is timed `repeats` times; medians are reported."""
+    vocab = model.config.get_text_config().vocab_size
+    with torch.no_grad():
+        model(torch.arange(64).remainder(vocab).view(1, -1), use_cache=True, logits_to_keep=1)
+    rows = []
+    for T in lengths:
+        ids = ((torch.arange(T) * 7919 + 13) % vocab).view(1, -1)
+        walls, cpus = [], []
+        for _ in range(repeats):
+            with torch.no_grad():
+                c0, t0 = time.process_time(), time.perf_counter()
+                out = model(ids, use_cache=True, logits_to_keep=1)
+                nxt = int(out.logits[0, -1].argmax())
+                walls.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
+        wall, cpu = sorted(walls)[repeats // 2], sorted(cpus)[repeats // 2]
+        rows.append({"T": T, "tokens_per_s": T / wall, "tokens_per_cpu_s": T / cpu, "next_token": nxt})
+    return rows
+
+
 def main():
-    model_path, prompt, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    model_path, prompt, n, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     if threads > 0:
         torch.set_num_threads(threads)
     if os.path.isfile(model_path):
         model = load_llama_gguf(model_path)
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model = load_hf_folder(model_path)
     model.eval()
+    if prompt == "prefill":
+        print(json.dumps({"prefill": prefill(model, [int(t) for t in n.split(",")]),
+                          "threads": torch.get_num_threads()}))
+        return
+    n = int(n)
     ids = torch.tensor([[int(t) for t in prompt.split(",")]])
     with torch.no_grad():
         # Same work as the C++ loop: prefill once, then one token per forward on the KV cache.

@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dflash: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dflash: error: %s\n", e.what());
+    // LibTorch errors carry their C++ stack trace after the message: a mistake in the input is no crash report.
+    std::string msg = e.what();
+    if (const auto trace = msg.find("\nException raised from "); trace != std::string::npos) msg.resize(trace);
+    std::fprintf(stderr, "dflash: error: %s\n", msg.c_str());
     return 1;
   }
 }

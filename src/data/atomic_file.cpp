@@ -3,10 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <stdexcept>
+
+#include "atomic_output.h"
 
 namespace dflash::data {
 
@@ -26,16 +25,7 @@ void fsync_dir(const std::string& dir) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed");
-  }
-  fsync_path(tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename failed");
-  fsync_dir(std::filesystem::path(path).parent_path().string());
+  io::write_file_atomically(path, text);  // "<path>.tmp.<pid>", fsync, rename, fsync of the folder
 }
 
 }  // namespace dflash::data

@@ -11,7 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "safetensors.h"
-#include "settings_file.h"
+#include "input_file.h"
 
 namespace fs = std::filesystem;
 
@@ -85,47 +85,18 @@ std::vector<std::string> safetensors_in(const std::string& dir) {
 
 }  // namespace
 
-std::vector<int64_t> parse_layer_ids(const std::string& s, const std::string& where) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    try {
-      out.push_back(std::stoll(item, &used));
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos)
-      throw std::invalid_argument(where + ": target_layer_ids must be a comma list of integers, got '" + s + "'");
-  }
-  if (out.empty()) throw std::invalid_argument(where + ": target_layer_ids is empty");
-  return out;
-}
-
-std::string join_ids(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (auto id : ids) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(id);
-  }
-  return out;
-}
-
 namespace {
 
 // The shard files an index lists, as paths beside it.
 std::vector<std::string> listed_shards(const fs::path& index) {
-  const nlohmann::json j = read_json_file(index.string());
-  if (!j.is_object() || j.value("format", "") != kDflashHiddenFormat || !j.contains("shards") || !j["shards"].is_array())
-    throw std::invalid_argument(index.string() + ": expected {\"format\": \"" + kDflashHiddenFormat +
-                                "\", \"shards\": [...]}");
-  std::vector<std::string> out;
-  for (const auto& s : j["shards"]) {
-    if (!s.is_object() || !s.contains("file") || !s["file"].is_string())
-      throw std::invalid_argument(index.string() + ": each shard needs a \"file\" name");
-    out.push_back((index.parent_path() / s["file"].get<std::string>()).string());
+  std::string text;
+  try {
+    text = io::read_regular_file(index.string(), 256 << 20);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
   }
+  std::vector<std::string> out;
+  for (const auto& f : parse_shard_index(text, index.string())) out.push_back((index.parent_path() / f).string());
   return out;
 }
 
@@ -197,17 +168,7 @@ HiddenShards::HiddenShards(const std::string& path) : path_(path) {
     if (split != f.metadata().end() && split->second != "train")
       throw std::invalid_argument(fname + ": split is '" + split->second +
                                   "': evaluation data never becomes training data");
-    HiddenMeta m;
-    m.target_layer_ids = parse_layer_ids(meta_or_throw(f, "target_layer_ids"), fname + ": metadata");
-    const std::string hs = meta_or_throw(f, "hidden_size");
-    try {
-      m.hidden_size = std::stoll(hs);
-    } catch (const std::exception&) {
-      m.hidden_size = 0;
-    }
-    if (m.hidden_size <= 0) throw std::invalid_argument(fname + ": metadata hidden_size must be a positive integer");
-    if (auto it = f.metadata().find("target_num_layers"); it != f.metadata().end()) m.target_num_layers = std::stoll(it->second);
-    if (auto it = f.metadata().find("target"); it != f.metadata().end()) m.target = it->second;
+    const HiddenMeta m = parse_hidden_meta(f.metadata(), fname);
     if (files_.empty()) {
       meta_ = m;
     } else if (m.target_layer_ids != meta_.target_layer_ids) {

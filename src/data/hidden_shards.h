@@ -30,14 +30,13 @@
 #include <utility>
 #include <vector>
 
+#include "shard_index.h"  // HiddenMeta, parse_layer_ids, the index format
+
 namespace dflash::io {
 class SafetensorsFile;
 }
 
 namespace dflash::data {
-
-inline constexpr const char* kDflashHiddenFormat = "dflash-hidden-v1";
-inline constexpr const char* kHiddenIndexFile = "index.json";  // the legacy single index (read, adopted)
 
 struct HiddenSample {
   at::Tensor input_ids;      // [S] int64
@@ -45,16 +44,6 @@ struct HiddenSample {
   at::Tensor hidden_states;  // [S, n*H]
   at::Tensor last_hidden;    // [S, H] or undefined
 };
-
-struct HiddenMeta {
-  std::vector<int64_t> target_layer_ids;
-  int64_t hidden_size = 0;
-  int64_t target_num_layers = 0;  // 0: not recorded (shards not written by dump-hidden)
-  std::string target;             // the target's identity as recorded ("" when not)
-};
-
-std::vector<int64_t> parse_layer_ids(const std::string& s, const std::string& where);
-std::string join_ids(const std::vector<int64_t>& ids);
 
 // True when `path` (a safetensors file, or the first shard of a folder) carries dflash-hidden-v1 metadata.
 bool is_dflash_hidden(const std::string& path);

@@ -146,7 +146,8 @@ int regenerate_main(const std::vector<std::string>& args) {
     if (!p) return false;
     out.id = p->index;
     out.stream = static_cast<uint64_t>(p->index);
-    out.tokens = prompt_token_ids(*p, tokenizer.get(), chat.get(), input + ": prompt " + std::to_string(p->index));
+    out.tokens = prompt_token_ids(*p, tokenizer.get(), chat.get(), input + ": prompt " + std::to_string(p->index),
+                                  model.config());
     writer.started(p->index, out.tokens);
     return true;
   };

@@ -5,23 +5,17 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
+
+#include "input_file.h"
 
 namespace dflash::data {
 
 SampleStore::SampleStore(const std::string& path) : path_(path) {
   std::string text;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (in) {
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
-    }
-  }
+  if (std::filesystem::exists(path)) text = io::read_regular_file(path);  // a FIFO or a folder: an error
   size_t pos = 0, good_end = 0;
   int64_t line_no = 0;
   while (pos < text.size()) {

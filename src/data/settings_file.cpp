@@ -1,17 +1,23 @@
 #include "settings_file.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "input_file.h"
+#include "strict_json.h"
 
 namespace dflash::data {
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(path + ": cannot open");
+  std::string text;
   try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
+    text = io::read_regular_file(path, 256 << 20);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
+  try {
+    return io::parse_json_strict(text);
+  } catch (const io::JsonError& e) {
     throw std::invalid_argument(path + ": invalid JSON (" + e.what() + ")");
   }
 }

@@ -49,4 +49,19 @@ std::vector<int64_t> prompt_token_ids(const Prompt& p, const tok::Tokenizer* t, 
   return std::vector<int64_t>(enc.ids.begin(), enc.ids.end());
 }
 
+std::vector<int64_t> prompt_token_ids(const Prompt& p, const tok::Tokenizer* t, const tok::ChatFormat* chat,
+                                      const std::string& where, const models::TargetConfig& target) {
+  std::vector<int64_t> ids = prompt_token_ids(p, t, chat, where);
+  for (size_t k = 0; k < ids.size(); ++k)
+    if (ids[k] < 0 || ids[k] >= target.vocab_size)
+      throw std::invalid_argument(where + ": token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) +
+                                  " is outside the target's vocabulary [0, " + std::to_string(target.vocab_size) + ")");
+  const int64_t ctx = target.max_position_embeddings;
+  if (ctx > 0 && int64_t(ids.size()) > ctx)
+    throw std::invalid_argument(where + ": the prompt is " + std::to_string(ids.size()) +
+                                " tokens, longer than the target's context of " + std::to_string(ctx) +
+                                " tokens (max_position_embeddings); shorten it or leave it out");
+  return ids;
+}
+
 }  // namespace dflash::data

@@ -20,5 +20,9 @@ std::vector<int64_t> parse_stop_ids(const std::string& spec, const models::Targe
 struct Prompt;
 std::vector<int64_t> prompt_token_ids(const Prompt& p, const tok::Tokenizer* t, const tok::ChatFormat* chat,
                                       const std::string& where);
+// The same, checked against the target: every id inside its vocabulary, and the prompt no longer than its
+// context (max_position_embeddings, when the config gives one). Throws std::invalid_argument naming `where`.
+std::vector<int64_t> prompt_token_ids(const Prompt& p, const tok::Tokenizer* t, const tok::ChatFormat* chat,
+                                      const std::string& where, const models::TargetConfig& target);
 
 }  // namespace dflash::data

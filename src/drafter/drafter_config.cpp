@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "input_file.h"
+#include "strict_json.h"
+
 namespace dflash::drafter {
 namespace {
 
@@ -15,7 +18,13 @@ namespace {
   throw std::invalid_argument(where + ": field '" + field + "': expected " + expected + ", got " + got);
 }
 
-std::string shown(const nlohmann::json& v) { return v.is_null() ? "nothing (missing)" : v.dump(); }
+std::string shown(const nlohmann::json& v) { return v.is_null() ? "nothing (missing)" : io::json_shown(v); }
+
+std::string shown_double(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return nlohmann::json(v).dump();
+}
 
 int64_t get_int(const nlohmann::json& j, const char* field, const std::string& where, bool required,
                 int64_t def) {
@@ -25,7 +34,10 @@ int64_t get_int(const nlohmann::json& j, const char* field, const std::string& w
   }
   const auto& v = j.at(field);
   if (!v.is_number_integer()) fail(where, field, "an integer", shown(v));
-  return v.get<int64_t>();
+  // Sizes and counts are narrowed to int downstream: refuse what would wrap, showing the value as written.
+  const auto n = io::json_integer_in(v, -2147483648LL, 2147483647LL);
+  if (!n) fail(where, field, "an integer in [-2147483648, 2147483647]", shown(v));
+  return *n;
 }
 
 double get_double(const nlohmann::json& j, const char* field, const std::string& where, double def) {
@@ -58,8 +70,10 @@ void DrafterConfig::validate(const std::string& where) const {
     fail(where, "num_key_value_heads", "a divisor of num_attention_heads (" + std::to_string(num_attention_heads) + ")",
          std::to_string(num_key_value_heads));
   if (head_dim % 2 != 0) fail(where, "head_dim", "an even number (RoPE rotates pairs)", std::to_string(head_dim));
-  if (!(rms_norm_eps > 0)) fail(where, "rms_norm_eps", "a positive number", std::to_string(rms_norm_eps));
-  if (!(rope_theta > 0)) fail(where, "rope_theta", "a positive number", std::to_string(rope_theta));
+  if (!std::isfinite(rms_norm_eps) || !(rms_norm_eps > 0))
+    fail(where, "rms_norm_eps", "a finite positive number", shown_double(rms_norm_eps));
+  if (!std::isfinite(rope_theta) || !(rope_theta > 0))
+    fail(where, "rope_theta", "a finite positive number", shown_double(rope_theta));
   if (mask_token_id < 0 || mask_token_id >= vocab_size)
     fail(where, "dflash_config.mask_token_id", "a token id in [0, vocab_size=" + std::to_string(vocab_size) + ")",
          std::to_string(mask_token_id));
@@ -77,11 +91,18 @@ void DrafterConfig::validate(const std::string& where) const {
     fail(where, "sliding_window", "a positive integer (layer_types has sliding_attention layers)",
          std::to_string(sliding_window));
   if (target_layer_ids.empty()) fail(where, "dflash_config.target_layer_ids", "a non-empty list", "[]");
-  for (size_t i = 0; i < target_layer_ids.size(); ++i)
+  for (size_t i = 0; i < target_layer_ids.size(); ++i) {
     if (target_layer_ids[i] < 0 || target_layer_ids[i] >= num_target_layers)
       fail(where, "dflash_config.target_layer_ids[" + std::to_string(i) + "]",
            "a layer index in [0, num_target_layers=" + std::to_string(num_target_layers) + ")",
            std::to_string(target_layer_ids[i]));
+    // A repeated layer would feed `fc` the same features twice: a different drafter than the one meant.
+    for (size_t k = 0; k < i; ++k)
+      if (target_layer_ids[k] == target_layer_ids[i])
+        fail(where, "dflash_config.target_layer_ids[" + std::to_string(i) + "]",
+             "a layer not listed before (each target layer once)",
+             std::to_string(target_layer_ids[i]) + " (also at index " + std::to_string(k) + ")");
+  }
 }
 
 std::vector<int64_t> default_target_layer_ids(int64_t L, int64_t n) {
@@ -142,16 +163,17 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   else if (j.contains("dtype") && j.at("dtype").is_string()) c.torch_dtype = j.at("dtype");
 
   if (!dc.contains("mask_token_id")) fail(where, "dflash_config.mask_token_id", "an integer", "nothing (missing)");
-  if (!dc.at("mask_token_id").is_number_integer())
-    fail(where, "dflash_config.mask_token_id", "an integer", shown(dc.at("mask_token_id")));
-  c.mask_token_id = dc.at("mask_token_id").get<int64_t>();
+  const auto mask = io::json_integer_in(dc.at("mask_token_id"), -2147483648LL, 2147483647LL);
+  if (!mask) fail(where, "dflash_config.mask_token_id", "an integer", shown(dc.at("mask_token_id")));
+  c.mask_token_id = *mask;
 
   if (dc.contains("target_layer_ids") && !dc.at("target_layer_ids").is_null()) {
     const auto& ids = dc.at("target_layer_ids");
     if (!ids.is_array()) fail(where, "dflash_config.target_layer_ids", "a list of integers", shown(ids));
     for (const auto& v : ids) {
-      if (!v.is_number_integer()) fail(where, "dflash_config.target_layer_ids", "a list of integers", shown(ids));
-      c.target_layer_ids.push_back(v.get<int64_t>());
+      const auto id = io::json_integer_in(v, -2147483648LL, 2147483647LL);
+      if (!id) fail(where, "dflash_config.target_layer_ids", "a list of integers", shown(ids));
+      c.target_layer_ids.push_back(*id);
     }
   } else if (c.num_target_layers > 0 && c.num_hidden_layers > 0) {
     c.target_layer_ids = default_target_layer_ids(c.num_target_layers, c.num_hidden_layers);
@@ -172,13 +194,17 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
 }
 
 DrafterConfig load_drafter_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(path + ": cannot open the drafter config");
+  std::string text;
+  try {
+    text = io::read_regular_file(path, 64 << 20);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string(e.what()) + " (the drafter config)");
+  }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::invalid_argument(path + ": not valid JSON: " + e.what());
+    j = io::parse_json_strict(text);  // a key given twice is an error, not "last one wins"
+  } catch (const io::JsonError& e) {
+    throw std::invalid_argument(path + ": " + e.what());
   }
   return parse_drafter_config(j, path);
 }

@@ -12,11 +12,13 @@ namespace dflash::drafter {
 CheckpointPolicy CheckpointPolicy::parse(const std::string& s) {
   if (s == "none" || s == "0") return {0};
   if (s == "layer" || s == "all" || s == "every" || s == "1") return {1};
-  std::string k = s.rfind("every:", 0) == 0 ? s.substr(6) : s;
+  const bool every = s.rfind("every:", 0) == 0;
+  std::string k = every ? s.substr(6) : s;
   try {
     size_t used = 0;
     const long v = std::stol(k, &used);
-    if (used == k.size() && v >= 0) return {int64_t(v)};
+    // "every:0" would mean "every 0th layer": not "none" in disguise, an error.
+    if (used == k.size() && k[0] != '-' && k[0] != '+' && v >= (every ? 1 : 0)) return {int64_t(v)};
   } catch (const std::exception&) {
   }
   throw std::invalid_argument("checkpoint policy: expected none, layer, or every:K (K >= 1), got '" + s + "'");

@@ -321,6 +321,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
                    {"checkpoint_every", s.checkpoint_every}, {"loss_chunk_rows", s.loss_chunk_rows},
                    {"kl_weight", s.kl_weight}, {"optimizer", s.optimizer}, {"master_fp32", s.master_fp32},
                    {"device", s.device}, {"params", p.params}};
+  j["drafter_config"] = drafter_config_to_json(s.cfg);
   j["peak_bytes"] = p.peak_bytes;
   j["peak_gb"] = p.peak_bytes / 1e9;
   j["peak_phase"] = p.peak_phase;

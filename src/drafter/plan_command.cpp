@@ -1,5 +1,6 @@
 // `dflash plan`: predicted peak training memory of the drafter, with a breakdown, before any step runs.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -8,9 +9,12 @@
 
 #include "args.h"
 #include "drafter_commands.h"
+#include "drafter_from_target.h"
 #include "dtype_names.h"
 #include "drafter_model.h"
+#include "input_file.h"
 #include "memory_planner.h"
+#include "target_loader.h"
 
 namespace dflash::drafter {
 
@@ -22,10 +26,30 @@ int64_t dtype_bytes_of(const std::string& s) {
   return c == "fp64" ? 8 : c == "fp32" ? 4 : 2;
 }
 
+namespace {
+
+// A target's config.json (or a folder holding one, or a .gguf file).
+models::TargetConfig read_target(const std::string& path) {
+  if (std::filesystem::is_directory(path) || path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0)
+    return models::read_target_config(path);
+  std::string text;
+  try {
+    text = io::read_regular_file(path, 64 << 20);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("--target-config ") + e.what());
+  }
+  return models::parse_target_config(text, "'" + path + "'");
+}
+
+}  // namespace
+
 int plan_main(const std::vector<std::string>& argv) {
   Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget)");
   a.option("config", "FILE", "", "drafter config.json (or use --preset)");
   a.option("preset", "NAME", "", "qwen3-8b | qwen3.6-27b (SPEC.md scale: seq 8000, 1024 anchors, bf16, AdamW)");
+  a.option("target-config", "FILE", "", "a target's config.json: plan the drafter `dflash train` would build for it");
+  a.option("drafter-layers", "N", "5", "drafter layers (with --target-config)");
+  a.option("mask-token-id", "ID", "-1", "mask token (with --target-config; only checked, memory does not depend on it)");
   a.option("seq-len", "S", "4096", "context tokens per sequence");
   a.option("anchors", "N", "512", "blocks per sequence");
   a.option("batch", "B", "1", "sequences per step");
@@ -43,12 +67,19 @@ int plan_main(const std::vector<std::string>& argv) {
 
   using namespace dflash::drafter;
   PlanSettings s;
+  if (int(!a.str("preset").empty()) + int(!a.str("config").empty()) + int(!a.str("target-config").empty()) > 1)
+    throw std::invalid_argument("plan: give only one of --config, --preset and --target-config");
   if (!a.str("preset").empty()) {
     s = plan_preset(a.str("preset"));
   } else if (!a.str("config").empty()) {
     s.cfg = load_drafter_config(a.str("config"));
+  } else if (!a.str("target-config").empty()) {
+    const models::TargetConfig t = read_target(a.str("target-config"));
+    s.cfg = drafter_config_for_target(t, a.i64("drafter-layers"), 16, a.i64("mask-token-id"), {});
+    if (s.cfg.mask_token_id < 0) s.cfg.mask_token_id = t.vocab_size - 1;  // no default mask: any id plans the same
+    s.cfg.validate("drafter config for target " + a.str("target-config"));
   } else {
-    throw std::invalid_argument("plan: give --config FILE or --preset qwen3-8b|qwen3.6-27b");
+    throw std::invalid_argument("plan: give --config FILE, --target-config FILE or --preset qwen3-8b|qwen3.6-27b");
   }
   const bool preset = !a.str("preset").empty();
   auto pick = [&](const char* name) { return !preset || a.given(name); };

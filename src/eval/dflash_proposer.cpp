@@ -21,11 +21,16 @@ std::string resolve_drafter_dir(const std::string& path) {
                            "export/config.json + export/model.safetensors");
 }
 
-LoadedDrafter load_drafter(const std::string& path) {
+LoadedDrafter load_drafter(const std::string& path, const at::Device& device) {
   LoadedDrafter d;
   d.dir = resolve_drafter_dir(path);
   d.config = drafter::load_drafter_config(d.dir + "/config.json");
   d.weights = drafter::load_drafter_weights(d.config, d.dir + "/model.safetensors", at::kFloat);
+  if (!device.is_cpu()) {
+    for (auto* t : {&d.weights.fc, &d.weights.hidden_norm, &d.weights.norm}) *t = t->to(device);
+    for (auto& l : d.weights.layers)
+      for (auto& t : l.t) t = t.to(device);
+  }
   return d;
 }
 
@@ -55,7 +60,7 @@ std::vector<int> DFlashProposer::target_layers() const {
 
 at::Tensor DFlashProposer::features(const models::TargetOutput& out, int64_t n) const {
   std::vector<at::Tensor> parts;
-  for (auto id : d_.config.target_layer_ids) parts.push_back(out.hidden.at(static_cast<int>(id)).narrow(1, 0, n).to(at::kCPU));
+  for (auto id : d_.config.target_layer_ids) parts.push_back(out.hidden.at(static_cast<int>(id)).narrow(1, 0, n).to(d_.weights.fc.device()));
   return at::cat(parts, -1);
 }
 
@@ -72,7 +77,7 @@ std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
   std::vector<int64_t> ids(static_cast<size_t>(B), d_.config.mask_token_id);
   ids[0] = last_token;
   const at::Tensor emb = target_.embed(at::tensor(ids, at::kLong).view({1, B}).to(target_.input_device()));
-  const at::Tensor h = cache_.block_hidden(emb.to(at::kCPU));
+  const at::Tensor h = cache_.block_hidden(emb.to(d_.weights.fc.device()));
   const int64_t n = max_draft_ > 0 ? std::min(max_draft_, B - 1) : B - 1;
   const at::Tensor logits = target_.lm_head(h.narrow(1, 1, n).to(target_.dtype()));
   const at::Tensor best = logits.argmax(-1).reshape({-1}).to(at::kCPU).contiguous();

@@ -3,6 +3,8 @@
 // proposals are the argmax of the target's LM head on slots 1..B-1.
 #pragma once
 #include <memory>
+
+#include <c10/core/Device.h>
 #include <string>
 
 #include "drafter_config.h"
@@ -20,7 +22,8 @@ struct LoadedDrafter {
   drafter::DrafterWeights weights;
 };
 std::string resolve_drafter_dir(const std::string& path);
-LoadedDrafter load_drafter(const std::string& path);
+// Weights in float32 on `device`, where the proposer then runs the drafter.
+LoadedDrafter load_drafter(const std::string& path, const at::Device& device = at::kCPU);
 
 class DFlashProposer : public Proposer {
  public:

@@ -34,7 +34,7 @@ void DrafterContextCache::append(const at::Tensor& features) {
   if (n == 0) return;
   const at::ScalarType dt = w_.fc.scalar_type();
   const at::Tensor ctx = rms_norm(few_rows_linear(features.to(dt), w_.fc), w_.hidden_norm, c_.rms_norm_eps);
-  const at::Tensor pos = at::arange(length_, length_ + n, at::kLong).view({1, n});
+  const at::Tensor pos = at::arange(length_, length_ + n, at::TensorOptions(at::kLong).device(w_.fc.device())).view({1, n});
   auto [cos, sin] = rope_tables(pos, c_.head_dim, c_.rope_theta, dt);
   const int64_t L = c_.num_hidden_layers;
   if (k_.empty()) k_.resize(static_cast<size_t>(L)), v_.resize(static_cast<size_t>(L));
@@ -56,7 +56,8 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
   const int64_t qh = c_.num_attention_heads, kvh = c_.num_key_value_heads;
   const at::ScalarType dt = w_.fc.scalar_type();
   at::Tensor x = block_embeds.to(dt);
-  const at::Tensor pos = at::arange(a, a + B, at::kLong).view({1, B});
+  const auto on_device = at::TensorOptions(at::kLong).device(w_.fc.device());
+  const at::Tensor pos = at::arange(a, a + B, on_device).view({1, B});
   auto [cos, sin] = rope_tables(pos, D, c_.rope_theta, dt);
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const auto& w = w_.layers[static_cast<size_t>(l)];
@@ -78,8 +79,8 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
     const int64_t window = c_.window_for_layer(l);
     if (window > 0) {
       // Query slot j sees context c with c >= a + j - (window - 1), and block slots <= j.
-      const at::Tensor j = at::arange(B, at::kLong).view({B, 1});
-      const at::Tensor kv = at::arange(a + B, at::kLong).view({1, a + B});
+      const at::Tensor j = at::arange(B, on_device).view({B, 1});
+      const at::Tensor kv = at::arange(a + B, on_device).view({1, a + B});
       const at::Tensor ctx_ok = (kv < a) & (kv >= a + j - (window - 1));
       const at::Tensor blk_ok = (kv >= a) & (kv - a <= j);
       mask = (ctx_ok | blk_ok).view({1, 1, B, a + B});

@@ -2,7 +2,8 @@
 // once (k_proj/k_norm/RoPE and v_proj on hidden_norm(fc(features))) and are cached; each cycle only the B
 // block tokens run through the layers, attending to all cached context (all positions < anchor) and to
 // their own block. Sliding-window layers keep SPEC.md's window and in-block causality.
-// Same numbers as drafter_hidden() with one block anchored at the context length (tests check this).
+// Same numbers as drafter_hidden() with one block anchored at the context length (tests check this). Runs on
+// the device of the weights; features and block embeddings must be there too.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "args.h"
+#include "compute_settings.h"
 #include "dflash_proposer.h"
 #include "eval_commands.h"
 #include "eval_report.h"
@@ -55,6 +56,7 @@ int eval_main(const std::vector<std::string>& args) {
   Args a("eval", "speculative decoding with a drafter vs the target alone: tau, speedup, lossless check");
   models::add_target_options(a);
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
+  a.option("drafter-device", "DEV", "target", "where the drafter runs: target (the target's first device), cpu, cuda:N");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
   a.option("block-size", "B", "16", "block size for the oracle / random proposers");
   a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all B-1)");
@@ -84,7 +86,10 @@ int eval_main(const std::vector<std::string>& args) {
   const std::string kind = a.str("proposer");
   if (kind == "dflash") {
     if (a.str("drafter").empty()) throw std::invalid_argument("eval: --drafter is required with --proposer dflash");
-    drafter = std::make_unique<eval::LoadedDrafter>(eval::load_drafter(a.str("drafter")));
+    const at::Device ddev = a.str("drafter-device") == "target"
+                                ? target.input_device()
+                                : ops::parse_device(a.str("drafter-device"), "eval: --drafter-device");
+    drafter = std::make_unique<eval::LoadedDrafter>(eval::load_drafter(a.str("drafter"), ddev));
     proposer = std::make_unique<eval::DFlashProposer>(*drafter, target, a.i64("max-draft"));
   } else if (kind == "oracle") {
     proposer = std::make_unique<eval::OracleProposer>(a.i64("block-size"));
@@ -118,7 +123,7 @@ int eval_main(const std::vector<std::string>& args) {
     int64_t done = 0, toks = 0;
     for (const auto& p : prompts) {
       const std::vector<int64_t> ids =
-          data::prompt_token_ids(p, tokenizer.get(), chat.get(), ds.path + ": prompt " + std::to_string(p.index));
+          data::prompt_token_ids(p, tokenizer.get(), chat.get(), ds.path + ": prompt " + std::to_string(p.index), target.config());
       for (int64_t r = 0; r < repeats; ++r) {
         const uint64_t stream = static_cast<uint64_t>(p.index * repeats + r);
         // The target alone and with speculation, back to back so both see the same machine load.

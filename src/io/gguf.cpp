@@ -11,6 +11,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "input_file.h"
+
 namespace dflash::io {
 
 namespace {
@@ -19,7 +21,7 @@ constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
 constexpr uint64_t kMaxKeyBytes = 65535;  // the spec limits keys to 2^16-1 bytes
 constexpr int kMaxArrayDepth = 8;        // nested arrays deeper than this are surely corrupt
 
-std::string describe_key(const std::string& key) { return "metadata '" + key + "'"; }
+std::string describe_key(std::string_view key) { return "metadata '" + std::string(key) + "'"; }
 
 // Bounds-checked little-endian reads over the mapped file; errors name the file and the field.
 class Cursor {
@@ -30,7 +32,9 @@ class Cursor {
     throw std::runtime_error(path_ + ": " + field + ": " + what);
   }
   uint64_t pos() const { return pos_; }
+  uint64_t size() const { return size_; }
   uint64_t remaining() const { return size_ - pos_; }
+  void skip(uint64_t n) { pos_ += n; }  // after need(n)
 
   void need(uint64_t n, const std::string& field) const {
     if (n > remaining())
@@ -45,13 +49,13 @@ class Cursor {
     pos_ += sizeof(T);
     return v;
   }
-  std::string read_string(const std::string& field, uint64_t max_len = std::numeric_limits<uint64_t>::max()) {
+  std::string_view read_string(const std::string& field, uint64_t max_len = std::numeric_limits<uint64_t>::max()) {
     uint64_t n = read<uint64_t>(field + " (string length)");
     if (n > max_len) fail(field, "string length " + std::to_string(n) + " exceeds the limit " + std::to_string(max_len));
     if (n > remaining())
       fail(field, "string of " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) +
                       " runs past end of file (size " + std::to_string(size_) + ")");
-    std::string s(reinterpret_cast<const char*>(base_ + pos_), n);
+    std::string_view s(reinterpret_cast<const char*>(base_ + pos_), n);
     pos_ += n;
     return s;
   }
@@ -81,6 +85,8 @@ uint64_t scalar_bytes(GGUFValueType t) {
   return 0;
 }
 
+bool fixed_size(GGUFValueType t) { return t != GGUFValueType::STRING && t != GGUFValueType::ARRAY; }
+
 GGUFValueType read_value_type(Cursor& c, const std::string& field) {
   uint32_t t = c.read<uint32_t>(field + " (value type)");
   if (t > static_cast<uint32_t>(GGUFValueType::FLOAT64))
@@ -88,42 +94,105 @@ GGUFValueType read_value_type(Cursor& c, const std::string& field) {
   return static_cast<GGUFValueType>(t);
 }
 
-GGUFValue read_value(Cursor& c, GGUFValueType type, const std::string& field, int depth) {
-  GGUFValue v;
-  v.type = type;
-  switch (type) {
-    case GGUFValueType::UINT8: v.u = c.read<uint8_t>(field); v.i = static_cast<int64_t>(v.u); break;
-    case GGUFValueType::INT8: v.i = c.read<int8_t>(field); break;
-    case GGUFValueType::UINT16: v.u = c.read<uint16_t>(field); v.i = static_cast<int64_t>(v.u); break;
-    case GGUFValueType::INT16: v.i = c.read<int16_t>(field); break;
-    case GGUFValueType::UINT32: v.u = c.read<uint32_t>(field); v.i = static_cast<int64_t>(v.u); break;
-    case GGUFValueType::INT32: v.i = c.read<int32_t>(field); break;
-    case GGUFValueType::UINT64: v.u = c.read<uint64_t>(field); v.i = static_cast<int64_t>(v.u); break;
-    case GGUFValueType::INT64: v.i = c.read<int64_t>(field); break;
-    case GGUFValueType::FLOAT32: v.f = c.read<float>(field); break;
-    case GGUFValueType::FLOAT64: v.f = c.read<double>(field); break;
-    case GGUFValueType::BOOL: {
-      uint8_t b = c.read<uint8_t>(field);
-      if (b > 1) c.fail(field, "bool value " + std::to_string(b) + " (expected 0 or 1)");
-      v.b = b != 0;
-      break;
+// The scalar payload of a fixed-size value at `p` (already bounds-checked): integers sign- or zero-extended
+// to 64 bits, floats as the bits of a double.
+uint64_t scalar_bits(GGUFValueType t, const uint8_t* p) {
+  auto get = [p](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (t) {
+    case GGUFValueType::UINT8: case GGUFValueType::BOOL: return get(uint8_t{});
+    case GGUFValueType::INT8: return static_cast<uint64_t>(static_cast<int64_t>(get(int8_t{})));
+    case GGUFValueType::UINT16: return get(uint16_t{});
+    case GGUFValueType::INT16: return static_cast<uint64_t>(static_cast<int64_t>(get(int16_t{})));
+    case GGUFValueType::UINT32: return get(uint32_t{});
+    case GGUFValueType::INT32: return static_cast<uint64_t>(static_cast<int64_t>(get(int32_t{})));
+    case GGUFValueType::UINT64: return get(uint64_t{});
+    case GGUFValueType::INT64: return static_cast<uint64_t>(get(int64_t{}));
+    case GGUFValueType::FLOAT32: {
+      const double d = get(float{});
+      uint64_t b;
+      std::memcpy(&b, &d, 8);
+      return b;
     }
-    case GGUFValueType::STRING: v.s = c.read_string(field); break;
-    case GGUFValueType::ARRAY: {
-      if (depth >= kMaxArrayDepth) c.fail(field, "arrays nested deeper than " + std::to_string(kMaxArrayDepth));
-      v.elem_type = read_value_type(c, field + " (array element type)");
-      uint64_t n = c.read<uint64_t>(field + " (array length)");
-      c.check_count(n, scalar_bytes(v.elem_type), field + " (array length)");
-      v.items.reserve(n);
-      for (uint64_t k = 0; k < n; ++k)
-        v.items.push_back(read_value(c, v.elem_type, field + "[" + std::to_string(k) + "]", depth + 1));
-      break;
-    }
+    case GGUFValueType::FLOAT64: return get(uint64_t{});
+    default: return 0;
   }
-  return v;
 }
 
 }  // namespace
+
+// Reads values into compact views; array element offsets go to `offsets` (indices kept until parse ends).
+struct GGUFParser {
+  Cursor& c;
+  const uint8_t* base;
+  std::vector<uint64_t>& offsets;
+
+  // Validates the value of `type` at the cursor and moves past it. For arrays of variable-size elements,
+  // `*pool_at` receives where their offsets start in `offsets`.
+  GGUFValue read(GGUFValueType type, const std::string& field, int depth, uint64_t* pool_at) {
+    GGUFValue v;
+    v.type_ = type;
+    if (fixed_size(type)) {
+      c.need(scalar_bytes(type), field);
+      v.bits_ = scalar_bits(type, base + c.pos());
+      if (type == GGUFValueType::BOOL && v.bits_ > 1)
+        c.fail(field, "bool value " + std::to_string(v.bits_) + " (expected 0 or 1)");
+      c.skip(scalar_bytes(type));
+      return v;
+    }
+    if (type == GGUFValueType::STRING) {
+      const uint64_t n = c.read<uint64_t>(field + " (string length)");
+      if (n > c.remaining())
+        c.fail(field, "string of " + std::to_string(n) + " bytes at offset " + std::to_string(c.pos()) +
+                          " runs past end of file (size " + std::to_string(c.size()) + ")");
+      v.data_ = base + c.pos();
+      v.count_ = n;
+      c.skip(n);
+      return v;
+    }
+    if (depth >= kMaxArrayDepth) c.fail(field, "arrays nested deeper than " + std::to_string(kMaxArrayDepth));
+    v.elem_type_ = read_value_type(c, field + " (array element type)");
+    const uint64_t n = c.read<uint64_t>(field + " (array length)");
+    c.check_count(n, scalar_bytes(v.elem_type_), field + " (array length)");
+    v.count_ = n;
+    v.data_ = base + c.pos();
+    const uint64_t start = c.pos();
+    auto elem = [&](uint64_t k) { return field + "[" + std::to_string(k) + "]"; };  // built on errors only
+    if (fixed_size(v.elem_type_)) {
+      const uint64_t w = scalar_bytes(v.elem_type_);
+      c.need(n * w, field + " (array data)");
+      if (v.elem_type_ == GGUFValueType::BOOL)
+        for (uint64_t k = 0; k < n; ++k)
+          if (v.data_[k] > 1) c.fail(elem(k), "bool value " + std::to_string(v.data_[k]) + " (expected 0 or 1)");
+      c.skip(n * w);
+      return v;
+    }
+    const uint64_t begin = offsets.size();
+    *pool_at = begin;
+    if (v.elem_type_ == GGUFValueType::STRING) {
+      offsets.resize(begin + n);
+      for (uint64_t k = 0; k < n; ++k) {
+        offsets[begin + k] = c.pos() - start;
+        if (c.remaining() < 8) read(GGUFValueType::STRING, elem(k), depth + 1, nullptr);  // throws the error
+        uint64_t len;
+        std::memcpy(&len, base + c.pos(), 8);
+        if (len > c.remaining() - 8) read(GGUFValueType::STRING, elem(k), depth + 1, nullptr);
+        c.skip(8 + len);
+      }
+      return v;
+    }
+    offsets.resize(begin + 2 * n);
+    for (uint64_t k = 0; k < n; ++k) {
+      offsets[begin + 2 * k] = c.pos() - start;
+      uint64_t child_at = 0;
+      const GGUFValue child = read(GGUFValueType::ARRAY, elem(k), depth + 1, &child_at);
+      offsets[begin + 2 * k + 1] = fixed_size(child.elem_type_) ? 0 : child_at - begin;
+    }
+    return v;
+  }
+};
 
 const char* gguf_value_type_name(GGUFValueType t) {
   static const char* names[] = {"UINT8", "INT8",   "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
@@ -133,7 +202,7 @@ const char* gguf_value_type_name(GGUFValueType t) {
 }
 
 bool GGUFValue::is_integer() const {
-  switch (type) {
+  switch (type_) {
     case GGUFValueType::UINT8: case GGUFValueType::INT8: case GGUFValueType::UINT16: case GGUFValueType::INT16:
     case GGUFValueType::UINT32: case GGUFValueType::INT32: case GGUFValueType::UINT64: case GGUFValueType::INT64:
       return true;
@@ -175,60 +244,100 @@ std::vector<int64_t> GGUFTensorInfo::shape() const {
   return std::vector<int64_t>(ne.rbegin(), ne.rend());
 }
 
+double GGUFValue::f() const {
+  double d;
+  std::memcpy(&d, &bits_, 8);
+  return d;
+}
+
+GGUFValue GGUFValue::item(uint64_t k) const {
+  if (!is_array()) throw std::logic_error("GGUFValue::item on a non-array");
+  if (k >= count_) throw std::out_of_range("GGUF array index " + std::to_string(k) + " of " + std::to_string(count_));
+  GGUFValue v;
+  v.type_ = elem_type_;
+  if (fixed_size(elem_type_)) {
+    v.bits_ = scalar_bits(elem_type_, data_ + k * scalar_bytes(elem_type_));
+  } else if (elem_type_ == GGUFValueType::STRING) {
+    const uint8_t* p = data_ + offsets_[k];
+    std::memcpy(&v.count_, p, 8);
+    v.data_ = p + 8;
+  } else {
+    const uint8_t* p = data_ + offsets_[2 * k];
+    uint32_t et;
+    std::memcpy(&et, p, 4);
+    v.elem_type_ = static_cast<GGUFValueType>(et);
+    std::memcpy(&v.count_, p + 4, 8);
+    v.data_ = p + 12;
+    v.offsets_ = fixed_size(v.elem_type_) ? nullptr : offsets_ + offsets_[2 * k + 1];
+  }
+  return v;
+}
+
 GGUFFile GGUFFile::open(const std::string& path) {
   GGUFFile f;
   f.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw std::runtime_error(path + ": cannot stat: " + std::strerror(e));
+  std::unique_ptr<InputFile> in;
+  try {
+    in = std::make_unique<InputFile>(path);  // refuses FIFOs, devices and directories
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(e.what());
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw std::runtime_error(path + ": not a regular file");
-  }
-  f.size_ = static_cast<uint64_t>(st.st_size);
+  f.size_ = in->size();
   if (f.size_ > 0) {
-    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      throw std::runtime_error(path + ": cannot mmap: " + std::strerror(e));
-    }
+    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, in->fd(), 0);
+    if (p == MAP_FAILED) throw std::runtime_error(path + ": cannot mmap: " + std::strerror(errno));
     f.base_ = static_cast<const uint8_t*>(p);
+    f.mapped_ = true;
   }
-  ::close(fd);
+  in.reset();
   f.parse();  // on throw, f's destructor unmaps
   return f;
+}
+
+GGUFFile GGUFFile::from_bytes(const std::string& name, const uint8_t* data, size_t size) {
+  GGUFFile f;
+  f.path_ = name;
+  f.owned_ = std::make_unique<uint8_t[]>(size ? size : 1);
+  if (size) std::memcpy(f.owned_.get(), data, size);
+  f.base_ = f.owned_.get();
+  f.size_ = size;
+  f.parse();
+  return f;
+}
+
+void GGUFFile::release() {
+  if (mapped_ && base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+  base_ = nullptr;
+  mapped_ = false;
+  owned_.reset();
 }
 
 GGUFFile::GGUFFile(GGUFFile&& o) noexcept { *this = std::move(o); }
 
 GGUFFile& GGUFFile::operator=(GGUFFile&& o) noexcept {
   if (this != &o) {
-    if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+    release();
     path_ = std::move(o.path_);
-    base_ = o.base_;
+    base_ = o.base_;  // the mapping (or owned buffer) stays where it is, so views into it stay valid
     size_ = o.size_;
+    mapped_ = o.mapped_;
+    owned_ = std::move(o.owned_);
     version_ = o.version_;
     alignment_ = o.alignment_;
     data_offset_ = o.data_offset_;
     kv_ = std::move(o.kv_);
-    kv_index_ = std::move(o.kv_index_);
+    offsets_ = std::move(o.offsets_);  // the heap buffer moves with it: GGUFValue::offsets_ stay valid
+    kv_sorted_ = std::move(o.kv_sorted_);
     tensors_ = std::move(o.tensors_);
-    tensor_index_ = std::move(o.tensor_index_);
+    tensors_sorted_ = std::move(o.tensors_sorted_);
     o.base_ = nullptr;
     o.size_ = 0;
+    o.mapped_ = false;
   }
   return *this;
 }
 
-GGUFFile::~GGUFFile() {
-  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
-}
+GGUFFile::~GGUFFile() { release(); }
 
 void GGUFFile::parse() {
   Cursor c(path_, base_, size_);
@@ -257,34 +366,46 @@ void GGUFFile::parse() {
   // a tensor info 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset) bytes.
   c.check_count(n_kv, 14, "kv_count");
   c.check_count(n_tensors, 24, "tensor_count");
+  if (n_kv > std::numeric_limits<uint32_t>::max() || n_tensors > std::numeric_limits<uint32_t>::max())
+    c.fail("kv_count", "more than 2^32-1 entries are not supported");
 
+  // Array element offsets are collected as indices first (the vector grows); views get pointers at the end.
+  std::vector<std::pair<size_t, uint64_t>> pools;  // (kv index, start in offsets_)
+  GGUFParser parser{c, base_, offsets_};
   kv_.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string field = "metadata entry " + std::to_string(k);
-    std::string key = c.read_string(field + " key", kMaxKeyBytes);
+    std::string_view key = c.read_string(field + " key", kMaxKeyBytes);
     if (key.empty()) c.fail(field, "empty key");
-    if (kv_index_.count(key)) c.fail(describe_key(key), "duplicate key");
     GGUFValueType t = read_value_type(c, describe_key(key));
-    GGUFValue v = read_value(c, t, describe_key(key), 0);
-    kv_index_[key] = kv_.size();
-    kv_.emplace_back(std::move(key), std::move(v));
+    uint64_t pool_at = 0;
+    GGUFValue v = parser.read(t, describe_key(key), 0, &pool_at);
+    if (v.is_array() && !fixed_size(v.elem_type_)) pools.emplace_back(kv_.size(), pool_at);
+    kv_.emplace_back(key, v);
   }
+  for (const auto& [i, at] : pools) kv_[i].second.offsets_ = offsets_.data() + at;
+  kv_sorted_.resize(kv_.size());
+  for (size_t i = 0; i < kv_.size(); ++i) kv_sorted_[i] = static_cast<uint32_t>(i);
+  std::stable_sort(kv_sorted_.begin(), kv_sorted_.end(),
+                   [&](uint32_t a, uint32_t b) { return kv_[a].first < kv_[b].first; });
+  for (size_t i = 1; i < kv_sorted_.size(); ++i)
+    if (kv_[kv_sorted_[i]].first == kv_[kv_sorted_[i - 1]].first)
+      c.fail(describe_key(kv_[kv_sorted_[i]].first), "duplicate key");
 
   if (const GGUFValue* a = find("general.alignment")) {
-    if (a->type != GGUFValueType::UINT32)
-      c.fail("metadata 'general.alignment'", std::string("type ") + gguf_value_type_name(a->type) + " (expected UINT32)");
-    if (a->u == 0 || (a->u & (a->u - 1)) != 0)
-      c.fail("metadata 'general.alignment'", "value " + std::to_string(a->u) + " is not a power of two");
-    alignment_ = a->u;
+    if (a->type() != GGUFValueType::UINT32)
+      c.fail("metadata 'general.alignment'", std::string("type ") + gguf_value_type_name(a->type()) + " (expected UINT32)");
+    if (a->u() == 0 || (a->u() & (a->u() - 1)) != 0)
+      c.fail("metadata 'general.alignment'", "value " + std::to_string(a->u()) + " is not a power of two");
+    alignment_ = a->u();
   }
 
   tensors_.reserve(n_tensors);
   for (uint64_t k = 0; k < n_tensors; ++k) {
     std::string field = "tensor info " + std::to_string(k);
     GGUFTensorInfo t;
-    t.name = c.read_string(field + " name", kMaxKeyBytes);
+    t.name = std::string(c.read_string(field + " name", kMaxKeyBytes));
     std::string tf = "tensor '" + t.name + "'";
-    if (tensor_index_.count(t.name)) c.fail(tf, "duplicate tensor name");
     uint32_t nd = c.read<uint32_t>(tf + " n_dims");
     if (nd == 0 || nd > kMaxDims)
       c.fail(tf, "n_dims " + std::to_string(nd) + " (expected 1.." + std::to_string(kMaxDims) + ")");
@@ -311,9 +432,15 @@ void GGUFFile::parse() {
     if (t.offset % alignment_ != 0)
       c.fail(tf, "data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
                      std::to_string(alignment_));
-    tensor_index_[t.name] = tensors_.size();
     tensors_.push_back(std::move(t));
   }
+  tensors_sorted_.resize(tensors_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) tensors_sorted_[i] = static_cast<uint32_t>(i);
+  std::stable_sort(tensors_sorted_.begin(), tensors_sorted_.end(),
+                   [&](uint32_t a, uint32_t b) { return tensors_[a].name < tensors_[b].name; });
+  for (size_t i = 1; i < tensors_sorted_.size(); ++i)
+    if (tensors_[tensors_sorted_[i]].name == tensors_[tensors_sorted_[i - 1]].name)
+      c.fail("tensor '" + tensors_[tensors_sorted_[i]].name + "'", "duplicate tensor name");
 
   // The data section starts at the next multiple of the alignment after the tensor infos.
   uint64_t pos = c.pos();
@@ -324,6 +451,7 @@ void GGUFFile::parse() {
 
   // Every tensor inside the file, and no two overlapping.
   std::vector<const GGUFTensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
   for (const auto& t : tensors_) {
     uint64_t avail = size_ > data_offset_ ? size_ - data_offset_ : 0;
     if (t.offset > avail || t.nbytes > avail - t.offset)
@@ -345,8 +473,9 @@ void GGUFFile::parse() {
 }
 
 const GGUFValue* GGUFFile::find(const std::string& key) const {
-  auto it = kv_index_.find(key);
-  return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
+  auto it = std::lower_bound(kv_sorted_.begin(), kv_sorted_.end(), key,
+                             [&](uint32_t i, const std::string& k) { return kv_[i].first < k; });
+  return it != kv_sorted_.end() && kv_[*it].first == key ? &kv_[*it].second : nullptr;
 }
 
 const GGUFValue& GGUFFile::get(const std::string& key) const {
@@ -357,44 +486,57 @@ const GGUFValue& GGUFFile::get(const std::string& key) const {
 
 namespace {
 [[noreturn]] void wrong_type(const std::string& path, const std::string& key, const GGUFValue& v, const char* want) {
-  std::string got = gguf_value_type_name(v.type);
-  if (v.is_array()) got += std::string(" of ") + gguf_value_type_name(v.elem_type);
+  std::string got = gguf_value_type_name(v.type());
+  if (v.is_array()) got += std::string(" of ") + gguf_value_type_name(v.elem_type());
   throw std::runtime_error(path + ": metadata '" + key + "' has type " + got + " (expected " + want + ")");
+}
+std::string shown(const GGUFValue& v) {
+  return v.type() == GGUFValueType::UINT64 ? std::to_string(v.u()) : std::to_string(v.i());
 }
 int64_t int_of(const std::string& path, const std::string& key, const GGUFValue& v) {
   if (!v.is_integer()) wrong_type(path, key, v, "an integer");
-  if (v.type == GGUFValueType::UINT64 && v.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw std::runtime_error(path + ": metadata '" + key + "' value " + std::to_string(v.u) + " does not fit in int64");
-  return v.i;
+  if (v.type() == GGUFValueType::UINT64 && v.u() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw std::runtime_error(path + ": metadata '" + key + "' value " + shown(v) + " does not fit in int64");
+  return v.i();
 }
 }  // namespace
 
 std::string GGUFFile::get_string(const std::string& key) const {
   const GGUFValue& v = get(key);
-  if (v.type != GGUFValueType::STRING) wrong_type(path_, key, v, "STRING");
-  return v.s;
+  if (v.type() != GGUFValueType::STRING) wrong_type(path_, key, v, "STRING");
+  return std::string(v.s());
 }
 
 int64_t GGUFFile::get_int(const std::string& key) const { return int_of(path_, key, get(key)); }
 
+int64_t GGUFFile::get_int(const std::string& key, int64_t lo, int64_t hi) const {
+  const GGUFValue& v = get(key);
+  if (!v.is_integer()) wrong_type(path_, key, v, "an integer");
+  const bool big = v.type() == GGUFValueType::UINT64 && v.u() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (big || v.i() < lo || v.i() > hi)
+    throw std::runtime_error(path_ + ": metadata '" + key + "' is " + shown(v) + ", outside [" + std::to_string(lo) +
+                             ", " + std::to_string(hi) + "]");
+  return v.i();
+}
+
 double GGUFFile::get_float(const std::string& key) const {
   const GGUFValue& v = get(key);
-  if (v.type != GGUFValueType::FLOAT32 && v.type != GGUFValueType::FLOAT64) wrong_type(path_, key, v, "FLOAT32/FLOAT64");
-  return v.f;
+  if (v.type() != GGUFValueType::FLOAT32 && v.type() != GGUFValueType::FLOAT64) wrong_type(path_, key, v, "FLOAT32/FLOAT64");
+  return v.f();
 }
 
 bool GGUFFile::get_bool(const std::string& key) const {
   const GGUFValue& v = get(key);
-  if (v.type != GGUFValueType::BOOL) wrong_type(path_, key, v, "BOOL");
-  return v.b;
+  if (v.type() != GGUFValueType::BOOL) wrong_type(path_, key, v, "BOOL");
+  return v.b();
 }
 
 std::vector<std::string> GGUFFile::get_string_array(const std::string& key) const {
   const GGUFValue& v = get(key);
-  if (!v.is_array() || v.elem_type != GGUFValueType::STRING) wrong_type(path_, key, v, "ARRAY of STRING");
+  if (!v.is_array() || v.elem_type() != GGUFValueType::STRING) wrong_type(path_, key, v, "ARRAY of STRING");
   std::vector<std::string> out;
-  out.reserve(v.items.size());
-  for (const auto& it : v.items) out.push_back(it.s);
+  out.reserve(v.size());
+  for (uint64_t k = 0; k < v.size(); ++k) out.emplace_back(v.item(k).s());
   return out;
 }
 
@@ -402,24 +544,25 @@ std::vector<int64_t> GGUFFile::get_int_array(const std::string& key) const {
   const GGUFValue& v = get(key);
   if (!v.is_array()) wrong_type(path_, key, v, "ARRAY of integers");
   std::vector<int64_t> out;
-  out.reserve(v.items.size());
-  for (const auto& it : v.items) out.push_back(int_of(path_, key, it));
+  out.reserve(v.size());
+  for (uint64_t k = 0; k < v.size(); ++k) out.push_back(int_of(path_, key, v.item(k)));
   return out;
 }
 
 std::vector<double> GGUFFile::get_float_array(const std::string& key) const {
   const GGUFValue& v = get(key);
-  if (!v.is_array() || (v.elem_type != GGUFValueType::FLOAT32 && v.elem_type != GGUFValueType::FLOAT64))
+  if (!v.is_array() || (v.elem_type() != GGUFValueType::FLOAT32 && v.elem_type() != GGUFValueType::FLOAT64))
     wrong_type(path_, key, v, "ARRAY of FLOAT32/FLOAT64");
   std::vector<double> out;
-  out.reserve(v.items.size());
-  for (const auto& it : v.items) out.push_back(it.f);
+  out.reserve(v.size());
+  for (uint64_t k = 0; k < v.size(); ++k) out.push_back(v.item(k).f());
   return out;
 }
 
 const GGUFTensorInfo* GGUFFile::find_tensor(const std::string& name) const {
-  auto it = tensor_index_.find(name);
-  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+  auto it = std::lower_bound(tensors_sorted_.begin(), tensors_sorted_.end(), name,
+                             [&](uint32_t i, const std::string& n) { return tensors_[i].name < n; });
+  return it != tensors_sorted_.end() && tensors_[*it].name == name ? &tensors_[*it] : nullptr;
 }
 
 const GGUFTensorInfo& GGUFFile::tensor(const std::string& name) const {

@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dflash::io {
@@ -18,19 +20,38 @@ enum class GGUFValueType : uint32_t {
 };
 const char* gguf_value_type_name(GGUFValueType t);
 
-// One metadata value. Scalars fill exactly one of u/i/f/b/s (by `type`); arrays fill `items`.
-struct GGUFValue {
-  GGUFValueType type = GGUFValueType::UINT8;
-  GGUFValueType elem_type = GGUFValueType::UINT8;  // ARRAY only
-  uint64_t u = 0;
-  int64_t i = 0;
-  double f = 0;
-  bool b = false;
-  std::string s;
-  std::vector<GGUFValue> items;
-
+// One metadata value: a compact view into the mapped file (valid while its GGUFFile lives). Nothing is copied,
+// so an array costs a few bytes here whatever its length (plus 8 bytes per element for arrays of strings and
+// 16 for arrays of arrays, to reach element k directly): memory stays within a small factor of the file size.
+class GGUFValue {
+ public:
+  GGUFValueType type() const { return type_; }
+  GGUFValueType elem_type() const { return elem_type_; }  // ARRAY only
   bool is_integer() const;
-  bool is_array() const { return type == GGUFValueType::ARRAY; }
+  bool is_array() const { return type_ == GGUFValueType::ARRAY; }
+
+  // Scalars, by type: u() for UINT*, i() for INT* (and every integer that fits in int64), f() for FLOAT*, b()
+  // for BOOL, s() for STRING.
+  uint64_t u() const { return bits_; }
+  int64_t i() const { return static_cast<int64_t>(bits_); }
+  double f() const;
+  bool b() const { return bits_ != 0; }
+  std::string_view s() const { return {reinterpret_cast<const char*>(data_), static_cast<size_t>(count_)}; }
+
+  // ARRAY: element count, and element k decoded (a scalar, or a nested array's view); throws out_of_range.
+  uint64_t size() const { return count_; }
+  GGUFValue item(uint64_t k) const;
+
+ private:
+  friend class GGUFFile;
+  friend struct GGUFParser;
+  GGUFValueType type_ = GGUFValueType::UINT8;
+  GGUFValueType elem_type_ = GGUFValueType::UINT8;
+  uint64_t bits_ = 0;                  // integers (signed ones sign-extended), the double's bits, the bool
+  const uint8_t* data_ = nullptr;      // STRING: its bytes; ARRAY: the first element
+  uint64_t count_ = 0;                 // STRING: length in bytes; ARRAY: elements
+  const uint64_t* offsets_ = nullptr;  // ARRAY of STRING: offset of element k from data_; of ARRAY: (offset,
+                                       // distance from offsets_ to the child's offsets) per element
 };
 
 // ggml tensor element types (the numbering of ggml.h).
@@ -64,8 +85,10 @@ struct GGUFTensorInfo {
 
 class GGUFFile {
  public:
-  // Maps and parses `path`; throws std::runtime_error("<path>: <field>: <problem>") on any defect.
+  // Maps and parses `path` (a regular file); throws std::runtime_error("<path>: <field>: <problem>") on any defect.
   static GGUFFile open(const std::string& path);
+  // Parses a copy of `size` bytes held in memory; `name` stands for the path in errors (fuzz targets, tests).
+  static GGUFFile from_bytes(const std::string& name, const uint8_t* data, size_t size);
   GGUFFile(GGUFFile&&) noexcept;
   GGUFFile& operator=(GGUFFile&&) noexcept;
   ~GGUFFile();
@@ -76,14 +99,17 @@ class GGUFFile {
   uint64_t data_offset() const { return data_offset_; }  // absolute file offset of the data section
   uint64_t file_size() const { return size_; }
 
-  // Metadata in file order, and lookup by key.
-  const std::vector<std::pair<std::string, GGUFValue>>& metadata() const { return kv_; }
+  // Metadata in file order (keys are views into the mapping), and lookup by key.
+  const std::vector<std::pair<std::string_view, GGUFValue>>& metadata() const { return kv_; }
   const GGUFValue* find(const std::string& key) const;
   bool has(const std::string& key) const { return find(key) != nullptr; }
   // Typed getters: throw naming the key when it is missing or of another type.
   const GGUFValue& get(const std::string& key) const;
   std::string get_string(const std::string& key) const;
   int64_t get_int(const std::string& key) const;  // any integer type that fits in int64
+  // An integer that must lie in [lo, hi] (a count or size about to be narrowed): throws naming the key and
+  // the value as stored otherwise.
+  int64_t get_int(const std::string& key, int64_t lo, int64_t hi) const;
   double get_float(const std::string& key) const;  // FLOAT32/FLOAT64
   bool get_bool(const std::string& key) const;
   std::vector<std::string> get_string_array(const std::string& key) const;
@@ -103,16 +129,20 @@ class GGUFFile {
  private:
   GGUFFile() = default;
   void parse();
+  void release();
   std::string path_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+  bool mapped_ = false;  // base_ is an mmap (else owned_ holds the bytes)
+  std::unique_ptr<uint8_t[]> owned_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
-  std::vector<std::pair<std::string, GGUFValue>> kv_;
-  std::map<std::string, size_t> kv_index_;
+  std::vector<std::pair<std::string_view, GGUFValue>> kv_;
+  std::vector<uint64_t> offsets_;     // element offsets of arrays of strings / arrays (see GGUFValue)
+  std::vector<uint32_t> kv_sorted_;   // kv_ indices sorted by key
   std::vector<GGUFTensorInfo> tensors_;
-  std::map<std::string, size_t> tensor_index_;
+  std::vector<uint32_t> tensors_sorted_;  // tensors_ indices sorted by name
 };
 
 // Dequantises `n` elements of `type` from `src` (n must be a multiple of the block size) into `dst`.

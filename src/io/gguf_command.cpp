@@ -1,13 +1,13 @@
 // `dflash gguf info FILE [--json]` and `dflash gguf dequant FILE --tensor NAME --output OUT.f32`:
 // inspect a GGUF file, or dump one tensor dequantised to raw little-endian float32.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "gguf.h"
 #include "io_commands.h"
 
@@ -21,17 +21,17 @@ using io::GGUFValue;
 using io::GGUFValueType;
 
 nlohmann::json value_json(const GGUFValue& v) {
-  switch (v.type) {
+  switch (v.type()) {
     case GGUFValueType::UINT8: case GGUFValueType::UINT16: case GGUFValueType::UINT32: case GGUFValueType::UINT64:
-      return v.u;
+      return v.u();
     case GGUFValueType::INT8: case GGUFValueType::INT16: case GGUFValueType::INT32: case GGUFValueType::INT64:
-      return v.i;
-    case GGUFValueType::FLOAT32: case GGUFValueType::FLOAT64: return v.f;
-    case GGUFValueType::BOOL: return v.b;
-    case GGUFValueType::STRING: return v.s;
+      return v.i();
+    case GGUFValueType::FLOAT32: case GGUFValueType::FLOAT64: return v.f();
+    case GGUFValueType::BOOL: return v.b();
+    case GGUFValueType::STRING: return std::string(v.s());
     case GGUFValueType::ARRAY: {
       auto a = nlohmann::json::array();
-      for (const auto& it : v.items) a.push_back(value_json(it));
+      for (uint64_t k = 0; k < v.size(); ++k) a.push_back(value_json(v.item(k)));
       return a;
     }
   }
@@ -39,8 +39,8 @@ nlohmann::json value_json(const GGUFValue& v) {
 }
 
 std::string type_name(const GGUFValue& v) {
-  std::string t = io::gguf_value_type_name(v.type);
-  if (v.is_array()) t += std::string("[") + io::gguf_value_type_name(v.elem_type) + "]";
+  std::string t = io::gguf_value_type_name(v.type());
+  if (v.is_array()) t += std::string("[") + io::gguf_value_type_name(v.elem_type()) + "]";
   return t;
 }
 
@@ -75,8 +75,8 @@ int gguf_info_main(const std::vector<std::string>& argv) {
     auto md = nlohmann::json::object();
     auto types = nlohmann::json::object();
     for (const auto& [k, v] : f.metadata()) {
-      md[k] = value_json(v);
-      types[k] = type_name(v);
+      md[std::string(k)] = value_json(v);
+      types[std::string(k)] = type_name(v);
     }
     j["metadata"] = md;
     j["metadata_types"] = types;
@@ -96,14 +96,14 @@ int gguf_info_main(const std::vector<std::string>& argv) {
     std::string shown;
     if (v.is_array()) {
       nlohmann::json head = nlohmann::json::array();
-      for (size_t i = 0; i < v.items.size() && i < 8; ++i) head.push_back(value_json(v.items[i]));
+      for (uint64_t i = 0; i < v.size() && i < 8; ++i) head.push_back(value_json(v.item(i)));
       shown = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      if (v.items.size() > 8) shown += " ... (" + std::to_string(v.items.size()) + " items)";
+      if (v.size() > 8) shown += " ... (" + std::to_string(v.size()) + " items)";
     } else {
       shown = value_json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       if (shown.size() > 200) shown = shown.substr(0, 200) + "...";
     }
-    std::printf("  %-45s %-16s %s\n", k.c_str(), type_name(v).c_str(), shown.c_str());
+    std::printf("  %-45s %-16s %s\n", std::string(k).c_str(), type_name(v).c_str(), shown.c_str());
   }
   for (const auto& t : f.tensors()) {
     std::string ne;
@@ -127,9 +127,8 @@ int gguf_dequant_main(const std::vector<std::string>& argv) {
     throw std::invalid_argument(std::string("--tensor and --output are required\nusage: ") + usage);
   auto f = io::GGUFFile::open(file);
   std::vector<float> v = f.dequantize(f.tensor(a.str("tensor")));
-  std::ofstream out(a.str("output"), std::ios::binary);
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  if (!out) throw std::runtime_error(a.str("output") + ": write failed");
+  io::write_file_atomically(a.str("output"),  // whole or absent, never a partial dump
+                            std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
   return 0;
 }
 

@@ -223,6 +223,7 @@ void ggml_dequantize(GGMLType type, const uint8_t* src, float* dst, uint64_t n) 
   if (n % ti->block_elems != 0)
     throw std::runtime_error(std::string("ggml_dequantize: ") + std::to_string(n) + " elements is not a multiple of the " +
                              ti->name + " block size " + std::to_string(ti->block_elems));
+  if (n == 0) return;  // an empty tensor: dst may be null (memcpy with a null pointer is undefined even for 0 bytes)
   switch (type) {
     case GGMLType::F32: std::memcpy(dst, src, n * 4); return;
     case GGMLType::F16: for (uint64_t k = 0; k < n; ++k) dst[k] = fp16_to_fp32(u16(src + 2 * k)); return;

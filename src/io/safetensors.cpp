@@ -11,6 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "atomic_output.h"
+#include "input_file.h"
+#include "strict_json.h"
+
 namespace dflash::io {
 namespace {
 
@@ -30,14 +34,14 @@ void pread_all(int fd, char* dst, int64_t n, int64_t offset, const std::string& 
   }
 }
 
-void write_all(int fd, const char* src, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t put = ::write(fd, src, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) throw std::runtime_error("safetensors: writing '" + path + "' failed: " + errno_text());
-    src += put;
-    n -= static_cast<size_t>(put);
-  }
+// Loading float weights from integer or bool data (or the other way) would cast silently: refuse it.
+void check_cast(const std::string& where, const std::string& name, at::ScalarType stored, at::ScalarType want) {
+  auto kind = [](at::ScalarType t) { return t == at::kBool ? 0 : at::isFloatingType(t) ? 2 : 1; };
+  if (kind(stored) == kind(want)) return;
+  throw std::runtime_error(where + ": tensor '" + name + "' is stored as " + scalar_to_safetensors_dtype(stored) +
+                           ", expected a " + (kind(want) == 2 ? "floating-point dtype (F64, F32, F16, BF16)"
+                                              : kind(want) == 1 ? "integer dtype" : "BOOL") +
+                           " to load it as " + c10::toString(want));
 }
 
 }  // namespace
@@ -98,15 +102,13 @@ at::Tensor SafetensorsFile::load(const std::string& name) const {
   at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(safetensors_dtype_to_scalar(e.dtype)));
   const int64_t n = e.end - e.begin;
   if (n == 0) return t;
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("safetensors file '" + path_ + "': cannot open: " + errno_text());
+  std::unique_ptr<InputFile> in;
   try {
-    pread_all(fd, static_cast<char*>(t.data_ptr()), n, header_.data_start + e.begin, path_);
-  } catch (...) {
-    ::close(fd);
-    throw;
+    in = std::make_unique<InputFile>(path_);
+  } catch (const std::runtime_error& err) {
+    throw std::runtime_error("safetensors file " + std::string(err.what()));
   }
-  ::close(fd);
+  pread_all(in->fd(), static_cast<char*>(t.data_ptr()), n, header_.data_start + e.begin, path_);
   if (e.dtype == "BOOL") {
     // Any byte other than 0/1 would be an invalid bool in ATen; reject instead of misbehaving later.
     at::Tensor bytes = t.view(at::kByte);
@@ -118,8 +120,15 @@ at::Tensor SafetensorsFile::load(const std::string& name) const {
 }
 
 at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) const {
+  check_cast("safetensors file '" + path_ + "'", name, safetensors_dtype_to_scalar(entry(name).dtype), dtype);
   at::Tensor t = load(name);
   return t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
+at::Tensor SafetensorsFile::load_floating(const std::string& name) const {
+  const at::ScalarType stored = safetensors_dtype_to_scalar(entry(name).dtype);
+  check_cast("safetensors file '" + path_ + "'", name, stored, at::kFloat);
+  return load(name);
 }
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
@@ -141,39 +150,18 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     data.push_back(std::move(c));
   }
   const std::string header = build_safetensors_header(entries, metadata);
-
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.parent_path() / (target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("safetensors: cannot create '" + tmp.string() + "': " + errno_text());
+  AtomicOutputFile out(path);  // temporary beside `path`; removed again when anything below throws
+  unsigned char len[8];
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(std::string_view(reinterpret_cast<const char*>(len), 8));
+  out.write(header);
+  for (const auto& c : data)
+    out.write(std::string_view(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * c.element_size())));
   try {
-    unsigned char len[8];
-    uint64_t n = header.size();
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    write_all(fd, reinterpret_cast<const char*>(len), 8, tmp.string());
-    write_all(fd, header.data(), header.size(), tmp.string());
-    for (const auto& c : data)
-      write_all(fd, static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * c.element_size()),
-                tmp.string());
-    if (::fsync(fd) != 0) throw std::runtime_error("safetensors: fsync of '" + tmp.string() + "' failed: " + errno_text());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    std::string err = errno_text();
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("safetensors: rename '" + tmp.string() + "' -> '" + path + "' failed: " + err);
-  }
-  // Make the rename itself durable.
-  const std::string dir = target.parent_path().empty() ? "." : target.parent_path().string();
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+    out.commit();
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("safetensors: ") + e.what());
   }
 }
 
@@ -184,12 +172,11 @@ SafetensorsFolder SafetensorsFolder::open(const std::string& dir) {
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   const fs::path single = fs::path(dir) / "model.safetensors";
   if (fs::exists(index)) {
-    std::ifstream in(index);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::runtime_error("safetensors index '" + index.string() + "': not valid JSON: " + e.what());
+      j = parse_json_strict(read_regular_file(index.string()));
+    } catch (const JsonError& e) {
+      throw std::runtime_error("safetensors index '" + index.string() + "': " + e.what());
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw std::runtime_error("safetensors index '" + index.string() +
@@ -223,17 +210,20 @@ SafetensorsFolder SafetensorsFolder::open(const std::string& dir) {
   return f;
 }
 
-at::Tensor SafetensorsFolder::load(const std::string& name) const {
+at::Tensor SafetensorsFolder::load(const std::string& name) const { return file_of(name).load(name); }
+
+const SafetensorsFile& SafetensorsFolder::file_of(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end())
     throw std::runtime_error("safetensors folder '" + dir_ + "': no tensor named '" + name + "'");
-  return files_[it->second]->load(name);
+  return *files_[it->second];
 }
 
 at::Tensor SafetensorsFolder::load(const std::string& name, at::ScalarType dtype) const {
-  at::Tensor t = load(name);
-  return t.scalar_type() == dtype ? t : t.to(dtype);
+  return file_of(name).load(name, dtype);
 }
+
+at::Tensor SafetensorsFolder::load_floating(const std::string& name) const { return file_of(name).load_floating(name); }
 
 std::vector<std::string> SafetensorsFolder::names() const {
   std::vector<std::string> out;

@@ -26,7 +26,11 @@ class SafetensorsFile {
 
   // Thread-safe: each call reads with its own file descriptor.
   at::Tensor load(const std::string& name) const;  // CPU tensor, the stored dtype
+  // Converted to `dtype`; throws when that would cross between floating-point, integer and bool data
+  // (integer weights must not become float weights without a word).
   at::Tensor load(const std::string& name, at::ScalarType dtype) const;
+  // The stored dtype, which must be floating-point (weights); throws naming the tensor and its dtype otherwise.
+  at::Tensor load_floating(const std::string& name) const;
 
  private:
   std::string path_;
@@ -35,7 +39,7 @@ class SafetensorsFile {
 };
 
 // Writes `tensors` (any device/layout; copied to contiguous CPU) atomically: a temporary file in the same
-// folder, fsync, then rename over `path`. Names must be unique; dtypes must be safetensors-representable.
+// folder ("<path>.tmp.<pid>", see atomic_output.h), fsync, then rename over `path`. Names must be unique; dtypes must be safetensors-representable.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
@@ -45,11 +49,13 @@ class SafetensorsFolder {
   static SafetensorsFolder open(const std::string& dir);
   bool contains(const std::string& name) const { return where_.count(name) > 0; }
   at::Tensor load(const std::string& name) const;  // stored dtype, CPU
-  at::Tensor load(const std::string& name, at::ScalarType dtype) const;
+  at::Tensor load(const std::string& name, at::ScalarType dtype) const;  // as SafetensorsFile::load
+  at::Tensor load_floating(const std::string& name) const;              // as SafetensorsFile::load_floating
   std::vector<std::string> names() const;          // sorted
   const std::string& dir() const { return dir_; }
 
  private:
+  const SafetensorsFile& file_of(const std::string& name) const;
   std::string dir_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t> where_;  // tensor name -> index into files_

@@ -27,16 +27,22 @@ int64_t safetensors_itemsize(const std::string& dtype);
 // The supported names, comma separated (for error messages).
 const char* safetensors_known_dtypes();
 
-// Reads and validates the header of `path`. Throws std::runtime_error naming the file, the tensor and
-// the field on truncation, corrupt JSON, unknown dtype, bad shape, offsets outside the data section,
-// size mismatch or overlapping tensors.
+// Reads and validates the header of `path` (a regular file). Throws std::runtime_error naming the file, the
+// tensor and the field on truncation, corrupt JSON, a duplicate name, unknown dtype, bad shape, offsets outside
+// the data section, size mismatch, or tensors that do not cover the data section exactly: as the reference
+// reader, the tensors sorted by offset must start at byte 0 of the data section, follow each other without a
+// gap or an overlap, and end at its last byte (stray bytes anywhere would shift what other readers see).
 SafetensorsHeader read_safetensors_header(const std::string& path);
+
+// The same checks on a whole file held in memory (`size` bytes); `what` names the source in errors.
+SafetensorsHeader parse_safetensors_bytes(const unsigned char* bytes, uint64_t size, const std::string& what);
 
 // Validates an already-read header: `json_text` is the N header bytes, `data_size` the byte count
 // after it. `what` names the source in errors.
 SafetensorsHeader parse_safetensors_header(const std::string& json_text, int64_t data_size, const std::string& what);
 
-// JSON header text, padded with spaces so the data section starts 8-byte aligned.
+// JSON header text, padded with spaces so the data section starts 8-byte aligned. Linear in the number of
+// entries (checkpoints and feature shards hold hundreds of thousands of tensors).
 std::string build_safetensors_header(const std::vector<SafetensorsEntry>& entries,
                                      const std::map<std::string, std::string>& metadata);
 

@@ -41,6 +41,9 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin_at(const at::Tensor& inv_freq, co
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t rot = cos.size(-1);
+  if (rot < x.size(-1))  // partial RoPE (Qwen3.5): rotate the first rot dims, pass the rest through
+    return at::cat({apply_rope(x.narrow(-1, 0, rot), cos, sin), x.narrow(-1, rot, x.size(-1) - rot)}, -1);
   const int64_t half = x.size(-1) / 2;
   at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   at::Tensor rotated = at::cat({-x2, x1}, -1);

@@ -17,7 +17,8 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, int64
 // rope_cos_sin's row for the same position (batched decode: one position per sequence).
 std::pair<at::Tensor, at::Tensor> rope_cos_sin_at(const at::Tensor& inv_freq, const at::Tensor& positions);
 
-// x [batch, heads, T, head_dim] rotated by cos/sin [T, head_dim] (already on x's device and dtype).
+// x [batch, heads, T, head_dim] rotated by cos/sin [T, rot] (already on x's device and dtype); rot < head_dim
+// rotates only the first rot dims of each head (partial RoPE).
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace dflash::models

@@ -1,10 +1,13 @@
 #include "target_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
+
+#include "input_file.h"
+#include "strict_json.h"
 
 namespace dflash::models {
 namespace {
@@ -15,13 +18,18 @@ using nlohmann::json;
   throw std::runtime_error("target config " + what + ": " + msg);
 }
 
+constexpr int64_t kMaxTargetInt = 2147483647;  // sizes and counts become int (layers, heads, token ids)
+
 int64_t get_int(const json& j, const std::string& key, const std::string& what, bool required, int64_t def) {
   if (!j.contains(key) || j[key].is_null()) {
     if (required) fail(what, "missing field '" + key + "' (expected a positive integer)");
     return def;
   }
-  if (!j[key].is_number_integer()) fail(what, "field '" + key + "' must be an integer, got " + j[key].dump());
-  return j[key].get<int64_t>();
+  if (!j[key].is_number_integer()) fail(what, "field '" + key + "' must be an integer, got " + io::json_shown(j[key]));
+  // Counts and sizes are narrowed to int downstream: refuse what would wrap, showing the value as written.
+  const auto v = io::json_integer_in(j[key], 0, kMaxTargetInt);
+  if (!v) fail(what, "field '" + key + "' is " + io::json_shown(j[key]) + ", outside [0, " + std::to_string(kMaxTargetInt) + "]");
+  return *v;
 }
 
 double get_num(const json& j, const std::string& key, const std::string& what, double def) {
@@ -36,16 +44,26 @@ bool get_bool(const json& j, const std::string& key, const std::string& what, bo
   return j[key].get<bool>();
 }
 
+// 1e-09, not 0.000000; inf and nan by name (JSON has no spelling for them).
+std::string shown_double(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return json(v).dump();
+}
+
 std::vector<int64_t> get_ids(const json& j, const std::string& key, const std::string& what) {
   std::vector<int64_t> out;
   if (!j.contains(key) || j[key].is_null()) return out;
   const json& v = j[key];
-  if (v.is_number_integer()) return {v.get<int64_t>()};
+  auto id = [&](const json& e) {
+    const auto n = io::json_integer_in(e, 0, kMaxTargetInt);
+    if (!n) fail(what, "field '" + key + "' must hold token ids (integers in [0, " + std::to_string(kMaxTargetInt) +
+                           "]), got " + io::json_shown(e));
+    return *n;
+  };
+  if (v.is_number()) return {id(v)};
   if (!v.is_array()) fail(what, "field '" + key + "' must be an integer or a list of integers");
-  for (const auto& e : v) {
-    if (!e.is_number_integer()) fail(what, "field '" + key + "' must hold integers, got " + e.dump());
-    out.push_back(e.get<int64_t>());
-  }
+  for (const auto& e : v) out.push_back(id(e));
   return out;
 }
 
@@ -84,6 +102,14 @@ RopeConfig parse_rope(const json& j, const std::string& what) {
 void TargetConfig::validate(const std::string& what) const {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail(what, std::string("field '") + name + "' must be positive, got " + std::to_string(v));
+    // A GGUF block_count of 2^32+1 must not run as a 1-layer model once narrowed to int.
+    if (v > kMaxTargetInt)
+      fail(what, std::string("field '") + name + "' is " + std::to_string(v) + ", above the limit " +
+                     std::to_string(kMaxTargetInt));
+  };
+  auto finite_positive = [&](const char* name, double v) {
+    if (!std::isfinite(v) || !(v > 0))
+      fail(what, std::string("field '") + name + "' must be a finite positive number, got " + shown_double(v));
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -96,9 +122,15 @@ void TargetConfig::validate(const std::string& what) const {
     fail(what, "field 'num_key_value_heads' (" + std::to_string(num_key_value_heads) +
                    ") must divide num_attention_heads (" + std::to_string(num_attention_heads) + ")");
   if (head_dim % 2 != 0) fail(what, "field 'head_dim' must be even for RoPE, got " + std::to_string(head_dim));
-  if (!(rms_norm_eps > 0)) fail(what, "field 'rms_norm_eps' must be positive");
-  if (!(rope.theta > 0)) fail(what, "field 'rope_theta' must be positive");
-  if (rope.type == "llama3" && (!(rope.factor > 0) || !(rope.high_freq_factor > rope.low_freq_factor) ||
+  if (max_position_embeddings < 0 || max_position_embeddings > kMaxTargetInt)
+    fail(what, "field 'max_position_embeddings' is " + std::to_string(max_position_embeddings) + ", outside [0, " +
+                   std::to_string(kMaxTargetInt) + "]");
+  finite_positive("rms_norm_eps", rms_norm_eps);
+  finite_positive("rope_theta", rope.theta);
+  for (double d : rope.freq_divisors) finite_positive("rope_freqs", d);
+  if (rope.type == "llama3" && (!std::isfinite(rope.factor) || !std::isfinite(rope.low_freq_factor) ||
+                                 !std::isfinite(rope.high_freq_factor) || !(rope.factor > 0) ||
+                                 !(rope.high_freq_factor > rope.low_freq_factor) ||
                                  rope.original_max_position_embeddings <= 0))
     fail(what, "llama3 rope parameters need factor > 0, high_freq_factor > low_freq_factor and "
                "original_max_position_embeddings > 0");
@@ -106,47 +138,154 @@ void TargetConfig::validate(const std::string& what) const {
     if (id < 0 || id >= vocab_size)
       fail(what, "field 'eos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
                      std::to_string(vocab_size) + ")");
+  for (auto id : bos_token_ids)
+    if (id < 0 || id >= vocab_size)
+      fail(what, "field 'bos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
+                     std::to_string(vocab_size) + ")");
+  if (!hybrid) return;
+  if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
+    fail(what, "field 'layer_types' has " + std::to_string(layer_types.size()) + " entries, expected " +
+                   std::to_string(num_hidden_layers) + " (num_hidden_layers)");
+  for (size_t i = 0; i < layer_types.size(); ++i)
+    if (layer_types[i] != "linear_attention" && layer_types[i] != "full_attention")
+      fail(what, "field 'layer_types[" + std::to_string(i) + "]' is \"" + layer_types[i] +
+                     "\" (supported: \"linear_attention\", \"full_attention\")");
+  positive("linear_conv_kernel_dim", linear.conv_kernel);
+  positive("linear_key_head_dim", linear.key_head_dim);
+  positive("linear_value_head_dim", linear.value_head_dim);
+  positive("linear_num_key_heads", linear.num_key_heads);
+  positive("linear_num_value_heads", linear.num_value_heads);
+  if (linear.num_value_heads % linear.num_key_heads != 0)
+    fail(what, "field 'linear_num_key_heads' (" + std::to_string(linear.num_key_heads) +
+                   ") must divide linear_num_value_heads (" + std::to_string(linear.num_value_heads) + ")");
+  const int64_t rot = rotary_dim();
+  if (!(partial_rotary_factor > 0 && partial_rotary_factor <= 1) || rot < 2 || rot % 2 != 0)
+    fail(what, "field 'partial_rotary_factor' (" + std::to_string(partial_rotary_factor) +
+                   ") must give an even number of rotated dims in [2, head_dim], got " + std::to_string(rot));
 }
+
+int64_t TargetConfig::num_linear_layers() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(layer_types.size()); ++i) n += is_linear_layer(i);
+  return n;
+}
+
+namespace {
+
+// Qwen3.5 / Qwen3.6: the hybrid fields of the text decoder `t` (the top level of a qwen3_5_text config, or
+// `text_config` of a qwen3_5 one).
+void parse_hybrid_fields(const json& t, const std::string& what, TargetConfig& c) {
+  c.hybrid = true;
+  c.qk_norm = true;
+  if (get_bool(t, "attn_output_gate", what, true) == false)
+    fail(what, "field 'attn_output_gate' is false: Qwen3.5 attention without the output gate is not supported");
+  c.linear.conv_kernel = get_int(t, "linear_conv_kernel_dim", what, false, c.linear.conv_kernel);
+  c.linear.key_head_dim = get_int(t, "linear_key_head_dim", what, false, c.linear.key_head_dim);
+  c.linear.value_head_dim = get_int(t, "linear_value_head_dim", what, false, c.linear.value_head_dim);
+  c.linear.num_key_heads = get_int(t, "linear_num_key_heads", what, false, c.linear.num_key_heads);
+  c.linear.num_value_heads = get_int(t, "linear_num_value_heads", what, false, c.linear.num_value_heads);
+  // transformers reads the factor from rope_parameters (a top-level value is moved there); default 0.25.
+  c.partial_rotary_factor = 0.25;
+  if (t.contains("partial_rotary_factor")) c.partial_rotary_factor = get_num(t, "partial_rotary_factor", what, 0.25);
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (t.contains(key) && t[key].is_object() && t[key].contains("partial_rotary_factor"))
+      c.partial_rotary_factor = get_num(t[key], "partial_rotary_factor", what + " " + key, 0.25);
+  if (t.contains("layer_types") && !t["layer_types"].is_null()) {
+    if (!t["layer_types"].is_array()) fail(what, "field 'layer_types' must be a list of strings");
+    for (const auto& e : t["layer_types"]) {
+      if (!e.is_string())
+        fail(what, "field 'layer_types[" + std::to_string(c.layer_types.size()) + "]' must be a string, got " + e.dump());
+      c.layer_types.push_back(e.get<std::string>());
+    }
+  } else {  // transformers' rule: every interval-th layer (1-based) is full attention
+    const int64_t interval = get_int(t, "full_attention_interval", what, false, 4);
+    if (interval <= 0) fail(what, "field 'full_attention_interval' must be positive, got " + std::to_string(interval));
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      c.layer_types.push_back((i + 1) % interval == 0 ? "full_attention" : "linear_attention");
+  }
+  if (get_int(t, "mtp_num_hidden_layers", what, false, 0) > 0)
+    c.notes.push_back("the multi-token-prediction head (mtp.*, " +
+                      std::to_string(t["mtp_num_hidden_layers"].get<int64_t>()) + " layers) is ignored");
+}
+
+// The decoder fields every supported architecture shares, read from `t`.
+void parse_decoder_fields(const json& t, const std::string& what, TargetConfig& c) {
+  c.vocab_size = get_int(t, "vocab_size", what, true, 0);
+  c.hidden_size = get_int(t, "hidden_size", what, true, 0);
+  c.intermediate_size = get_int(t, "intermediate_size", what, true, 0);
+  c.num_hidden_layers = get_int(t, "num_hidden_layers", what, true, 0);
+  c.num_attention_heads = get_int(t, "num_attention_heads", what, true, 0);
+  c.num_key_value_heads = get_int(t, "num_key_value_heads", what, false, c.num_attention_heads);
+  if (c.num_attention_heads > 0 && (!t.contains("head_dim") || t["head_dim"].is_null()) &&
+      c.hidden_size % c.num_attention_heads != 0)
+    fail(what, "field 'head_dim' is absent and hidden_size is not a multiple of num_attention_heads");
+  c.head_dim = get_int(t, "head_dim", what, false, c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.rms_norm_eps = get_num(t, "rms_norm_eps", what, 1e-6);
+  c.max_position_embeddings = get_int(t, "max_position_embeddings", what, false, 0);
+  c.attention_bias = get_bool(t, "attention_bias", what, false);
+  c.mlp_bias = get_bool(t, "mlp_bias", what, false);
+  c.tie_word_embeddings = get_bool(t, "tie_word_embeddings", what, false);
+  c.rope = parse_rope(t, what);
+  c.bos_token_ids = get_ids(t, "bos_token_id", what);
+  c.eos_token_ids = get_ids(t, "eos_token_id", what);
+  if (t.contains("hidden_act") && t["hidden_act"] != "silu")
+    fail(what, "field 'hidden_act' is " + t["hidden_act"].dump() + " (supported: \"silu\")");
+  if (get_bool(t, "use_sliding_window", what, false))
+    fail(what, "field 'use_sliding_window' is true: sliding-window targets are not supported");
+}
+
+}  // namespace
 
 TargetConfig parse_target_config(const std::string& json_text, const std::string& what) {
   json j;
   try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    fail(what, std::string("not valid JSON: ") + e.what());
+    j = io::parse_json_strict(json_text);  // a key given twice is an error, not "last one wins"
+  } catch (const io::JsonError& e) {
+    fail(what, e.what());
   }
   if (!j.is_object()) fail(what, "must be a JSON object");
   TargetConfig c;
   if (!j.contains("model_type") || !j["model_type"].is_string())
-    fail(what, "missing field 'model_type' (expected \"llama\" or \"qwen3\")");
-  c.model_type = j["model_type"].get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "qwen3")
-    fail(what, "field 'model_type' is '" + c.model_type + "' (supported: llama, qwen3)");
+    fail(what, "missing field 'model_type' (expected \"llama\", \"qwen3\", \"qwen3_5\" or \"qwen3_5_text\")");
+  const std::string type = j["model_type"].get<std::string>();
+  if (type != "llama" && type != "qwen3" && type != "qwen3_5" && type != "qwen3_5_text")
+    fail(what, "field 'model_type' is '" + type + "' (supported: llama, qwen3, qwen3_5, qwen3_5_text)");
+
+  if (type == "qwen3_5" || type == "qwen3_5_text") {
+    // Qwen3_5ForConditionalGeneration nests the decoder under text_config (its tensors under
+    // model.language_model.*, beside a vision tower); Qwen3_5ForCausalLM keeps it at the top level.
+    const bool nested = type == "qwen3_5";
+    if (nested && (!j.contains("text_config") || !j["text_config"].is_object()))
+      fail(what, "missing field 'text_config' (a qwen3_5 config keeps its decoder there)");
+    const json& t = nested ? j["text_config"] : j;
+    const std::string twhat = nested ? what + " text_config" : what;
+    if (nested && t.contains("model_type") && t["model_type"] != "qwen3_5_text")
+      fail(twhat, "field 'model_type' is " + t["model_type"].dump() + " (expected \"qwen3_5_text\")");
+    c.model_type = "qwen3_5";
+    parse_decoder_fields(t, twhat, c);
+    // transformers' Qwen3_5TextConfig defaults where the file is silent.
+    if (!t.contains("head_dim") || t["head_dim"].is_null()) c.head_dim = 256;
+    if (!t.contains("num_key_value_heads") || t["num_key_value_heads"].is_null()) c.num_key_value_heads = 4;
+    parse_hybrid_fields(t, twhat, c);
+    if (nested) {
+      c.weight_prefix = "model.language_model.";
+      // transformers ties the LM head by the top-level flag of the composite config (default false).
+      c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", what, false);
+      // Released checkpoints put <|endoftext|> in text_config and <|im_end|> at the top: stop at either.
+      for (int64_t id : get_ids(j, "eos_token_id", what))
+        if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+          c.eos_token_ids.push_back(id);
+      if (c.bos_token_ids.empty()) c.bos_token_ids = get_ids(j, "bos_token_id", what);
+      if (j.contains("vision_config") && !j["vision_config"].is_null())
+        c.notes.push_back("the vision tower (vision_config, model.visual.*) is ignored: text decoder only");
+    }
+    c.validate(what);
+    return c;
+  }
+
+  c.model_type = type;
   c.qk_norm = c.model_type == "qwen3";
-
-  c.vocab_size = get_int(j, "vocab_size", what, true, 0);
-  c.hidden_size = get_int(j, "hidden_size", what, true, 0);
-  c.intermediate_size = get_int(j, "intermediate_size", what, true, 0);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", what, true, 0);
-  c.num_attention_heads = get_int(j, "num_attention_heads", what, true, 0);
-  c.num_key_value_heads = get_int(j, "num_key_value_heads", what, false, c.num_attention_heads);
-  if (c.num_attention_heads > 0 && (!j.contains("head_dim") || j["head_dim"].is_null()) &&
-      c.hidden_size % c.num_attention_heads != 0)
-    fail(what, "field 'head_dim' is absent and hidden_size is not a multiple of num_attention_heads");
-  c.head_dim = get_int(j, "head_dim", what, false, c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
-  c.rms_norm_eps = get_num(j, "rms_norm_eps", what, 1e-6);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", what, false, 0);
-  c.attention_bias = get_bool(j, "attention_bias", what, false);
-  c.mlp_bias = get_bool(j, "mlp_bias", what, false);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", what, false);
-  c.rope = parse_rope(j, what);
-  c.bos_token_ids = get_ids(j, "bos_token_id", what);
-  c.eos_token_ids = get_ids(j, "eos_token_id", what);
-
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    fail(what, "field 'hidden_act' is " + j["hidden_act"].dump() + " (supported: \"silu\")");
-  if (get_bool(j, "use_sliding_window", what, false))
-    fail(what, "field 'use_sliding_window' is true: sliding-window targets are not supported");
+  parse_decoder_fields(j, what, c);
   if (j.contains("layer_types") && j["layer_types"].is_array())
     for (const auto& t : j["layer_types"])
       if (t != "full_attention")
@@ -157,11 +296,13 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
 
 TargetConfig load_target_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("target config '" + path + "': cannot open for reading");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_target_config(ss.str(), "'" + path + "'");
+  std::string text;
+  try {
+    text = io::read_regular_file(path);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("target config ") + e.what());
+  }
+  return parse_target_config(text, "'" + path + "'");
 }
 
 }  // namespace dflash::models

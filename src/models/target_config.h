@@ -1,4 +1,5 @@
-// The target model's architecture, read from a Hugging Face `config.json` (Llama and dense Qwen3).
+// The target model's architecture, read from a Hugging Face `config.json` (Llama, dense Qwen3, and the
+// Qwen3.5 / Qwen3.6 hybrids: Gated DeltaNet linear-attention layers between gated full-attention layers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,8 +17,20 @@ struct RopeConfig {
   std::vector<double> freq_divisors;
 };
 
+// The Gated DeltaNet layers of a hybrid (HF `linear_*` fields; defaults as transformers' Qwen3_5TextConfig).
+struct LinearAttentionConfig {
+  int64_t conv_kernel = 4;       // linear_conv_kernel_dim: short causal depthwise conv over q, k, v
+  int64_t key_head_dim = 128;    // linear_key_head_dim
+  int64_t value_head_dim = 128;  // linear_value_head_dim
+  int64_t num_key_heads = 16;    // linear_num_key_heads (q and k)
+  int64_t num_value_heads = 32;  // linear_num_value_heads; each q/k head serves value/key consecutive v heads
+  int64_t key_dim() const { return num_key_heads * key_head_dim; }
+  int64_t value_dim() const { return num_value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of in_proj_qkv / conv1d
+};
+
 struct TargetConfig {
-  std::string model_type;  // "llama" or "qwen3"
+  std::string model_type;  // "llama", "qwen3" or "qwen3_5" (HF qwen3_5 / qwen3_5_text, both layouts)
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   double rms_norm_eps = 1e-6;
@@ -26,6 +39,25 @@ struct TargetConfig {
   bool qk_norm = false;  // Qwen3: per-head RMSNorm on q and k before RoPE
   int64_t max_position_embeddings = 0;
   std::vector<int64_t> bos_token_ids, eos_token_ids;
+
+  // Qwen3.5 / Qwen3.6 hybrid (model_type "qwen3_5"). Every RMSNorm weight outside the DeltaNet output norm is
+  // stored zero-centred (the norm scales by 1 + w); attention layers gate their output with sigmoid of a second
+  // half of q_proj and rotate only the first rotary_dim() dims of each head.
+  bool hybrid = false;
+  std::vector<std::string> layer_types;  // hybrid: "linear_attention" or "full_attention" per layer
+  LinearAttentionConfig linear;
+  double partial_rotary_factor = 1.0;
+  // Where the decoder's tensors live: "model." (Qwen3_5ForCausalLM) or "model.language_model."
+  // (Qwen3_5ForConditionalGeneration); the loader also accepts the other when this one is absent.
+  std::string weight_prefix = "model.";
+  std::vector<std::string> notes;  // parts of the checkpoint that are ignored (vision tower, MTP head)
+
+  bool is_linear_layer(int64_t i) const {
+    return hybrid && layer_types.at(static_cast<size_t>(i)) == "linear_attention";
+  }
+  int64_t num_linear_layers() const;
+  // Head dims RoPE rotates: int(head_dim * partial_rotary_factor), as transformers computes it.
+  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor); }
 
   // Throws std::runtime_error naming `what` and the field when a value is inconsistent.
   void validate(const std::string& what) const;

@@ -53,17 +53,19 @@ TargetConfig gguf_target_config(const io::GGUFFile& f) {
   TargetConfig c;
   c.model_type = arch;
   c.qk_norm = arch == "qwen3";
-  c.hidden_size = f.get_int(key("embedding_length"));
-  c.intermediate_size = f.get_int(key("feed_forward_length"));
-  c.num_hidden_layers = f.get_int(key("block_count"));
-  c.num_attention_heads = f.get_int(key("attention.head_count"));
-  c.num_key_value_heads =
-      f.has(key("attention.head_count_kv")) ? f.get_int(key("attention.head_count_kv")) : c.num_attention_heads;
-  if (f.has(key("attention.key_length"))) c.head_dim = f.get_int(key("attention.key_length"));
+  // Sizes and counts become int downstream: each is range-checked here, naming the GGUF key and the stored value.
+  constexpr int64_t kMax = 2147483647;
+  auto count = [&](const std::string& k) { return f.get_int(key(k), 1, kMax); };
+  c.hidden_size = count("embedding_length");
+  c.intermediate_size = count("feed_forward_length");
+  c.num_hidden_layers = count("block_count");
+  c.num_attention_heads = count("attention.head_count");
+  c.num_key_value_heads = f.has(key("attention.head_count_kv")) ? count("attention.head_count_kv") : c.num_attention_heads;
+  if (f.has(key("attention.key_length"))) c.head_dim = count("attention.key_length");
   else if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
-  if (f.has(key("rope.dimension_count")) && f.get_int(key("rope.dimension_count")) != c.head_dim)
+  if (f.has(key("rope.dimension_count")) && count("rope.dimension_count") != c.head_dim)
     throw std::runtime_error(what + ": " + key("rope.dimension_count") + " is " +
-                             std::to_string(f.get_int(key("rope.dimension_count"))) + ", expected head_dim " +
+                             std::to_string(count("rope.dimension_count")) + ", expected head_dim " +
                              std::to_string(c.head_dim) + " (partial rotary is not supported)");
   c.rms_norm_eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
   c.rope.theta = f.has(key("rope.freq_base")) ? f.get_float(key("rope.freq_base")) : 10000.0;
@@ -81,12 +83,12 @@ TargetConfig gguf_target_config(const io::GGUFFile& f) {
     }
   }
   const io::GGUFTensorInfo& embd = f.tensor("token_embd.weight");
-  c.vocab_size = f.has(key("vocab_size")) ? f.get_int(key("vocab_size")) : embd.shape()[0];
-  c.max_position_embeddings = f.has(key("context_length")) ? f.get_int(key("context_length")) : 0;
+  c.vocab_size = f.has(key("vocab_size")) ? count("vocab_size") : embd.shape()[0];
+  c.max_position_embeddings = f.has(key("context_length")) ? f.get_int(key("context_length"), 0, kMax) : 0;
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
   c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {f.get_int("tokenizer.ggml.eos_token_id")};
-  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_ids = {f.get_int("tokenizer.ggml.bos_token_id")};
+  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {f.get_int("tokenizer.ggml.eos_token_id", 0, kMax)};
+  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_ids = {f.get_int("tokenizer.ggml.bos_token_id", 0, kMax)};
   c.validate(what);
   return c;
 }
@@ -102,6 +104,12 @@ TargetModel load_gguf_target(const std::string& path, const TargetLoadOptions& o
   static const std::regex qk(R"(model\.layers\.\d+\.self_attn\.(q|k)_proj\.(weight|bias))");
   auto get = [&](const std::string& name) {
     const io::GGUFTensorInfo& t = *by_hf.at(name);
+    // Weights are float or quantised data; integer tensors would be cast to float without a word.
+    const auto type = t.type;
+    if (type == io::GGMLType::I8 || type == io::GGMLType::I16 || type == io::GGMLType::I32 || type == io::GGMLType::I64)
+      throw std::runtime_error(f.path() + ": tensor '" + t.name + "' has integer type " +
+                               io::ggml_type_info(static_cast<uint32_t>(type))->name +
+                               ", expected float or quantised weights");
     std::vector<float> data = f.dequantize(t);
     at::Tensor w = at::from_blob(data.data(), t.shape(), at::kFloat).clone();
     std::smatch m;

@@ -4,18 +4,22 @@
 #include <ATen/Context.h>
 
 #include <chrono>
+#include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 #include "batched_decode_attention.h"
 #include "few_rows_linear.h"
+#include "gated_deltanet.h"
+#include "hybrid_norms.h"
 #include "rope.h"
 #include "safetensors.h"
 
 namespace dflash::models {
 namespace {
 
-std::string layer_name(int i, const std::string& suffix) {
-  return "model.layers." + std::to_string(i) + "." + suffix;
+std::string layer_name(const std::string& prefix, int i, const std::string& suffix) {
+  return prefix + "layers." + std::to_string(i) + "." + suffix;
 }
 
 void check_shape(const at::Tensor& t, std::vector<int64_t> expected, const std::string& name) {
@@ -69,17 +73,35 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
     if (!has(name)) throw std::runtime_error("target weights: missing tensor '" + name + "'");
     at::Tensor t = get(name);
     check_shape(t, shape, name);
+    if (!at::isFloatingType(t.scalar_type()))  // integer or bool data must not become weights silently
+      throw std::runtime_error("target weights: tensor '" + name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
+                               ", expected floating-point weights");
     return t.to(dev, m.dtype_).contiguous();
   };
   auto load_opt = [&](const std::string& name, std::vector<int64_t> shape, at::Device dev, bool want) {
     return want ? load(name, std::move(shape), dev) : at::Tensor();
   };
+  // Hybrid norms are stored zero-centred: keep their effective scale (1 + w).
+  const bool hybrid = config.hybrid;
+  auto load_norm = [&](const std::string& name, int64_t n, at::Device dev) {
+    at::Tensor w = load(name, {n}, dev);
+    return hybrid ? zero_centred_scale(w, m.dtype_) : w;
+  };
+  auto load_norm_opt = [&](const std::string& name, int64_t n, at::Device dev, bool want) {
+    return want ? load_norm(name, n, dev) : at::Tensor();
+  };
+  // The decoder's prefix: the config's guess, else the other layout's (a text-only export of a multimodal
+  // checkpoint keeps model.language_model.*, a flat config may sit beside either).
+  std::string P = config.weight_prefix;
+  for (const char* alt : {"model.", "model.language_model."})
+    if (!has(P + "embed_tokens.weight") && has(std::string(alt) + "embed_tokens.weight")) P = alt;
 
   const int64_t H = config.hidden_size, D = config.head_dim, I = config.intermediate_size;
   const int64_t q_out = config.num_attention_heads * D, kv_out = config.num_key_value_heads * D;
+  const int64_t q_rows = hybrid ? 2 * q_out : q_out;  // hybrid: query and output gate
   const at::Device first = m.stages_.front().device, last = m.stages_.back().device;
-  m.embed_tokens_ = load("model.embed_tokens.weight", {config.vocab_size, H}, first);
-  m.final_norm_ = load("model.norm.weight", {H}, last);
+  m.embed_tokens_ = load(P + "embed_tokens.weight", {config.vocab_size, H}, first);
+  m.final_norm_ = load_norm(P + "norm.weight", H, last);
   if (has("lm_head.weight") && !config.tie_word_embeddings) {
     m.lm_head_ = load("lm_head.weight", {config.vocab_size, H}, last);
   } else if (config.tie_word_embeddings) {
@@ -88,39 +110,59 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
     throw std::runtime_error("target weights: missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
   }
 
+  const LinearAttentionConfig& lc = config.linear;
+  const at::ScalarType st = gdn::state_dtype(m.dtype_);
   m.layers_.resize(L);
   for (const auto& s : m.stages_) {
     for (int i = s.begin; i < s.end; ++i) {
       Layer& l = m.layers_[i];
       const at::Device d = s.device;
+      auto name = [&](const std::string& suffix) { return layer_name(P, i, suffix); };
       l.device = d;
-      l.in_norm = load(layer_name(i, "input_layernorm.weight"), {H}, d);
-      l.post_norm = load(layer_name(i, "post_attention_layernorm.weight"), {H}, d);
-      l.q = load(layer_name(i, "self_attn.q_proj.weight"), {q_out, H}, d);
-      l.k = load(layer_name(i, "self_attn.k_proj.weight"), {kv_out, H}, d);
-      l.v = load(layer_name(i, "self_attn.v_proj.weight"), {kv_out, H}, d);
-      l.o = load(layer_name(i, "self_attn.o_proj.weight"), {H, q_out}, d);
-      const bool ab = config.attention_bias, mb = config.mlp_bias;
-      l.q_bias = load_opt(layer_name(i, "self_attn.q_proj.bias"), {q_out}, d, ab);
-      l.k_bias = load_opt(layer_name(i, "self_attn.k_proj.bias"), {kv_out}, d, ab);
-      l.v_bias = load_opt(layer_name(i, "self_attn.v_proj.bias"), {kv_out}, d, ab);
-      l.o_bias = load_opt(layer_name(i, "self_attn.o_proj.bias"), {H}, d, ab);
-      l.q_norm = load_opt(layer_name(i, "self_attn.q_norm.weight"), {D}, d, config.qk_norm);
-      l.k_norm = load_opt(layer_name(i, "self_attn.k_norm.weight"), {D}, d, config.qk_norm);
-      l.gate = load(layer_name(i, "mlp.gate_proj.weight"), {I, H}, d);
-      l.up = load(layer_name(i, "mlp.up_proj.weight"), {I, H}, d);
-      l.down = load(layer_name(i, "mlp.down_proj.weight"), {H, I}, d);
-      l.gate_bias = load_opt(layer_name(i, "mlp.gate_proj.bias"), {I}, d, mb);
-      l.up_bias = load_opt(layer_name(i, "mlp.up_proj.bias"), {I}, d, mb);
-      l.down_bias = load_opt(layer_name(i, "mlp.down_proj.bias"), {H}, d, mb);
+      l.in_norm = load_norm(name("input_layernorm.weight"), H, d);
+      l.post_norm = load_norm(name("post_attention_layernorm.weight"), H, d);
+      if (config.is_linear_layer(i)) {
+        l.linear_attn = true;
+        DeltaNetWeights& w = l.dn;
+        w.in_qkv = load(name("linear_attn.in_proj_qkv.weight"), {lc.conv_dim(), H}, d);
+        w.in_z = load(name("linear_attn.in_proj_z.weight"), {lc.value_dim(), H}, d);
+        w.in_b = load(name("linear_attn.in_proj_b.weight"), {lc.num_value_heads, H}, d);
+        w.in_a = load(name("linear_attn.in_proj_a.weight"), {lc.num_value_heads, H}, d);
+        w.conv = load(name("linear_attn.conv1d.weight"), {lc.conv_dim(), 1, lc.conv_kernel}, d).view({lc.conv_dim(), lc.conv_kernel});
+        // transformers: -exp(A_log.float()) whatever the model dtype.
+        w.neg_A = -load(name("linear_attn.A_log"), {lc.num_value_heads}, d).to(at::kFloat).exp().to(st);
+        w.dt_bias = load(name("linear_attn.dt_bias"), {lc.num_value_heads}, d).to(st);
+        w.norm = load(name("linear_attn.norm.weight"), {lc.value_head_dim}, d);
+        w.out = load(name("linear_attn.out_proj.weight"), {H, lc.value_dim()}, d);
+      } else {
+        l.q = load(name("self_attn.q_proj.weight"), {q_rows, H}, d);
+        l.k = load(name("self_attn.k_proj.weight"), {kv_out, H}, d);
+        l.v = load(name("self_attn.v_proj.weight"), {kv_out, H}, d);
+        l.o = load(name("self_attn.o_proj.weight"), {H, q_out}, d);
+        const bool ab = config.attention_bias;
+        l.q_bias = load_opt(name("self_attn.q_proj.bias"), {q_rows}, d, ab);
+        l.k_bias = load_opt(name("self_attn.k_proj.bias"), {kv_out}, d, ab);
+        l.v_bias = load_opt(name("self_attn.v_proj.bias"), {kv_out}, d, ab);
+        l.o_bias = load_opt(name("self_attn.o_proj.bias"), {H}, d, ab);
+        l.q_norm = load_norm_opt(name("self_attn.q_norm.weight"), D, d, config.qk_norm);
+        l.k_norm = load_norm_opt(name("self_attn.k_norm.weight"), D, d, config.qk_norm);
+      }
+      const bool mb = config.mlp_bias;
+      l.gate = load(name("mlp.gate_proj.weight"), {I, H}, d);
+      l.up = load(name("mlp.up_proj.weight"), {I, H}, d);
+      l.down = load(name("mlp.down_proj.weight"), {H, I}, d);
+      l.gate_bias = load_opt(name("mlp.gate_proj.bias"), {I}, d, mb);
+      l.up_bias = load_opt(name("mlp.up_proj.bias"), {I}, d, mb);
+      l.down_bias = load_opt(name("mlp.down_proj.bias"), {H}, d, mb);
     }
   }
-  m.inv_freq_ = rope_inv_freq(config.rope, D);
+  m.inv_freq_ = rope_inv_freq(config.rope, config.rotary_dim());
   return m;
 }
 
 TargetModel TargetModel::load_hf(const std::string& dir, const TargetLoadOptions& options) {
   TargetConfig config = load_target_config(dir);
+  for (const auto& note : config.notes) std::fprintf(stderr, "note: target %s: %s\n", dir.c_str(), note.c_str());
   auto folder = io::SafetensorsFolder::open(dir);
   return from_weights(
       config, [&](const std::string& n) { return folder.load(n); },
@@ -130,11 +172,19 @@ TargetModel TargetModel::load_hf(const std::string& dir, const TargetLoadOptions
 KVCache TargetModel::make_cache(int64_t batch, int64_t capacity) const {
   std::vector<at::Device> devs;
   for (const auto& l : layers_) devs.push_back(l.device);
-  return KVCache(batch, capacity, config_.num_key_value_heads, config_.head_dim, dtype_, devs);
+  if (!config_.hybrid) return KVCache(batch, capacity, config_.num_key_value_heads, config_.head_dim, dtype_, devs);
+  std::vector<std::optional<LinearStateShape>> linear(layers_.size());
+  const LinearAttentionConfig& lc = config_.linear;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].linear_attn)
+      linear[i] = LinearStateShape{lc.conv_dim(), lc.conv_kernel, lc.num_key_heads, lc.num_value_heads,
+                                   lc.key_head_dim, lc.value_head_dim};
+  return KVCache(batch, capacity, config_.num_key_value_heads, config_.head_dim, dtype_, devs, linear);
 }
 
-// Matches HF: normalise in float32, cast back, then scale by the weight.
+// Matches HF: normalise in float32, cast back, then scale by the weight (hybrid: hybrid_norms.h).
 at::Tensor TargetModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
+  if (config_.hybrid) return hybrid_rms_norm(x, w, config_.rms_norm_eps);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
   return w * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
@@ -149,14 +199,20 @@ std::map<std::string, at::Tensor> TargetModel::layer_weights(int i) const {
   auto put = [&](const char* name, const at::Tensor& t) {
     if (t.defined()) out.emplace(name, t);
   };
-  put("input_layernorm.weight", l.in_norm);
-  put("self_attn.q_proj.weight", l.q);
+  auto scale = [&](const at::Tensor& t) { return t.defined() && config_.hybrid ? t.to(dtype_) : t; };
+  put("input_layernorm.weight", scale(l.in_norm));
+  if (config_.hybrid && l.q.defined()) {  // drop the output-gate half of each head's rows
+    const int64_t Hq = config_.num_attention_heads, D = config_.head_dim;
+    put("self_attn.q_proj.weight", l.q.view({Hq, 2 * D, -1}).narrow(1, 0, D).reshape({Hq * D, -1}));
+  } else {
+    put("self_attn.q_proj.weight", l.q);
+  }
   put("self_attn.k_proj.weight", l.k);
   put("self_attn.v_proj.weight", l.v);
   put("self_attn.o_proj.weight", l.o);
-  put("self_attn.q_norm.weight", l.q_norm);
-  put("self_attn.k_norm.weight", l.k_norm);
-  put("post_attention_layernorm.weight", l.post_norm);
+  put("self_attn.q_norm.weight", scale(l.q_norm));
+  put("self_attn.k_norm.weight", scale(l.k_norm));
+  put("post_attention_layernorm.weight", scale(l.post_norm));
   put("mlp.gate_proj.weight", l.gate);
   put("mlp.up_proj.weight", l.up);
   put("mlp.down_proj.weight", l.down);
@@ -185,52 +241,88 @@ at::Tensor TargetModel::linear(const at::Tensor& x, const at::Tensor& w, const a
 
 void TargetModel::enable_onednn_decode() {
   if (!at::hasMKLDNN() || dtype_ != at::kFloat) return;
-  auto copy = [](const at::Tensor& w) { return w.device().is_cpu() ? w.to_mkldnn() : at::Tensor(); };
+  auto copy = [](const at::Tensor& w) { return w.defined() && w.device().is_cpu() ? w.to_mkldnn() : at::Tensor(); };
   for (Layer& l : layers_) {
     l.onednn = {copy(l.q), copy(l.k), copy(l.v), copy(l.o), copy(l.gate), copy(l.up), copy(l.down)};
   }
   lm_head_onednn_ = copy(lm_head_);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> TargetModel::attention_inputs(int i, const at::Tensor& x,
-                                                                            const at::Tensor& cos,
-                                                                            const at::Tensor& sin,
-                                                                            bool onednn) const {
+TargetModel::AttentionInputs TargetModel::attention_inputs(int i, const at::Tensor& x, const at::Tensor& cos,
+                                                          const at::Tensor& sin, bool onednn) const {
   const Layer& l = layers_[i];
   const int64_t B = x.size(0), T = x.size(1), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
   at::Tensor h = rms_norm(x, l.in_norm);
   const bool od = onednn && !l.onednn.empty();
   const at::Tensor none;
-  at::Tensor q = linear(h, l.q, l.q_bias, od ? l.onednn[0] : none).view({B, T, Hq, D});
+  AttentionInputs r;
+  at::Tensor q;
+  if (config_.hybrid) {  // each head's 2D rows: D of query, then D of output gate
+    at::Tensor qg = linear(h, l.q, l.q_bias, od ? l.onednn[0] : none).view({B, T, Hq, 2 * D});
+    q = qg.narrow(-1, 0, D);
+    r.gate = qg.narrow(-1, D, D).reshape({B, T, Hq * D});
+  } else {
+    q = linear(h, l.q, l.q_bias, od ? l.onednn[0] : none).view({B, T, Hq, D});
+  }
   at::Tensor k = linear(h, l.k, l.k_bias, od ? l.onednn[1] : none).view({B, T, Hkv, D});
-  at::Tensor v = linear(h, l.v, l.v_bias, od ? l.onednn[2] : none).view({B, T, Hkv, D}).transpose(1, 2);
+  r.v = linear(h, l.v, l.v_bias, od ? l.onednn[2] : none).view({B, T, Hkv, D}).transpose(1, 2);
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm);
     k = rms_norm(k, l.k_norm);
   }
-  q = apply_rope(q.transpose(1, 2), cos, sin);
-  k = apply_rope(k.transpose(1, 2), cos, sin);
-  return {q, k, v};
+  r.q = apply_rope(q.transpose(1, 2), cos, sin);
+  r.k = apply_rope(k.transpose(1, 2), cos, sin);
+  return r;
+}
+
+at::Tensor TargetModel::mlp_block(int i, const at::Tensor& x, bool onednn) const {
+  const Layer& l = layers_[i];
+  const bool od = onednn && !l.onednn.empty();
+  const at::Tensor none;
+  at::Tensor h = rms_norm(x, l.post_norm);
+  at::Tensor mlp = at::silu(linear(h, l.gate, l.gate_bias, od ? l.onednn[4] : none)) *
+                   linear(h, l.up, l.up_bias, od ? l.onednn[5] : none);
+  return x + linear(mlp, l.down, l.down_bias, od ? l.onednn[6] : none);
 }
 
 at::Tensor TargetModel::attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn,
-                                                 bool onednn) const {
+                                                 const at::Tensor& gate, bool onednn) const {
   const Layer& l = layers_[i];
   const int64_t B = x.size(0), T = x.size(1);
   const bool od = onednn && !l.onednn.empty();
   const at::Tensor none;
-  at::Tensor out = x + linear(attn.transpose(1, 2).reshape({B, T, -1}), l.o, l.o_bias, od ? l.onednn[3] : none);
-  at::Tensor h = rms_norm(out, l.post_norm);
-  at::Tensor mlp = at::silu(linear(h, l.gate, l.gate_bias, od ? l.onednn[4] : none)) *
-                   linear(h, l.up, l.up_bias, od ? l.onednn[5] : none);
-  return out + linear(mlp, l.down, l.down_bias, od ? l.onednn[6] : none);
+  at::Tensor a = attn.transpose(1, 2).reshape({B, T, -1});
+  if (gate.defined()) a = a * at::sigmoid(gate);
+  return mlp_block(i, x + linear(a, l.o, l.o_bias, od ? l.onednn[3] : none), onednn);
+}
+
+at::Tensor TargetModel::deltanet_block(int i, const at::Tensor& x, const at::Tensor& conv0, const at::Tensor& rec0,
+                                       DeltaNetOutput* out, bool onednn) const {
+  const Layer& l = layers_[i];
+  const LinearAttentionConfig& lc = config_.linear;
+  const int64_t B = x.size(0);
+  at::Tensor c0 = conv0, r0 = rec0;
+  if (!c0.defined()) c0 = at::zeros({B, lc.conv_dim(), lc.conv_kernel - 1}, x.options());
+  if (!r0.defined())
+    r0 = at::zeros({B, lc.num_value_heads, lc.key_head_dim, lc.value_head_dim},
+                   x.options().dtype(gdn::state_dtype(x.scalar_type())));
+  *out = deltanet_forward(l.dn, lc, config_.rms_norm_eps, rms_norm(x, l.in_norm), c0, r0);
+  return mlp_block(i, x + out->out, onednn);
 }
 
 at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                       KVCache* cache, int64_t past) const {
   const int64_t T = x.size(1);
-  auto [q, k, v] = attention_inputs(i, x, cos, sin);
+  if (layers_[i].linear_attn) {
+    DeltaNetOutput d;
+    if (!cache) return deltanet_block(i, x, {}, {}, &d, false);
+    LinearState& st = cache->linear(i);
+    at::Tensor y = deltanet_block(i, x, st.conv(), st.recurrent(), &d, false);
+    st.commit(past, std::move(d.conv), std::move(d.rec), std::move(d.record));
+    return y;
+  }
+  auto [q, k, v, gate] = attention_inputs(i, x, cos, sin);
   at::Tensor attn;
   if (cache) {
     auto [k_all, v_all] = cache->store(i, k, v);
@@ -250,7 +342,17 @@ at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tens
   } else {
     attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1, std::nullopt, true);
   }
-  return attention_output_and_mlp(i, x, attn);
+  return attention_output_and_mlp(i, x, attn, gate);
+}
+
+void TargetModel::check_cache_layers(const KVCache& cache, const char* who) const {
+  for (int i = 0; i < static_cast<int>(layers_.size()); ++i)
+    if (cache.is_linear(i) != layers_[size_t(i)].linear_attn)
+      throw std::invalid_argument(std::string(who) + ": the cache's layer " + std::to_string(i) + " holds " +
+                                  (cache.is_linear(i) ? "a Gated DeltaNet state" : "keys and values") +
+                                  ", this model's layer is " +
+                                  (layers_[size_t(i)].linear_attn ? "Gated DeltaNet" : "attention") +
+                                  " (a cache made by another model?)");
 }
 
 std::vector<bool> TargetModel::capture_flags(const std::vector<int>& layers, const char* who) const {
@@ -288,6 +390,10 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
     throw std::length_error("target forward: " + std::to_string(cache->length()) + " cached + " + std::to_string(T) +
                             " new tokens exceed the KV cache capacity " + std::to_string(cache->capacity()));
   if (cache && cache->num_layers() != L) throw std::invalid_argument("target forward: cache has the wrong layer count");
+  if (cache && cache->batch() != input_ids.size(0))
+    throw std::invalid_argument("target forward: " + std::to_string(input_ids.size(0)) + " rows for a cache of batch " +
+                                std::to_string(cache->batch()));
+  if (cache) check_cache_layers(*cache, "target forward");
 
   auto [cos_cpu, sin_cpu] = rope_cos_sin(inv_freq_, past, T);
   TargetOutput out;
@@ -330,6 +436,7 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
     if (c->num_layers() != L) throw std::invalid_argument(who + ": cache has the wrong layer count");
     if (c->length() + 1 > c->capacity())
       throw std::length_error(who + ": KV cache full (" + std::to_string(c->capacity()) + " positions)");
+    check_cache_layers(*c, who.c_str());
     if (tokens[b] < 0 || tokens[b] >= config_.vocab_size)
       throw std::invalid_argument(who + ": token id " + std::to_string(tokens[b]) + " outside the vocabulary [0, " +
                                   std::to_string(config_.vocab_size) + ")");
@@ -338,15 +445,25 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
     positions[b] = c->length();
   }
   auto [cos_cpu, sin_cpu] = rope_cos_sin_at(inv_freq_, at::tensor(positions, at::kLong));
-  const int64_t D = config_.head_dim;
+  const int64_t D = inv_freq_.size(0) * 2;  // rotated dims per head
   at::Tensor x = embed(at::tensor(tokens, at::kLong).view({B, 1}));  // [B, 1, hidden]
   for (const auto& s : stages_) {
     x = x.to(s.device);
     // [B, 1, 1, D]: row b's rotation broadcast over its heads.
     at::Tensor cos = cos_cpu.to(s.device, dtype_).view({B, 1, 1, D}), sin = sin_cpu.to(s.device, dtype_).view({B, 1, 1, D});
     for (int i = s.begin; i < s.end; ++i) {
-      auto [q, k, v] = attention_inputs(i, x, cos, sin, /*onednn=*/true);
-      x = attention_output_and_mlp(i, x, batched_decode_attention(i, q, k, v, caches, fused_attention), /*onednn=*/true);
+      if (layers_[i].linear_attn) {  // the sequences' states stacked into one batch, split back after the step
+        std::vector<at::Tensor> conv, rec;
+        for (KVCache* c : caches) conv.push_back(c->linear(i).conv()), rec.push_back(c->linear(i).recurrent());
+        DeltaNetOutput d;
+        x = deltanet_block(i, x, at::cat(conv, 0), at::cat(rec, 0), &d, /*onednn=*/true);
+        for (int64_t b = 0; b < B; ++b)
+          caches[b]->linear(i).commit(positions[b], d.conv.narrow(0, b, 1), d.rec.narrow(0, b, 1), {}, /*rollback=*/false);
+      } else {
+        auto [q, k, v, gate] = attention_inputs(i, x, cos, sin, /*onednn=*/true);
+        x = attention_output_and_mlp(i, x, batched_decode_attention(i, q, k, v, caches, fused_attention), gate,
+                                     /*onednn=*/true);
+      }
       if (capture[i] && i != L - 1) (*hidden)[i] = x.view({B, -1});
     }
   }

@@ -1,6 +1,8 @@
-// The target LLM (Llama / dense Qwen3) forward in plain ATen ops: prefill, one-token decode and block
-// verification are the same call on a KV cache; selected layers' hidden states are captured for the drafter.
-// Layers can be split into pipeline stages on different devices (activations move between stages).
+// The target LLM (Llama / dense Qwen3 / the Qwen3.5-3.6 hybrids) forward in plain ATen ops: prefill, one-token
+// decode and block verification are the same call on a KV cache; selected layers' hidden states are captured
+// for the drafter. Layers can be split into pipeline stages on different devices (activations move between
+// stages). A hybrid's layers dispatch by type: Gated DeltaNet (deltanet_layer.h, its state in the cache) or
+// full attention with an output gate and partial RoPE.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -10,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "deltanet_layer.h"
 #include "kv_cache.h"
 #include "target_config.h"
 
@@ -72,6 +75,8 @@ class TargetModel {
 
   // Decoder layer i's weights under their Hugging Face suffixes ("self_attn.q_proj.weight", ...); only those the
   // architecture has (no biases or q/k norms where absent). Used to start a drafter layer from a target layer.
+  // Hybrid: norms as their effective scale (1 + w), an attention layer's q_proj without its gate half, and no
+  // attention tensors for Gated DeltaNet layers.
   std::map<std::string, at::Tensor> layer_weights(int i) const;
 
   at::Tensor embed(const at::Tensor& input_ids) const;       // [batch, T, hidden] on the first stage
@@ -98,24 +103,39 @@ class TargetModel {
                                 const std::vector<int64_t>& eos_ids, GenerateStats* stats = nullptr) const;
 
  private:
+  // Throws unless every layer of `cache` is of this model's kind (K/V or Gated DeltaNet state).
+  void check_cache_layers(const KVCache& cache, const char* who) const;
   // capture_layers as one flag per layer; an id outside the model is an error naming `who`.
   std::vector<bool> capture_flags(const std::vector<int>& layers, const char* who) const;
   struct Layer {
     at::Device device = at::kCPU;
+    // Hybrid: the norms hold their effective scale 1 + w (hybrid_norms.h); q (and q_bias) has 2 Hq D rows,
+    // query and output gate interleaved per head.
     at::Tensor in_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
     at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
+    bool linear_attn = false;  // a hybrid's Gated DeltaNet layer: dn instead of q..k_norm
+    DeltaNetWeights dn;
     std::vector<at::Tensor> onednn;  // q, k, v, o, gate, up, down in oneDNN layout (enable_onednn_decode)
+  };
+  struct AttentionInputs {
+    at::Tensor q, k, v;  // [B, heads, T, D] after norms and RoPE
+    at::Tensor gate;     // hybrid: [B, T, Hq D] pre-sigmoid output gate; undefined otherwise
   };
   // x [..., in] times w^T (+ b); through oneDNN when w_onednn is defined and x has several rows.
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& w_onednn) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor layer_forward(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                            KVCache* cache, int64_t past) const;
-  // The two halves of a layer around attention: q, k, v [B, heads, T, D] after norms and RoPE; then
-  // residual + o_proj(attn) + MLP, with attn [B, Hq, T, D].
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_inputs(int i, const at::Tensor& x, const at::Tensor& cos,
-                                                                  const at::Tensor& sin, bool onednn = false) const;
-  at::Tensor attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn, bool onednn = false) const;
+  // The two halves of a layer around attention: q, k, v [B, heads, T, D] after norms and RoPE (and the output
+  // gate of a hybrid); then residual + o_proj(attn) + MLP, with attn [B, Hq, T, D].
+  AttentionInputs attention_inputs(int i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                   bool onednn = false) const;
+  at::Tensor attention_output_and_mlp(int i, const at::Tensor& x, const at::Tensor& attn, const at::Tensor& gate,
+                                      bool onednn = false) const;
+  at::Tensor mlp_block(int i, const at::Tensor& x, bool onednn) const;  // x + MLP(post_attention_layernorm(x))
+  // A Gated DeltaNet layer's token mixer + MLP, from and to the given states (zeros when undefined).
+  at::Tensor deltanet_block(int i, const at::Tensor& x, const at::Tensor& conv0, const at::Tensor& rec0,
+                            DeltaNetOutput* out, bool onednn) const;
 
   TargetConfig config_;
   at::ScalarType dtype_ = at::kFloat;

@@ -1,7 +1,6 @@
 // `dflash tokenize --model FILE --input IN.jsonl --output OUT.jsonl [--chat] [--decode]`: one JSON
 // object per line in, one per line out ({"ids": [...]}, plus "assistant_mask" with --chat and
 // "decoded" with --decode). Batch tool for tests and data preparation.
-#include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -9,7 +8,10 @@
 #include <vector>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "chat_template.h"
+#include "input_file.h"
+#include "strict_json.h"
 #include "tokenizer.h"
 #include "tokenizer_commands.h"
 
@@ -37,25 +39,42 @@ int tokenize_main(const std::vector<std::string>& args) {
   std::optional<tok::ChatFormat> chat;
   if (a.on("chat")) chat = tok::ChatFormat::from_tokenizer(t);
 
-  std::ifstream in(a.str("input"));
-  if (!in) throw std::runtime_error(a.str("input") + ": cannot open");
-  std::ofstream out(a.str("output"));
-  if (!out) throw std::runtime_error(a.str("output") + ": cannot create");
+  const std::string text = io::read_regular_file(a.str("input"));  // a FIFO or a folder: one clear error
+  // Whole or absent: a failure on line 900 must not leave 899 lines that look like a finished output.
+  io::AtomicOutputFile out(a.str("output"));
   const std::string field = a.str("field");
   std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
+  size_t lineno = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    line = text.substr(pos, end - pos);
+    pos = end + 1;
     ++lineno;
     if (line.empty()) continue;
     std::string where = a.str("input") + ":" + std::to_string(lineno);
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) throw std::runtime_error(where + ": not a JSON object");
+    nlohmann::json j;
+    try {
+      j = io::parse_json_strict(line);
+    } catch (const io::JsonError& e) {
+      throw std::runtime_error(where + ": " + e.what());
+    }
+    if (!j.is_object()) throw std::runtime_error(where + ": not a JSON object");
     nlohmann::json o;
     std::vector<int32_t> ids;
     if (a.on("decode-ids")) {
       if (!j.contains("ids") || !j["ids"].is_array()) throw std::runtime_error(where + ": no \"ids\" array");
-      o["decoded"] = t.decode(j["ids"].get<std::vector<int32_t>>(), a.on("skip-special"));
-      out << o.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) << "\n";
+      std::vector<int32_t> in_ids;
+      for (size_t k = 0; k < j["ids"].size(); ++k) {
+        const auto& v = j["ids"][k];
+        const auto id = io::json_integer_in(v, 0, int64_t(t.vocab_size()) - 1);  // 3.0 is no token id
+        if (!id)
+          throw std::runtime_error(where + ": ids[" + std::to_string(k) + "] is " + io::json_shown(v) +
+                                   ", expected a token id (an integer in [0, " + std::to_string(t.vocab_size()) + "))");
+        in_ids.push_back(static_cast<int32_t>(*id));
+      }
+      o["decoded"] = t.decode(in_ids, a.on("skip-special"));
+      out.write(o.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n");
       continue;
     }
     if (chat) {
@@ -72,6 +91,8 @@ int tokenize_main(const std::vector<std::string>& args) {
           throw std::runtime_error(where + ": no string field \"" + field + "\" and no \"messages\"");
         msgs.push_back({"user", j[field].get<std::string>()});
       }
+      if (j.contains("add_generation_prompt") && !j["add_generation_prompt"].is_boolean())
+        throw std::runtime_error(where + ": \"add_generation_prompt\" must be true or false");
       bool gen = j.value("add_generation_prompt", true);
       tok::ChatEncoding ce = chat->encode(t, msgs, gen);
       ids = ce.ids;
@@ -83,9 +104,9 @@ int tokenize_main(const std::vector<std::string>& args) {
     }
     o["ids"] = ids;
     if (a.on("decode")) o["decoded"] = t.decode(ids);
-    out << o.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) << "\n";
+    out.write(o.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n");
   }
-  if (!out) throw std::runtime_error(a.str("output") + ": write failed");
+  out.commit();
   return 0;
 }
 

@@ -1,10 +1,12 @@
 #include "tokenizer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 
+#include "input_file.h"
 #include "normalizer_nfc.h"
 #include "unicode.h"
 
@@ -201,11 +203,11 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
   char magic[4] = {0, 0, 0, 0};
-  f.read(magic, 4);
-  if (f.gcount() == 4 && std::string(magic, 4) == "GGUF") return from_gguf(path);
+  {
+    io::InputFile f(path);  // a FIFO or a folder is refused here, before any read could block
+    if (::pread(f.fd(), magic, 4, 0) == 4 && std::string(magic, 4) == "GGUF") return from_gguf(path);
+  }
   return from_tokenizer_json(path);
 }
 

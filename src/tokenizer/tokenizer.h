@@ -40,6 +40,8 @@ class Tokenizer {
   // From an HF tokenizer.json (BPE model, ByteLevel decoder); the chat template comes from a
   // tokenizer_config.json beside it when there is one.
   static Tokenizer from_tokenizer_json(const std::string& path);
+  // The same from the file's text; `path` names it in errors and locates tokenizer_config.json.
+  static Tokenizer from_tokenizer_json_text(const std::string& text, const std::string& path);
   // Either of the above, by the file's first bytes.
   static Tokenizer load(const std::string& path);
 

@@ -1,11 +1,14 @@
 // Tokenizer from an HF tokenizer.json. Only what byte-level BPE tokenizers use is accepted; anything
 // else (a normalizer, another model or decoder, an unknown split regex) is an error that names it,
 // rather than a tokenizer that silently differs from HF.
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "input_file.h"
+#include "strict_json.h"
 #include "tokenizer.h"
 
 namespace dflash::tok {
@@ -80,20 +83,26 @@ void read_post_processor(const std::string& path, const std::string& field, cons
     }
     std::string name = item.at("SpecialToken").at("id").get<std::string>();
     const json& ids = j.at("special_tokens").at(name).at("ids");
-    for (const json& id : ids) (seen_text ? suffix : prefix).push_back(id.get<int32_t>());
+    for (const json& id : ids) {
+      const auto v = io::json_integer_in(id, 0, std::numeric_limits<int32_t>::max());
+      if (!v) bad(path, field + ".special_tokens." + name + ".ids", io::json_shown(id) + " is not a token id");
+      (seen_text ? suffix : prefix).push_back(static_cast<int32_t>(*v));
+    }
   }
 }
 
 }  // namespace
 
 Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open");
+  return from_tokenizer_json_text(io::read_regular_file(path, size_t(1) << 30), path);
+}
+
+Tokenizer Tokenizer::from_tokenizer_json_text(const std::string& text, const std::string& path) {
   json j;
   try {
-    j = json::parse(in);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+    j = io::parse_json_strict(text);  // a token given twice in "vocab" is an error, not "last one wins"
+  } catch (const io::JsonError& e) {
+    throw std::runtime_error(path + ": " + e.what());
   }
   try {
     if (!j.is_object() || !j.contains("model")) bad(path, "model", "missing (not a tokenizer.json?)");
@@ -116,8 +125,11 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
     const json& vocab_j = m.at("vocab");
     std::vector<std::string> vocab(vocab_j.size());
     std::vector<bool> seen(vocab_j.size(), false);
+    if (!vocab_j.is_object()) bad(path, "model.vocab", "must be an object of token -> id");
     for (auto it = vocab_j.begin(); it != vocab_j.end(); ++it) {
-      int64_t id = it.value().get<int64_t>();
+      const auto ok = io::json_integer_in(it.value(), 0, std::numeric_limits<int32_t>::max());
+      if (!ok) bad(path, "model.vocab['" + it.key() + "']", "id " + io::json_shown(it.value()) + " is not a token id");
+      const int64_t id = *ok;
       if (id < 0 || static_cast<size_t>(id) >= vocab.size() || seen[id])
         bad(path, "model.vocab['" + it.key() + "']", "id " + std::to_string(id) + " is out of range or repeated (ids must be 0.." +
                                                           std::to_string(vocab.size() - 1) + ", each once)");
@@ -164,8 +176,11 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
         if (a.value("single_word", false)) bad(path, field + ".single_word", "true is not supported");
         AddedToken tok;
         tok.content = a.at("content").get<std::string>();
-        tok.id = a.at("id").get<int32_t>();
-        if (tok.id < 0) bad(path, field + ".id", "negative");
+        // Ids beyond the vocabulary size an index table in finish(): bounded, so a huge id cannot ask for GBs.
+        const int64_t max_id = int64_t(vocab.size()) + int64_t(list.size()) + (int64_t(1) << 20);
+        const auto id = io::json_integer_in(a.at("id"), 0, std::min<int64_t>(max_id, std::numeric_limits<int32_t>::max()));
+        if (!id) bad(path, field + ".id", io::json_shown(a.at("id")) + " is not a token id in [0, " + std::to_string(max_id) + "]");
+        tok.id = static_cast<int32_t>(*id);
         tok.special = a.value("special", false);
         tok.lstrip = a.value("lstrip", false);
         tok.rstrip = a.value("rstrip", false);
@@ -177,9 +192,12 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
     // Special token names and the chat template live in tokenizer_config.json beside the file.
     auto cfg_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
     if (std::filesystem::exists(cfg_path)) {
-      std::ifstream cin(cfg_path);
-      json cfg = json::parse(cin, nullptr, false);
-      if (cfg.is_discarded()) throw std::runtime_error(cfg_path.string() + ": not valid JSON");
+      json cfg;
+      try {
+        cfg = io::parse_json_strict(io::read_regular_file(cfg_path.string(), size_t(1) << 30));
+      } catch (const io::JsonError& e) {
+        throw std::runtime_error(cfg_path.string() + ": " + e.what());
+      }
       auto id_of = [&](const char* key) -> int32_t {
         if (!cfg.contains(key) || cfg[key].is_null()) return -1;
         const json& v = cfg[key];

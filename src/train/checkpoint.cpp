@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "atomic_output.h"
 #include "safetensors.h"
 
 namespace fs = std::filesystem;
@@ -46,6 +47,7 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int
                             const std::function<void()>& before_rename) {
   const std::string dir = ckpt_dir(run_dir);
   fs::create_directories(dir);
+  io::remove_stale_temporaries(dir);  // left by a save that was killed (kill -9, power cut)
   NamedTensors t;
   for (const auto& [n, v] : s.master) t.emplace_back("model." + n, v);
   for (const auto& [n, v] : s.exp_avg) t.emplace_back("adam_m." + n, v);
@@ -53,7 +55,7 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& s, int
   nlohmann::json meta = {{"step", s.step}, {"data_pos", s.data_pos}, {"info", s.info}};
   const std::string name = "step-" + std::to_string(s.step) + ".safetensors";
   const std::string final_path = (fs::path(dir) / name).string();
-  const std::string tmp = final_path + ".tmp";
+  const std::string tmp = io::temp_path_for(final_path);  // "<name>.tmp.<pid>": stale ones are recognised later
   io::save_safetensors(tmp, t, {{"dflash_checkpoint", meta.dump()}});  // itself atomic: tmp is whole or absent
   fsync_path(tmp);
   if (before_rename) before_rename();
@@ -93,6 +95,10 @@ TrainState load_checkpoint(const std::string& path) {
 bool has_checkpoint(const std::string& run_dir) { return !list_checkpoints(run_dir).empty(); }
 
 TrainState load_latest_checkpoint(const std::string& run_dir, std::string* path_out) {
+  // A resume first clears what an interrupted save left behind (never a live writer's file: see atomic_output.h).
+  if (const int n = io::remove_stale_temporaries(ckpt_dir(run_dir)); n > 0)
+    std::fprintf(stderr, "note: removed %d temporary file(s) left in %s by an interrupted save\n", n,
+                 ckpt_dir(run_dir).c_str());
   std::vector<std::string> candidates;
   const std::string latest = (fs::path(ckpt_dir(run_dir)) / "latest").string();
   if (std::ifstream in(latest); in) {

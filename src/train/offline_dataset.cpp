@@ -7,8 +7,8 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
-#include <zlib.h>
 
+#include "prompt_sources.h"
 #include "safetensors.h"
 
 namespace fs = std::filesystem;
@@ -75,18 +75,9 @@ class DflashHidden : public SampleSource {
 };
 
 std::vector<char> read_maybe_gzip(const std::string& path) {
-  gzFile g = gzopen(path.c_str(), "rb");  // reads plain files unchanged, gunzips .gz transparently
-  if (!g) throw std::invalid_argument(path + ": cannot open");
-  std::vector<char> out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(g, buf, sizeof buf)) > 0) out.insert(out.end(), buf, buf + n);
-  int err = 0;
-  const char* msg = gzerror(g, &err);
-  const std::string m = msg ? msg : "";
-  gzclose(g);
-  if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) throw std::invalid_argument(path + ": read error: " + m);
-  return out;
+  // .gz names are decompressed (corrupt or truncated gzip data is an error); FIFOs and folders are refused.
+  const std::string s = data::read_text_file(path);
+  return std::vector<char>(s.begin(), s.end());
 }
 
 at::Tensor squeeze_batch(const at::Tensor& t, int64_t dims) {

@@ -9,6 +9,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
+#include "drafter_from_target.h"
 #include "hidden_shards.h"
 #include "memory_planner.h"
 #include "safetensors.h"
@@ -140,25 +141,9 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     d = drafter::load_drafter_config(cfg.drafter_config);
     if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
   } else {
-    d.hidden_size = t.hidden_size;
-    d.intermediate_size = t.intermediate_size;
-    d.num_attention_heads = t.num_attention_heads;
-    d.num_key_value_heads = t.num_key_value_heads;
-    d.head_dim = t.head_dim;
-    d.num_hidden_layers = cfg.drafter_layers;
-    d.num_target_layers = t.num_hidden_layers;
-    d.block_size = cfg.block_size;
-    d.vocab_size = t.vocab_size;
-    d.mask_token_id = cfg.mask_token_id;
-    d.rms_norm_eps = t.rms_norm_eps;
-    d.rope_theta = t.rope.theta;
-    d.max_position_embeddings = t.max_position_embeddings;
-    d.layer_types.assign(size_t(cfg.drafter_layers), "full_attention");
-    d.tie_word_embeddings = t.tie_word_embeddings;
-    d.torch_dtype = "bfloat16";
-    d.target_layer_ids = cfg.target_layer_ids.empty()
-                             ? drafter::default_target_layer_ids(t.num_hidden_layers, cfg.drafter_layers)
-                             : parse_id_list(cfg.target_layer_ids);
+    d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
+                                           cfg.target_layer_ids.empty() ? std::vector<int64_t>{}
+                                                                        : parse_id_list(cfg.target_layer_ids));
   }
   if (d.mask_token_id < 0)
     throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "

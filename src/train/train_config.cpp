@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
+#include <cmath>
+#include <limits>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <variant>
@@ -10,6 +12,8 @@
 #include "args.h"
 #include "config_yaml.h"
 #include "dtype_names.h"
+#include "input_file.h"
+#include "strict_json.h"
 
 namespace dflash::train {
 namespace {
@@ -95,6 +99,50 @@ void require(bool ok, const std::string& key, const std::string& expected, const
   if (!ok) throw std::invalid_argument("train config: '" + key + "' must be " + expected + ", got " + got);
 }
 
+// A float as written: 1e-09, not to_string's 0.000000.
+std::string shown(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return nlohmann::json(v).dump();
+}
+
+// Integer settings: the range, with its limit named. Limits keep every count far from overflow and from
+// allocations no machine has (threads: 1000000 made training hang in the OpenMP pool).
+void in_range(const std::string& key, int64_t v, int64_t lo, int64_t hi, const std::string& why = "") {
+  require(v >= lo && v <= hi, key, "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + why,
+          std::to_string(v));
+}
+
+// Float settings are finite first (a flag can say inf or nan), then in their own range.
+void finite(const std::string& key, double v) { require(std::isfinite(v), key, "a finite number", shown(v)); }
+
+// activation_checkpoint as drafter::CheckpointPolicy::parse reads it, checked before anything loads:
+// none | layer | all | every | every:K (K >= 1) | K. "every:0" is no spelling of "none".
+bool checkpoint_policy_ok(const std::string& s) {
+  if (s == "none" || s == "layer" || s == "all" || s == "every") return true;
+  const bool every = s.rfind("every:", 0) == 0;
+  const std::string k = every ? s.substr(6) : s;
+  if (k.empty() || k.size() > 9 || k.find_first_not_of("0123456789") != std::string::npos) return false;
+  return !every || std::stoll(k) >= 1;
+}
+
+// target_layer_ids: integers, each layer once (a repeated layer would feed the drafter the same features twice).
+void check_layer_id_list(const std::string& s) {
+  std::set<int64_t> seen;
+  for (const auto& item : split_list(s)) {
+    size_t used = 0;
+    int64_t id = -1;
+    try {
+      id = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == item.size() && id >= 0 && id <= 2147483647, "target_layer_ids",
+            "a comma list of layer indices in [0, 2147483647]", "'" + s + "'");
+    require(seen.insert(id).second, "target_layer_ids", "a list without repeats", "'" + s + "' (layer " + item + " twice)");
+  }
+}
+
 }  // namespace
 
 const std::vector<FieldInfo>& train_fields() {
@@ -116,39 +164,47 @@ void TrainConfig::validate() const {
   const std::string fmts[] = {"auto", "tokens", "dflash", "specforge"};
   require(std::find(std::begin(fmts), std::end(fmts), data_format) != std::end(fmts), "data_format",
           "auto, tokens, dflash or specforge", "'" + data_format + "'");
-  require(drafter_layers >= 1, "drafter_layers", ">= 1", std::to_string(drafter_layers));
-  require(block_size >= 2, "block_size", ">= 2", std::to_string(block_size));
-  require(steps >= 0, "steps", ">= 0", std::to_string(steps));
-  require(steps > 0 || epochs >= 1, "epochs", ">= 1 when steps is 0", std::to_string(epochs));
-  require(batch_size >= 1, "batch_size", ">= 1", std::to_string(batch_size));
-  require(grad_accum >= 1, "grad_accum", ">= 1", std::to_string(grad_accum));
-  require(max_len >= 2, "max_len", ">= 2", std::to_string(max_len));
-  require(lr > 0, "lr", "> 0", std::to_string(lr));
-  require(warmup_ratio >= 0 && warmup_ratio < 1, "warmup_ratio", "in [0, 1)", std::to_string(warmup_ratio));
-  require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "min_lr_ratio", "in [0, 1]", std::to_string(min_lr_ratio));
-  require(weight_decay >= 0, "weight_decay", ">= 0", std::to_string(weight_decay));
-  require(beta1 >= 0 && beta1 < 1, "beta1", "in [0, 1)", std::to_string(beta1));
-  require(beta2 >= 0 && beta2 < 1, "beta2", "in [0, 1)", std::to_string(beta2));
-  require(eps > 0, "eps", "> 0", std::to_string(eps));
-  require(clip >= 0, "clip", ">= 0", std::to_string(clip));
-  require(num_anchors >= 1, "num_anchors", ">= 1", std::to_string(num_anchors));
-  require(gamma >= 0, "gamma", ">= 0", std::to_string(gamma));
-  require(kl_weight >= 0 && kl_weight <= 1, "kl_weight", "in [0, 1]", std::to_string(kl_weight));
+  in_range("drafter_layers", drafter_layers, 1, 256);
+  check_layer_id_list(target_layer_ids);
+  in_range("mask_token_id", mask_token_id, -1, 2147483647, " (-1: from the drafter config)");
+  in_range("block_size", block_size, 2, 1024);
+  in_range("steps", steps, 0, 1000000000000);
+  if (steps == 0) in_range("epochs", epochs, 1, 1000000, " when steps is 0");
+  in_range("batch_size", batch_size, 1, 65536);
+  in_range("grad_accum", grad_accum, 1, 65536);
+  in_range("max_len", max_len, 2, 1048576);
+  in_range("num_anchors", num_anchors, 1, max_len, " (at most one anchor per position of max_len)");
+  for (const auto& [key, v] : std::initializer_list<std::pair<const char*, double>>{
+           {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"min_lr_ratio", min_lr_ratio}, {"weight_decay", weight_decay},
+           {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"clip", clip}, {"gamma", gamma}, {"kl_weight", kl_weight},
+           {"init_std", init_std}, {"init_final_norm", init_final_norm}})
+    finite(key, v);
+  require(lr > 0, "lr", "> 0", shown(lr));
+  require(warmup_ratio >= 0 && warmup_ratio < 1, "warmup_ratio", "in [0, 1)", shown(warmup_ratio));
+  require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "min_lr_ratio", "in [0, 1]", shown(min_lr_ratio));
+  require(weight_decay >= 0, "weight_decay", ">= 0", shown(weight_decay));
+  require(beta1 >= 0 && beta1 < 1, "beta1", "in [0, 1)", shown(beta1));
+  require(beta2 >= 0 && beta2 < 1, "beta2", "in [0, 1)", shown(beta2));
+  require(eps > 0, "eps", "> 0", shown(eps));
+  require(clip >= 0, "clip", ">= 0", shown(clip));
+  require(gamma >= 0, "gamma", ">= 0", shown(gamma));
+  require(kl_weight >= 0 && kl_weight <= 1, "kl_weight", "in [0, 1]", shown(kl_weight));
   util::canonical_dtype(target_dtype, "train config: 'target_dtype'");
   require(util::canonical_dtype(dtype, "train config: 'dtype'") != "fp16", "dtype", "bf16, fp32 or fp64", "'fp16'");
-  require(loss_chunk_rows >= 1, "loss_chunk_rows", ">= 1", std::to_string(loss_chunk_rows));
+  require(checkpoint_policy_ok(activation_checkpoint), "activation_checkpoint", "none, layer or every:K with K >= 1",
+          "'" + activation_checkpoint + "'");
+  in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
   require(!drafter_device_list().empty(), "drafter_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
   require(!target_device_list().empty(), "target_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
-  require(checkpoint_every >= 1, "checkpoint_every", ">= 1", std::to_string(checkpoint_every));
-  require(keep_checkpoints >= 1, "keep_checkpoints", ">= 1", std::to_string(keep_checkpoints));
-  require(log_every >= 1, "log_every", ">= 1", std::to_string(log_every));
-  require(threads >= 0, "threads", ">= 0", std::to_string(threads));
-  require(queue_depth >= 1, "queue_depth", ">= 1", std::to_string(queue_depth));
-  require(stop_after >= 0, "stop_after", ">= 0", std::to_string(stop_after));
-  require(init_std > 0, "init_std", "> 0", std::to_string(init_std));
-  require(init_final_norm > 0, "init_final_norm", "> 0", std::to_string(init_final_norm));
-  require(init_from_target_layer >= -1, "init_from_target_layer", "-1 (off) or a target layer index",
-          std::to_string(init_from_target_layer));
+  in_range("checkpoint_every", checkpoint_every, 1, std::numeric_limits<int64_t>::max());
+  in_range("keep_checkpoints", keep_checkpoints, 1, 1000000);
+  in_range("log_every", log_every, 1, std::numeric_limits<int64_t>::max());
+  in_range("threads", threads, 0, 1024, " (0: cores / workers)");
+  in_range("queue_depth", queue_depth, 1, 1024);
+  in_range("stop_after", stop_after, 0, std::numeric_limits<int64_t>::max());
+  require(init_std > 0, "init_std", "> 0", shown(init_std));
+  require(init_final_norm > 0, "init_final_norm", "> 0", shown(init_final_norm));
+  in_range("init_from_target_layer", init_from_target_layer, -1, 2147483647, " (-1: off, else a target layer index)");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
 }
@@ -162,7 +218,9 @@ nlohmann::json to_json(const TrainConfig& c) {
 
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object of settings");
-  for (const auto& [key, value] : j.items()) {
+  for (auto it = j.begin(); it != j.end(); ++it) {  // not a structured binding: lambdas below use them (clang 14)
+    const std::string& key = it.key();
+    const nlohmann::json& value = it.value();
     const Field* f = nullptr;
     for (const auto& x : fields())
       if (x.info.key == key) f = &x;
@@ -179,21 +237,27 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
           if constexpr (std::is_same_v<T, std::string>) {
             if (value.is_array()) {  // lists may be written as JSON arrays: [1, 9, 17] or ["cpu", "cpu"]
               std::string s;
-              for (const auto& e : value) s += (s.empty() ? "" : ",") + (e.is_string() ? e.get<std::string>() : e.dump());
+              for (const auto& e : value) {
+                if (!s.empty()) s += ',';
+                s += e.is_string() ? e.get<std::string>() : e.dump();
+              }
               c.*m = s;
             } else if (value.is_string()) {
               c.*m = value.get<std::string>();
             } else {
-              throw std::invalid_argument(bad + "a string, got " + value.dump());
+              throw std::invalid_argument(bad + "a string, got " + io::json_shown(value));
             }
           } else if constexpr (std::is_same_v<T, int64_t>) {
-            if (!value.is_number_integer()) throw std::invalid_argument(bad + "an integer, got " + value.dump());
-            c.*m = value.get<int64_t>();
+            if (!value.is_number_integer()) throw std::invalid_argument(bad + "an integer, got " + io::json_shown(value));
+            // 2^64-1 must not wrap to -1: the value is shown as written.
+            const auto v = io::json_integer_in(value, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+            if (!v) throw std::invalid_argument(bad + "an integer within int64, got " + io::json_shown(value));
+            c.*m = *v;
           } else if constexpr (std::is_same_v<T, double>) {
-            if (!value.is_number()) throw std::invalid_argument(bad + "a number, got " + value.dump());
+            if (!value.is_number()) throw std::invalid_argument(bad + "a number, got " + io::json_shown(value));
             c.*m = value.get<double>();
           } else {
-            if (!value.is_boolean()) throw std::invalid_argument(bad + "true or false, got " + value.dump());
+            if (!value.is_boolean()) throw std::invalid_argument(bad + "true or false, got " + io::json_shown(value));
             c.*m = value.get<bool>();
           }
         },
@@ -204,11 +268,11 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(path + ": cannot read the config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  try {
+    return io::read_regular_file(path, 64 << 20);  // a FIFO or a folder is refused at once
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string(e.what()) + " (the config file)");
+  }
 }
 
 std::string extension(const std::string& path) {
@@ -221,9 +285,9 @@ std::string extension(const std::string& path) {
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& path) {
   try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::invalid_argument(path + ": invalid JSON: " + e.what());
+    return io::parse_json_strict(text);  // a key given twice is an error, as in YAML (not "last one wins")
+  } catch (const io::JsonError& e) {
+    throw std::invalid_argument(path + ": " + e.what());
   }
 }
 
@@ -233,8 +297,10 @@ nlohmann::json read_config_file(const std::string& path) { return parse_json_tex
 
 bool have_yaml() { return yaml_supported(); }
 
-void apply_config_file(TrainConfig& c, const std::string& path) {
-  const std::string text = read_text(path), ext = extension(path);
+void apply_config_file(TrainConfig& c, const std::string& path) { apply_config_text(c, read_text(path), path); }
+
+void apply_config_text(TrainConfig& c, const std::string& text, const std::string& path) {
+  const std::string ext = extension(path);
   bool yaml = ext == ".yaml" || ext == ".yml";
   if (!yaml && ext != ".json") {  // decide by content: JSON settings are an object
     const auto first = text.find_first_not_of(" \t\r\n");

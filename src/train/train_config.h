@@ -57,7 +57,11 @@ nlohmann::json read_config_file(const std::string& path);
 // Sets the fields of a JSON or YAML settings file on `c`: .json is JSON, .yaml/.yml is YAML, any other name
 // is JSON when its first non-blank character is '{', else YAML. YAML scalars are read as the field's kind
 // (so `target_layer_ids: 5` and `out: 2024` are strings); errors name the file, line, key and expectation.
+// A file that is not a regular file (a FIFO, a folder), a key given twice (JSON or YAML) and a second YAML
+// document are errors.
 void apply_config_file(TrainConfig& c, const std::string& path);
+// The same on the file's text (`path` names it in errors and its extension picks the format).
+void apply_config_text(TrainConfig& c, const std::string& text, const std::string& path);
 // Whether this build reads YAML (libyaml-cpp-dev found at configure time).
 bool have_yaml();
 

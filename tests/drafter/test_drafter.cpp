@@ -10,6 +10,8 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "block_batch.h"
@@ -276,6 +278,45 @@ TEST(CheckpointPolicy, Parses) {
   EXPECT_FALSE(CheckpointPolicy{2}.applies(1));
   EXPECT_FALSE(CheckpointPolicy{0}.applies(0));
   EXPECT_THROW(CheckpointPolicy::parse("sometimes"), std::invalid_argument);
+  // "every:0" is no spelling of "none" (issue 19): an error, as are signs.
+  EXPECT_THROW(CheckpointPolicy::parse("every:0"), std::invalid_argument);
+  EXPECT_THROW(CheckpointPolicy::parse("every:-2"), std::invalid_argument);
+  EXPECT_THROW(CheckpointPolicy::parse("+2"), std::invalid_argument);
+  EXPECT_EQ(CheckpointPolicy::parse("0").every, 0);
+}
+
+TEST(DrafterConfig, RepeatedTargetLayersAndHugeOrNonFiniteValuesAreErrors) {
+  auto error_of = [](const nlohmann::json& j) {
+    try {
+      parse_drafter_config(j, "cfg.json");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json j = tiny_drafter_config_json();
+  j["dflash_config"]["target_layer_ids"] = {1, 1};
+  j["num_hidden_layers"] = 2;
+  j["layer_types"] = {"full_attention", "full_attention"};
+  EXPECT_NE(error_of(j).find("'dflash_config.target_layer_ids[1]': expected a layer not listed before (each target "
+                             "layer once), got 1 (also at index 0)"),
+            std::string::npos)
+      << error_of(j);
+  j = tiny_drafter_config_json();
+  j["num_hidden_layers"] = nlohmann::json::parse("18446744073709551615");  // used to read as -1
+  EXPECT_NE(error_of(j).find("'num_hidden_layers': expected an integer in [-2147483648, 2147483647], got "
+                             "18446744073709551615"),
+            std::string::npos)
+      << error_of(j);
+  DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
+  c.rope_theta = std::numeric_limits<double>::infinity();
+  try {
+    c.validate("cfg.json");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'rope_theta': expected a finite positive number, got inf"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DrafterModel, SequenceWithoutAnchorsGivesZeroLossAndZeroGradients) {

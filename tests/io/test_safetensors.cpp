@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 
@@ -178,4 +180,99 @@ TEST(Safetensors, ShardedFolder) {
   fs::path empty = fs::path(tmp_path("empty_dir"));
   fs::create_directories(empty);
   EXPECT_THROW(SafetensorsFolder::open(empty.string()), std::runtime_error);
+}
+
+// As the reference reader: the tensors must cover the data section exactly, or another reader would see them
+// shifted. Each damage names the tensor (or the trailing bytes) and the offsets.
+TEST(Safetensors, DataSectionMustBeCoveredExactly) {
+  const std::string p = tmp_path("cover.safetensors");
+  const std::string two_tensors =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+  write_bytes(p, raw_file(two_tensors, std::string(16, '\1')));
+  EXPECT_EQ(SafetensorsFile::open(p).entries().size(), 2u);  // exact: fine
+
+  // Stray bytes before the data: the first tensor does not start at 0.
+  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", std::string(12, '\0')));
+  expect_error(p, {p, "tensor 'a'", "[4, 12]", "gap of 4 unused bytes at data offset 0", "must start at 0"});
+  // A gap between two tensors.
+  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                          std::string(16, '\0')));
+  expect_error(p, {p, "tensor 'b'", "gap of 4 unused bytes at data offset 4 after tensor 'a' [0, 4]"});
+  // Trailing bytes after the last tensor.
+  write_bytes(p, raw_file(two_tensors, std::string(19, '\0')));
+  expect_error(p, {p, "3 trailing bytes after tensor 'b' [8, 16]"});
+  // A header length one byte short: the header loses its last padding byte and the data section starts one byte
+  // early, so every tensor would be read shifted by one byte.
+  const std::string good = tmp_path("short.safetensors");
+  dflash::io::save_safetensors(good, {{"w", at::arange(4, at::kFloat)}});
+  std::string bytes = read_bytes(good);
+  const std::string header_padded = bytes.substr(8, bytes[0] | (bytes[1] << 8));
+  ASSERT_EQ(header_padded.back(), ' ') << "the test needs a padded header";
+  bytes[0] = static_cast<char>(bytes[0] - 1);
+  write_bytes(p, bytes);
+  expect_error(p, {p, "1 trailing bytes after tensor 'w' [0, 16]"});
+  // Overlaps, also between a tensor and an empty one placed inside it.
+  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+                          R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
+                          std::string(12, '\0')));
+  expect_error(p, {p, "tensor 'e' field 'data_offsets' [4, 4] overlaps tensor 'a' [0, 12]"});
+  // Duplicate names (JSON keeps only the last one silently).
+  write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                          std::string(8, '\0')));
+  expect_error(p, {p, "key 'a' appears twice"});
+  // Stray bytes before the JSON.
+  write_bytes(p, raw_file(std::string("  ") + two_tensors, std::string(16, '\0')));
+  expect_error(p, {p, "header must start with '{'"});
+  // No tensors but data bytes.
+  write_bytes(p, raw_file("{}", std::string(8, '\0')));
+  expect_error(p, {p, "8 trailing bytes after the header (no tensors)"});
+  write_bytes(p, raw_file("{}", ""));
+  EXPECT_TRUE(SafetensorsFile::open(p).entries().empty());
+}
+
+TEST(Safetensors, NonRegularFilesAreRefusedAtOnce) {
+  const std::string dir = tmp_path("a_dir.safetensors");
+  fs::create_directories(dir);
+  expect_error(dir, {dir, "is a directory, expected a regular file"});
+  const std::string fifo = tmp_path("fifo.safetensors");
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error(fifo, {fifo, "FIFO"});  // would block forever in a plain open()
+}
+
+// Integer or bool data must not become float weights without a word (and floats not integers).
+TEST(Safetensors, LoadingAcrossDtypeKindsIsRefused) {
+  const std::string p = tmp_path("kinds.safetensors");
+  dflash::io::save_safetensors(p, {{"ids", at::arange(4, at::kInt)}, {"w", at::ones({2})}, {"m", at::ones({2}, at::kBool)}});
+  const auto f = SafetensorsFile::open(p);
+  try {
+    f.load("ids", at::kFloat);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'ids' is stored as I32, expected a floating-point dtype"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(f.load_floating("m"), std::runtime_error);
+  EXPECT_THROW(f.load("w", at::kLong), std::runtime_error);
+  EXPECT_EQ(f.load("ids", at::kLong).scalar_type(), at::kLong);  // integer -> integer is fine
+  EXPECT_EQ(f.load_floating("w").scalar_type(), at::kFloat);
+}
+
+// The writer used to look every name up in an ordered JSON object (linear per lookup): 200k tensors took
+// minutes. This round trip of 200k entries runs in a blink now; it asserts the result, not the time.
+TEST(Safetensors, HeaderOfManyTensorsRoundTrips) {
+  std::vector<dflash::io::SafetensorsEntry> entries;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i)
+    entries.push_back({std::to_string(i) + ".input_ids", "I64", {2}, int64_t(i) * 16, int64_t(i + 1) * 16});
+  const std::string text = dflash::io::build_safetensors_header(entries, {{"format", "dflash-hidden-v1"}});
+  const auto h = dflash::io::parse_safetensors_header(text, int64_t(n) * 16, "test");
+  ASSERT_EQ(h.entries.size(), size_t(n));
+  EXPECT_EQ(h.entries.back().name, std::to_string(n - 1) + ".input_ids");
+  EXPECT_EQ(h.metadata.at("format"), "dflash-hidden-v1");
+  entries.push_back(entries.front());
+  EXPECT_THROW(dflash::io::build_safetensors_header(entries, {}), std::runtime_error);
 }

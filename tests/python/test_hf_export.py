@@ -1,6 +1,6 @@
 """Exported drafters load like released DFlash drafters: AutoModel.from_pretrained(dir, trust_remote_code=True)
 builds the DFlash drafter from the dflash.py that `dflash export` writes, loads every tensor, and drafts
-exactly what dflash's own drafter computes (the C++ drafter through `drafter_cli selftest`, float64)."""
+exactly what dflash's own drafter computes (the C++ drafter through `drafter_cli drafter selftest`, float64)."""
 import json
 import os
 import pathlib
@@ -31,7 +31,7 @@ def load_with_transformers(folder, batch, tmp_path):
 
 def dflash_selftest(build_dir, folder, batch, tmp_path):
     out = tmp_path / "ours.safetensors"
-    subprocess.run([str(build_dir / "drafter_cli"), "selftest", "--config", str(folder / "config.json"),
+    subprocess.run([str(build_dir / "drafter_cli"), "drafter", "selftest", "--config", str(folder / "config.json"),
                     "--weights", str(folder / "model.safetensors"), "--batch", str(batch), "--out", str(out),
                     "--dtype", "float64"], check=True, capture_output=True, text=True, timeout=300)
     return load_file(str(out))

@@ -124,9 +124,13 @@ def test_kill_during_save_keeps_previous_checkpoint(dflash_bin, target_dir, offl
     ck = run / "checkpoints"
     assert (ck / "latest").read_text().strip() == "step-1.safetensors"
     assert (ck / "step-1.safetensors").exists() and not (ck / "step-2.safetensors").exists()
-    assert (ck / "step-2.safetensors.tmp").exists()  # the complete-but-unrenamed temporary
-    # The previous checkpoint loads: resume finishes the run, equal to an uninterrupted one.
-    train(dflash_bin, ["--out", str(run), "--resume"])
+    stale = list(ck.glob("step-2.safetensors.tmp.*"))
+    assert len(stale) == 1, list(ck.iterdir())  # the complete-but-unrenamed temporary, named by the dead pid
+    # The previous checkpoint loads: resume finishes the run, equal to an uninterrupted one, and clears the
+    # temporary the killed save left (issue 19: nothing else ever would).
+    r = train(dflash_bin, ["--out", str(run), "--resume"])
+    assert "removed 1 temporary file(s)" in r.stderr, r.stderr
+    assert not [p for p in ck.iterdir() if ".tmp" in p.name], list(ck.iterdir())
     train(dflash_bin, base_args(target_dir[0], offline_dir[0], straight, steps=3))
     wa, wb = final_weights(run, 3), final_weights(straight, 3)
     for k in wa:

@@ -3,9 +3,13 @@
 // dist_backend choice.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -166,9 +170,9 @@ TEST(YamlConfig, ErrorsNameFileLineKeyAndExpectation) {
   e = error_of([&] { from_file(write_file("list.yaml", "- lr\n- steps\n")); });
   EXPECT_NE(e.find(":1: expected a YAML mapping of settings"), std::string::npos) << e;
   e = error_of([&] { from_file(write_file("bad.json", "{\"lr\": 1,}")); });
-  EXPECT_NE(e.find("bad.json: invalid JSON"), std::string::npos) << e;
+  EXPECT_NE(e.find("bad.json: not valid JSON"), std::string::npos) << e;
   e = error_of([&] { from_file("/nonexistent/c.yaml"); });
-  EXPECT_EQ(e, "/nonexistent/c.yaml: cannot read the config file");
+  EXPECT_EQ(e, "/nonexistent/c.yaml: cannot open for reading: No such file or directory (the config file)");
 }
 
 TEST(YamlConfig, FlagsOverrideTheFile) {
@@ -195,4 +199,81 @@ TEST(DistBackend, ChoiceAndErrors) {
   EXPECT_NE(error_of([] { resolve_backend("nccl", at::kCPU); }).find("needs every drafter device to be CUDA"),
             std::string::npos);
   if (have_nccl()) EXPECT_EQ(resolve_backend("nccl", at::Device("cuda:1")), "nccl");
+}
+
+// Hostile settings files (issue 19): what JSON and YAML used to accept silently is now an error naming the key.
+TEST(TrainConfigFiles, DuplicateKeysAndSecondDocumentsAreErrors) {
+  std::string e = error_of([&] { from_file(write_file("dup.json", R"({"lr": 1e-3, "steps": 5, "lr": 2e-3})")); });
+  EXPECT_NE(e.find("dup.json: key 'lr' appears twice in one object"), std::string::npos) << e;
+  if (!have_yaml()) return;
+  e = error_of([&] { from_file(write_file("two_docs.yaml", "lr: 1e-3\n---\nsteps: 5\n")); });
+  EXPECT_NE(e.find("two_docs.yaml:2: a second YAML document"), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("ended.yaml", "lr: 1e-3\n...\nsteps: 5\n")); });
+  EXPECT_NE(e.find("ended.yaml:3: a second YAML document"), std::string::npos) << e;
+  // A leading document marker is still one document; "---" inside a block scalar is no marker.
+  EXPECT_DOUBLE_EQ(from_file(write_file("marker.yaml", "---\nlr: 1e-3\n")).lr, 1e-3);
+  EXPECT_EQ(from_file(write_file("block.yaml", "budget: |\n  ---\n  90GB\n")).budget, "---\n90GB\n");
+  // yaml-cpp reads ",x" as an empty document (and its LoadAll loops forever on it): an error here.
+  // A value that is not UTF-8 is named (the message used to fail to print it: nlohmann's dump throws on it).
+  e = error_of([&] { from_file(write_file("latin1.yaml", "lr: caf\xe9\n")); });
+  EXPECT_NE(e.find("latin1.yaml:1: key 'lr' expects a number, got \"caf"), std::string::npos) << e;
+  e = error_of([&] { from_file(write_file("comma.yaml", ",x\n")); });
+  EXPECT_NE(e.find("comma.yaml: invalid YAML"), std::string::npos) << e;
+}
+
+TEST(TrainConfigFiles, IntegersAreShownAsWritten) {
+  // 2^64-1 used to become -1 (and be reported as -1).
+  std::string e = error_of([&] { from_file(write_file("huge.json", R"({"steps": 18446744073709551615})")); });
+  EXPECT_NE(e.find("key 'steps' expects an integer within int64, got 18446744073709551615"), std::string::npos) << e;
+  if (have_yaml()) {
+    e = error_of([&] { from_file(write_file("huge.yaml", "steps: 18446744073709551615\n")); });
+    EXPECT_NE(e.find(":1: key 'steps' expects an integer, got \"18446744073709551615\""), std::string::npos) << e;
+  }
+  TrainConfig c;
+  e = error_of([&] { parse_train_args({"--steps", "18446744073709551615"}, c); });
+  EXPECT_NE(e.find("--steps expects an integer, got '18446744073709551615'"), std::string::npos) << e;
+}
+
+TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
+  auto valid = [] {
+    TrainConfig c;
+    c.target = "t";
+    c.data = "d";
+    c.out = "o";
+    return c;
+  };
+  EXPECT_EQ(error_of([&] { valid().validate(); }), "");
+  auto err = [&](const std::function<void(TrainConfig&)>& set) {
+    TrainConfig c = valid();
+    set(c);
+    return error_of([&] { c.validate(); });
+  };
+  EXPECT_EQ(err([](TrainConfig& c) { c.threads = 1000000; }),
+            "train config: 'threads' must be in [0, 1024] (0: cores / workers), got 1000000");
+  EXPECT_EQ(err([](TrainConfig& c) { c.batch_size = 1 << 20; }), "train config: 'batch_size' must be in [1, 65536], got 1048576");
+  EXPECT_EQ(err([](TrainConfig& c) { c.num_anchors = 5000; }),
+            "train config: 'num_anchors' must be in [1, 4096] (at most one anchor per position of max_len), got 5000");
+  EXPECT_EQ(err([](TrainConfig& c) { c.drafter_layers = (int64_t(1) << 32) + 1; }),
+            "train config: 'drafter_layers' must be in [1, 256], got 4294967297");
+  EXPECT_EQ(err([](TrainConfig& c) { c.steps = -1; }), "train config: 'steps' must be in [0, 1000000000000], got -1");
+  EXPECT_EQ(err([](TrainConfig& c) { c.lr = -1e-9; }), "train config: 'lr' must be > 0, got -1e-09");
+  EXPECT_EQ(err([](TrainConfig& c) { c.lr = std::numeric_limits<double>::infinity(); }),
+            "train config: 'lr' must be a finite number, got inf");
+  EXPECT_EQ(err([](TrainConfig& c) { c.clip = std::nan(""); }), "train config: 'clip' must be a finite number, got nan");
+  EXPECT_EQ(err([](TrainConfig& c) { c.target_layer_ids = "1,9,1"; }),
+            "train config: 'target_layer_ids' must be a list without repeats, got '1,9,1' (layer 1 twice)");
+  EXPECT_NE(err([](TrainConfig& c) { c.target_layer_ids = "1,x"; }).find("comma list of layer indices"), std::string::npos);
+  // A flag that says inf is refused by validate() the same way.
+  TrainConfig c;
+  ASSERT_TRUE(parse_train_args({"--target", "t", "--data", "d", "--out", "o", "--lr", "inf"}, c));
+  EXPECT_EQ(error_of([&] { c.validate(); }), "train config: 'lr' must be a finite number, got inf");
+}
+
+TEST(TrainConfigFiles, NonRegularConfigFilesAreRefusedAtOnce) {
+  const std::string fifo = "/tmp/dflash_cfg_" + std::to_string(::getpid()) + "_fifo.yaml";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string e = error_of([&] { from_file(fifo); });  // used to block forever
+  EXPECT_NE(e.find(fifo + ": is a FIFO (named pipe), expected a regular file"), std::string::npos) << e;
+  ::unlink(fifo.c_str());
 }

@@ -1,0 +1,42 @@
+#include "drafter_from_target.h"
+
+#include <algorithm>
+
+namespace dflash::drafter {
+
+DrafterConfig drafter_config_for_target(const models::TargetConfig& t, int64_t drafter_layers, int64_t block_size,
+                                        int64_t mask_token_id, const std::vector<int64_t>& target_layer_ids) {
+  DrafterConfig d;
+  d.hidden_size = t.hidden_size;
+  d.intermediate_size = t.intermediate_size;
+  d.num_attention_heads = t.num_attention_heads;
+  d.num_key_value_heads = t.num_key_value_heads;
+  d.head_dim = t.head_dim;
+  d.num_hidden_layers = drafter_layers;
+  d.num_target_layers = t.num_hidden_layers;
+  d.block_size = block_size;
+  d.vocab_size = t.vocab_size;
+  d.mask_token_id = mask_token_id;
+  d.rms_norm_eps = t.rms_norm_eps;
+  d.rope_theta = t.rope.theta;
+  d.max_position_embeddings = t.max_position_embeddings;
+  d.layer_types.assign(size_t(std::max<int64_t>(drafter_layers, 0)), "full_attention");
+  d.tie_word_embeddings = t.tie_word_embeddings;
+  d.torch_dtype = "bfloat16";
+  d.target_layer_ids = target_layer_ids.empty() ? default_target_layer_ids(t.num_hidden_layers, drafter_layers)
+                                                : target_layer_ids;
+  if (!t.hybrid) return d;
+  if (t.hidden_size >= 4096) {  // the released Qwen3.5/3.6 drafters' attention layout
+    d.num_attention_heads = 32;
+    d.num_key_value_heads = 8;
+    d.head_dim = 128;
+  }
+  if (drafter_layers >= 2) {  // Qwen3.6-27B-DFlash: sliding, sliding, ..., full
+    d.sliding_window = kQwen36SlidingWindow;
+    for (int64_t i = 0; i + 1 < drafter_layers; ++i) d.layer_types[size_t(i)] = "sliding_attention";
+  }
+  if (d.mask_token_id < 0 && t.vocab_size == kQwen35Vocab) d.mask_token_id = kQwen35MaskToken;
+  return d;
+}
+
+}  // namespace dflash::drafter

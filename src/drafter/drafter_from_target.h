@@ -1,0 +1,31 @@
+// The drafter config `dflash train` builds when the user gives none, and `dflash plan --target-config` plans:
+// derived from the target's config.json.
+// - Llama / dense Qwen3 targets: the target's own attention layout (heads, KV heads, head_dim), its MLP width,
+//   all layers full attention.
+// - Qwen3.5 / Qwen3.6 hybrids: the layout of the released DFlash drafters for these targets (z-lab
+//   Qwen3.5-9B/27B-DFlash, Qwen3.6-27B-DFlash: 32 query heads x head_dim 128, 8 KV heads, the target's hidden
+//   and MLP width, rope_theta of the target) when the target is that large (hidden >= 4096); smaller hybrids
+//   keep their own full-attention layout. Layer types follow the newer Qwen3.6 drafter: every layer but the last
+//   slides over a 2048-token window. The mask token defaults to 248070 (the released drafters' choice) when the
+//   target has the Qwen3.5 vocabulary (248320 entries).
+// Target layer ids default to SPEC.md's rule (for 64 target layers and 5 drafter layers: 1, 16, 31, 46, 61 as
+// in the released Qwen3.6-27B drafter).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "drafter_config.h"
+#include "target_config.h"
+
+namespace dflash::drafter {
+
+inline constexpr int64_t kQwen35Vocab = 248320;
+inline constexpr int64_t kQwen35MaskToken = 248070;
+inline constexpr int64_t kQwen36SlidingWindow = 2048;
+
+// mask_token_id < 0: the default above where there is one (else stays -1: the caller must ask for it).
+// target_layer_ids empty: SPEC.md's default for (target layers, drafter layers). Not validated here.
+DrafterConfig drafter_config_for_target(const models::TargetConfig& target, int64_t drafter_layers, int64_t block_size,
+                                        int64_t mask_token_id, const std::vector<int64_t>& target_layer_ids);
+
+}  // namespace dflash::drafter

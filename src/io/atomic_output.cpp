@@ -1,0 +1,117 @@
+#include "atomic_output.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace dflash::io {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+void fsync_folder_of(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // some filesystems cannot; the rename itself is done
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+// The pid in a "<name>.tmp.<pid>" name; 0 for "<name>.tmp"; -1 for names that are no temporary.
+long temp_owner(const std::string& name) {
+  const auto at = name.rfind(".tmp");
+  if (at == std::string::npos || at == 0) return -1;
+  const std::string rest = name.substr(at + 4);
+  if (rest.empty()) return 0;
+  if (rest[0] != '.' || rest.size() < 2 || rest.size() > 11) return -1;
+  long pid = 0;
+  for (size_t i = 1; i < rest.size(); ++i) {
+    if (rest[i] < '0' || rest[i] > '9') return -1;
+    pid = pid * 10 + (rest[i] - '0');
+  }
+  return pid > 0 ? pid : -1;
+}
+
+bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+
+}  // namespace
+
+std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+AtomicOutputFile::AtomicOutputFile(std::string path) : path_(std::move(path)), tmp_(temp_path_for(path_)) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error(path_ + ": cannot create the temporary '" + tmp_ + "': " + errno_text());
+}
+
+AtomicOutputFile::~AtomicOutputFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicOutputFile::write_raw(const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t put = ::write(fd_, p, n);
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) throw std::runtime_error(path_ + ": write to '" + tmp_ + "' failed: " + errno_text());
+    p += put;
+    n -= static_cast<size_t>(put);
+  }
+}
+
+void AtomicOutputFile::flush() {
+  write_raw(buf_.data(), buf_.size());
+  buf_.clear();
+}
+
+void AtomicOutputFile::write(std::string_view bytes) {
+  if (committed_ || fd_ < 0) throw std::logic_error(path_ + ": write after commit");
+  constexpr size_t kBuffer = size_t(1) << 20;
+  if (buf_.size() + bytes.size() <= kBuffer) {
+    buf_.append(bytes);
+    return;
+  }
+  flush();
+  if (bytes.size() >= kBuffer) write_raw(bytes.data(), bytes.size());  // large blocks go out without a copy
+  else buf_.append(bytes);
+}
+
+void AtomicOutputFile::commit() {
+  if (committed_ || fd_ < 0) throw std::logic_error(path_ + ": committed twice");
+  flush();
+  if (::fsync(fd_) != 0) throw std::runtime_error(path_ + ": fsync of '" + tmp_ + "' failed: " + errno_text());
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) throw std::runtime_error(path_ + ": close of '" + tmp_ + "' failed: " + errno_text());
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+    throw std::runtime_error(path_ + ": rename from '" + tmp_ + "' failed: " + errno_text());
+  committed_ = true;
+  fsync_folder_of(path_);
+}
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  AtomicOutputFile out(path);
+  out.write(bytes);
+  out.commit();
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return 0;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const long owner = temp_owner(name);
+    if (owner < 0 || !e.is_regular_file(ec)) continue;
+    if (owner > 0 && owner != ::getpid() && process_alive(owner)) continue;  // a live writer's file
+    if (fs::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace dflash::io

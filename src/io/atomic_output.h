@@ -1,0 +1,45 @@
+// Outputs that are whole or absent: bytes go to "<path>.tmp.<pid>" beside the target, then fsync, rename over
+// the target and fsync of the folder. A writer that fails (or is destroyed before commit) removes its temporary;
+// one killed with SIGKILL leaves it, and remove_stale_temporaries() clears such leftovers later.
+// Framework-free.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace dflash::io {
+
+// "<path>.tmp.<pid of this process>".
+std::string temp_path_for(const std::string& path);
+
+class AtomicOutputFile {
+ public:
+  // Creates the temporary (throws naming it when the folder is missing or read-only).
+  explicit AtomicOutputFile(std::string path);
+  AtomicOutputFile(const AtomicOutputFile&) = delete;
+  AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
+  ~AtomicOutputFile();  // without commit(): closes and removes the temporary
+
+  void write(std::string_view bytes);  // buffered
+  // Flush, fsync, rename over the target, fsync the folder. Throws (and removes the temporary) on failure.
+  void commit();
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return tmp_; }
+
+ private:
+  void flush();
+  void write_raw(const char* p, size_t n);
+  std::string path_, tmp_, buf_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Writes `bytes` to `path` through an AtomicOutputFile.
+void write_file_atomically(const std::string& path, std::string_view bytes);
+
+// Removes, in `dir`, temporaries of writers that are gone: names ending in ".tmp" (older writers) or in
+// ".tmp.<pid>" where no process <pid> runs any more (or <pid> is this process, which at a resume holds none
+// open). Returns how many were removed; a missing folder removes nothing.
+int remove_stale_temporaries(const std::string& dir);
+
+}  // namespace dflash::io
