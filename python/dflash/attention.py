@@ -8,7 +8,7 @@ import torch
 
 def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, anchors: torch.Tensor,
                            keep: torch.Tensor, block_size: int, window: int = 0,
-                           scale: Optional[float] = None) -> torch.Tensor:
+                           scale: Optional[float] = None, ctx_start: Optional[torch.Tensor] = None) -> torch.Tensor:
     """DFlash attention: every block's queries see the context before its anchor and their own block.
 
     Layout ``[batch, seq, heads, head_dim]`` (the op's own; see :func:`anchor_block_attention_bhsd` for the
@@ -19,15 +19,17 @@ def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, an
       (``Hq`` a multiple of ``Hkv``: GQA heads are never expanded);
     - ``anchors``: ``[batch, N]`` (or ``[N]`` for every batch row) int64, each in ``[0, S]``;
     - ``keep``: ``[batch, N]`` (or ``[N]``) bool; a dropped block outputs zero and gets zero gradients;
-    - ``block_size``: B; ``window``: sliding window (0 = none); ``scale``: softmax scale (None: 1/sqrt(D)).
+    - ``block_size``: B; ``window``: sliding window (0 = none); ``scale``: softmax scale (None: 1/sqrt(D));
+    - ``ctx_start``: ``[batch, N]`` (or ``[N]``) int64 or None: packed rows (several documents per row) give
+      each block its document's first position, so it never sees another document (None: 0 for every block).
 
-    A query in block n, slot j sees context keys ``kv < anchors[n]`` (and, with a window,
+    A query in block n, slot j sees context keys ``ctx_start[n] <= kv < anchors[n]`` (and, with a window,
     ``kv >= anchors[n] + j - (window - 1)``) plus the B keys of its own block (with a window only slots
     ``<= j``). Returns ``[batch, N*B, Hq, D]``. fp32, bf16 and fp64 on the CPU; bf16/fp16 on CUDA.
     Gradients flow to q, k and v. q, k, v may be strided as long as ``head_dim`` has stride 1.
     Bad arguments raise ``RuntimeError`` naming the argument, its shape and what was expected.
     """
-    return torch.ops.dflash.anchor_block_attention(q, k, v, anchors, keep, block_size, window, scale)
+    return torch.ops.dflash.anchor_block_attention(q, k, v, anchors, keep, block_size, window, scale, ctx_start)
 
 
 def _as_bshd(x: torch.Tensor, name: str, want: str) -> torch.Tensor:
@@ -39,7 +41,8 @@ def _as_bshd(x: torch.Tensor, name: str, want: str) -> torch.Tensor:
 
 def anchor_block_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, anchors: torch.Tensor,
                                 keep: torch.Tensor, block_size: int, window: int = 0,
-                                scale: Optional[float] = None) -> torch.Tensor:
+                                scale: Optional[float] = None,
+                                ctx_start: Optional[torch.Tensor] = None) -> torch.Tensor:
     """:func:`anchor_block_attention` for the ``[batch, heads, seq, head_dim]`` layout of SDPA and flex.
 
     ``q [batch, Hq, N*B, D]``, ``k, v [batch, Hkv, S + N*B, D]`` -> ``[batch, Hq, N*B, D]``. The tensors are
@@ -51,4 +54,4 @@ def anchor_block_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     qt = _as_bshd(q, "q", "[batch, Hq, N*B, D]")
     kt = _as_bshd(k, "k", "[batch, Hkv, S+N*B, D]")
     vt = _as_bshd(v, "v", "[batch, Hkv, S+N*B, D]")
-    return anchor_block_attention(qt, kt, vt, anchors, keep, block_size, window, scale).transpose(1, 2)
+    return anchor_block_attention(qt, kt, vt, anchors, keep, block_size, window, scale, ctx_start).transpose(1, 2)

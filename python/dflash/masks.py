@@ -13,9 +13,11 @@ KV = ``[context | block_0 | ... | block_N-1]``  the same: ``k = cat([k_context, 
 ``create_block_mask(...)`` + ``flex_attention(q, k, v, block_mask=..., enable_gqa=True)``
                                              ``anchor_block_attention_bhsd(q, k, v, anchors, keep, B)``
 position ids ``cat([arange(S), anchor+k])``  ``key_positions`` (and ``query_positions`` for q)
+packed rows: ``document_ids [b, S]``         ``block_mask_args(..., document_ids=...)``: ``ctx_start`` for
+                                             the op, positions restarting per document
 ==========================================  ==========================================================
 
-No mask is ever built for the op: it derives the rule from anchors and keep (O(N) memory).
+No mask is ever built for the op: it derives the rule from anchors, keep (and ctx_start) in O(N) memory.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ class BlockMaskArgs:
     block_size: int        # B
     context_len: int       # S: context keys come first in k/v, block keys after them
     window: int = 0        # sliding window of the layer (0 = full attention)
+    ctx_start: Optional[torch.Tensor] = None  # packed rows: [b, N] first position of each block's document
+    doc_start: Optional[torch.Tensor] = None  # packed rows: [b, S] first position of each token's document
 
     @property
     def num_blocks(self) -> int:
@@ -41,16 +45,21 @@ class BlockMaskArgs:
 
     @property
     def query_positions(self) -> torch.Tensor:
-        """RoPE positions of the block tokens, ``[b, N*B]`` (``[N*B]`` for 1-D anchors): anchor + slot."""
-        pos = self.anchors.unsqueeze(-1) + torch.arange(self.block_size, device=self.anchors.device)
+        """RoPE positions of the block tokens, ``[b, N*B]`` (``[N*B]`` for 1-D anchors): anchor + slot, counted
+        from the block's document start in packed rows."""
+        first = self.anchors if self.ctx_start is None else self.anchors - self.ctx_start
+        pos = first.unsqueeze(-1) + torch.arange(self.block_size, device=self.anchors.device)
         return pos.flatten(-2)
 
     @property
     def key_positions(self) -> torch.Tensor:
-        """RoPE positions of all keys, ``[b, S + N*B]``: the context at 0..S-1, then the block tokens."""
+        """RoPE positions of all keys, ``[b, S + N*B]``: the context at 0..S-1 (packed rows: restarting at 0 in
+        every document), then the block tokens."""
         q = self.query_positions
-        ctx = torch.arange(self.context_len, device=q.device).expand(*q.shape[:-1], self.context_len)
-        return torch.cat([ctx, q], -1)
+        ctx = torch.arange(self.context_len, device=q.device)
+        if self.doc_start is not None:
+            ctx = ctx - self.doc_start
+        return torch.cat([ctx.expand(*q.shape[:-1], self.context_len), q], -1)
 
     @property
     def mask_mod(self):
@@ -58,18 +67,20 @@ class BlockMaskArgs:
         ``create_block_mask`` and for checks; the op itself needs no mask).
 
         Query ``q_idx`` is slot ``j = q_idx % B`` of block ``n = q_idx // B``; it sees context key ``kv_idx``
-        when ``kv_idx < anchors[n]`` (and, with a window, ``kv_idx >= anchors[n] + j - (window - 1)``), and
-        the keys of its own block ``S + n*B .. S + n*B + B-1`` (with a window only slots ``<= j``); nothing
-        when ``keep[n]`` is False.
+        when ``kv_idx < anchors[n]`` (and, with a window, ``kv_idx >= anchors[n] + j - (window - 1)``; in packed
+        rows ``kv_idx >= ctx_start[n]``), and the keys of its own block ``S + n*B .. S + n*B + B-1`` (with a
+        window only slots ``<= j``); nothing when ``keep[n]`` is False.
         """
         S, B, W = self.context_len, self.block_size, self.window
-        anchors, keep = self.anchors, self.keep
+        anchors, keep, starts = self.anchors, self.keep, self.ctx_start
 
         def mask_mod(b, h, q_idx, kv_idx):
             n, j = q_idx // B, q_idx % B
             a = anchors[n] if anchors.dim() == 1 else anchors[b, n]
             kept = keep[n] if keep.dim() == 1 else keep[b, n]
             ctx = (kv_idx < S) & (kv_idx < a)
+            if starts is not None:
+                ctx = ctx & (kv_idx >= (starts[n] if starts.dim() == 1 else starts[b, n]))
             own = (kv_idx >= S) & ((kv_idx - S) // B == n)
             if W > 0:
                 ctx = ctx & (kv_idx >= a + j - (W - 1))
@@ -94,14 +105,26 @@ def _bad(msg: str) -> ValueError:
     return ValueError("block_mask_args: " + msg)
 
 
+def _document_starts(ids: torch.Tensor) -> torch.Tensor:
+    """[..., S] document ids -> [..., S] int64: the first position of each token's run of equal ids."""
+    S = ids.size(-1)
+    pos = torch.arange(S, device=ids.device).expand_as(ids)
+    new = torch.ones_like(ids, dtype=torch.bool)
+    new[..., 1:] = ids[..., 1:] != ids[..., :-1]
+    return torch.where(new, pos, torch.zeros_like(pos)).cummax(-1).values
+
+
 def block_mask_args(anchor_positions: torch.Tensor, block_keep_mask: Optional[torch.Tensor], block_size: int,
-                    seq_len: int, window: int = 0) -> BlockMaskArgs:
+                    seq_len: int, window: int = 0, document_ids: Optional[torch.Tensor] = None) -> BlockMaskArgs:
     """What a SpecForge-style collator has -> the op's inputs, checked.
 
     ``anchor_positions``: ``[b, N]`` or ``[N]``, any integer dtype (sorted or not, duplicates allowed; padding
     blocks may hold any anchor in ``[0, seq_len]``, e.g. 0). ``block_keep_mask``: same shape, bool or 0/1
     (None: every block kept). ``seq_len``: S, the number of context positions (the target's sequence
-    length). ``window``: the layer's sliding window (0 = full attention).
+    length). ``window``: the layer's sliding window (0 = full attention). ``document_ids``: packed rows,
+    ``[b, S]`` or ``[S]`` integers, a document being a run of equal ids (as vLLM speculators' collator gives
+    them): each block then sees only its anchor's document (``ctx_start``), RoPE positions restart at every
+    document, and :func:`block_targets` drops labels past the document's end.
 
     Raises ``ValueError`` for shapes, dtypes or anchors outside ``[0, S]`` (the op's message).
     """
@@ -128,7 +151,23 @@ def block_mask_args(anchor_positions: torch.Tensor, block_keep_mask: Optional[to
         idx = bad[0].tolist() if a.dim() == 2 else [0] + bad[0].tolist()
         raise _bad(f"anchors[{idx[0]}, {idx[1]}] = {int(a.view(-1, a.size(-1))[idx[0], idx[1]])} is outside "
                    f"[0, S] with context length S = {seq_len}")
-    return BlockMaskArgs(a, keep, int(block_size), int(seq_len), int(window))
+    if document_ids is None:
+        return BlockMaskArgs(a, keep, int(block_size), int(seq_len), int(window))
+    ids = torch.as_tensor(document_ids, device=a.device)
+    if ids.dim() not in (1, 2) or ids.size(-1) != seq_len or (ids.dim() == 2 and a.dim() == 2 and ids.size(0) != a.size(0)):
+        raise _bad(f"document_ids must be [S] or [batch, S] with S = {seq_len} (and the anchors' batch), "
+                   f"got shape {list(ids.shape)}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex:
+        raise _bad(f"document_ids must hold integers, got {ids.dtype}")
+    if ids.dim() == 2 and a.dim() == 1:
+        a, keep = a.expand(ids.size(0), -1).contiguous(), keep.expand(ids.size(0), -1).contiguous()
+    doc_start = _document_starts(ids)
+    if seq_len == 0:
+        starts = torch.zeros_like(a)
+    else:
+        idx = a.clamp(max=seq_len - 1)
+        starts = doc_start.expand(*a.shape[:-1], seq_len).gather(-1, idx) if a.dim() == 2 else doc_start.gather(-1, idx)
+    return BlockMaskArgs(a, keep, int(block_size), int(seq_len), int(window), starts.contiguous(), doc_start)
 
 
 def default_gamma(block_size: int) -> float:
@@ -149,7 +188,8 @@ def block_targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, args: BlockM
     """Block inputs, labels and loss weights of DFlash training for ``input_ids``/``loss_mask`` ``[b, S]``.
 
     Labels are not shifted: slot k of the block anchored at a predicts ``input_ids[a + k]``; slot 0 and
-    blocks with ``keep`` False weigh 0, and so do tokens past the end or outside the loss mask.
+    blocks with ``keep`` False weigh 0, and so do tokens past the end (of the row, or in packed rows of the
+    anchor's document) or outside the loss mask.
     """
     if input_ids.dim() != 2 or loss_mask.shape != input_ids.shape:
         raise ValueError(f"block_targets: input_ids and loss_mask must both be [batch, S], got "
@@ -169,6 +209,9 @@ def block_targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, args: BlockM
     labels = torch.where(inside.flatten(1), input_ids.gather(1, safe), 0)
     decay = torch.exp(-(k - 1).clamp(min=0).double() / gamma) * (k > 0)
     in_loss = loss_mask.gather(1, safe).view_as(pos).bool() & inside
+    if args.doc_start is not None:  # packed rows: a label in the next document is not the block's to predict
+        doc = args.doc_start.expand(bsz, S)
+        in_loss = in_loss & (doc.gather(1, safe).view_as(pos) == doc.gather(1, anchors.clamp(max=max(S - 1, 0))).unsqueeze(-1))
     weights = (decay * (in_loss & keep.unsqueeze(-1))).to(torch.float32).flatten(1)
     block_ids = torch.full_like(labels, mask_token_id)
     first = input_ids.gather(1, anchors.clamp(max=max(S - 1, 0)))

@@ -22,7 +22,8 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   const at::Tensor v = at::cat({at::linear(sh.context, w[kVProj]), at::linear(h1, w[kVProj])}, 1)
                            .view({b, C + T, s.kv_heads, s.head_dim});
 
-  const at::Tensor attn = ops::anchor_block_attention(q, k, v, sh.anchors, sh.keep, s.block_size, s.window);
+  const at::Tensor attn =
+      ops::anchor_block_attention(q, k, v, sh.anchors, sh.keep, s.block_size, s.window, std::nullopt, sh.ctx_start);
   const at::Tensor x2 = x + at::linear(attn.reshape({b, T, s.q_heads * s.head_dim}), w[kOProj]);
 
   const at::Tensor h2 = rms_norm(x2, w[kPostNorm], s.eps);
@@ -34,24 +35,24 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr size_t kFixedInputs = 8;  // x, context, q_cos, q_sin, k_cos, k_sin, anchors, keep
+constexpr size_t kFixedInputs = 9;  // x, context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start
 
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& context,
                             const at::Tensor& q_cos, const at::Tensor& q_sin, const at::Tensor& k_cos,
                             const at::Tensor& k_sin, const at::Tensor& anchors, const at::Tensor& keep,
-                            at::TensorList weights, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
-                            int64_t block_size, int64_t window, double eps) {
+                            const at::Tensor& ctx_start, at::TensorList weights, int64_t q_heads, int64_t kv_heads,
+                            int64_t head_dim, int64_t block_size, int64_t window, double eps) {
     LayerWeights w;
     for (size_t i = 0; i < w.t.size(); ++i) w.t[i] = weights[i];
     const LayerShape s{q_heads, kv_heads, head_dim, block_size, window, eps};
     at::Tensor y;
     {
       at::NoGradGuard no_grad;
-      y = decoder_layer(w, s, x, LayerShared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep});
+      y = decoder_layer(w, s, x, LayerShared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start});
     }
-    std::vector<at::Tensor> saved = {x, context, q_cos, q_sin, k_cos, k_sin, anchors, keep};
+    std::vector<at::Tensor> saved = {x, context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["q_heads"] = q_heads;
@@ -76,7 +77,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     LayerWeights w;
     for (size_t i = 0; i < w.t.size(); ++i) w.t[i] = leaf(saved[kFixedInputs + i]);
     const at::Tensor y = decoder_layer(
-        w, s, x, LayerShared{context, saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]});
+        w, s, x, LayerShared{context, saved[2], saved[3], saved[4], saved[5], saved[6], saved[7], saved[8]});
 
     std::vector<at::Tensor> wrt;
     std::vector<int> slot;  // index into the result list for each entry of wrt
@@ -90,7 +91,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     want(context, 1);
     for (size_t i = 0; i < w.t.size(); ++i) want(w.t[i], int(kFixedInputs + i));
 
-    // One result per forward argument: 8 tensors, the weight list (flattened), then 6 non-tensor args.
+    // One result per forward argument: 9 tensors, the weight list (flattened), then 6 non-tensor args.
     variable_list result(kFixedInputs + w.t.size() + 6);
     if (!wrt.empty()) {
       const auto g = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
@@ -105,7 +106,9 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
                                       const LayerShared& sh) {
-  return CheckpointedLayer::apply(x, sh.context, sh.q_cos, sh.q_sin, sh.k_cos, sh.k_sin, sh.anchors, sh.keep,
+  // ctx_start travels as a tensor (zeros when absent: the same mask) so the saved list has a fixed layout.
+  const at::Tensor cs = sh.ctx_start.defined() ? sh.ctx_start : at::zeros_like(sh.anchors);
+  return CheckpointedLayer::apply(x, sh.context, sh.q_cos, sh.q_sin, sh.k_cos, sh.k_sin, sh.anchors, sh.keep, cs,
                                   at::TensorList(w.t.data(), w.t.size()), s.q_heads, s.kv_heads, s.head_dim,
                                   s.block_size, s.window, s.eps);
 }

@@ -19,6 +19,7 @@ struct LayerShared {
   at::Tensor q_cos, q_sin;      // [b, T, 1, D] block positions anchor+k
   at::Tensor k_cos, k_sin;      // [b, C+T, 1, D] context positions 0..C-1 then the block positions
   at::Tensor anchors, keep;     // [b, N]
+  at::Tensor ctx_start;         // [b, N] packed rows: each block's document start; undefined otherwise
 };
 
 // x [b, T, H] (T = N*B block tokens) -> [b, T, H].

@@ -30,9 +30,23 @@ std::string CheckpointPolicy::name() const {
   return "every:" + std::to_string(every);
 }
 
+RopePositions rope_positions(const at::Tensor& anchors, int64_t S, int64_t block_size, const at::Tensor& doc_start,
+                             const at::Tensor& ctx_start) {
+  const int64_t b = anchors.size(0);
+  const auto long_opts = anchors.options().dtype(at::kLong);
+  const bool packed = doc_start.defined();
+  const at::Tensor first = packed ? anchors - ctx_start : anchors;
+  RopePositions p;
+  p.block = (first.unsqueeze(-1) + at::arange(block_size, long_opts)).reshape({b, -1});
+  p.context = at::arange(S, long_opts).unsqueeze(0).expand({b, S});
+  if (packed) p.context = p.context - doc_start;
+  return p;
+}
+
 at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
                           const at::Tensor& target_features, const at::Tensor& block_ids, const at::Tensor& anchors,
-                          const at::Tensor& keep, CheckpointPolicy ckpt) {
+                          const at::Tensor& keep, CheckpointPolicy ckpt, const at::Tensor& doc_start,
+                          const at::Tensor& ctx_start) {
   const int64_t n_feat = int64_t(c.target_layer_ids.size()) * c.hidden_size;
   if (target_features.dim() != 3 || target_features.size(2) != n_feat)
     throw std::invalid_argument("drafter: target features must be [batch, S, " + std::to_string(n_feat) +
@@ -41,19 +55,19 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
   const int64_t b = target_features.size(0), S = target_features.size(1), B = c.block_size;
   if (anchors.dim() != 2 || anchors.size(0) != b || block_ids.sizes() != at::IntArrayRef({b, anchors.size(1) * B}))
     throw std::invalid_argument("drafter: anchors must be [batch, N] and block_ids [batch, N*block_size]");
+  if (doc_start.defined() != ctx_start.defined() || (doc_start.defined() && doc_start.sizes() != at::IntArrayRef({b, S})) ||
+      (ctx_start.defined() && ctx_start.sizes() != anchors.sizes()))
+    throw std::invalid_argument("drafter: packed rows need both doc_start [batch, S] and ctx_start [batch, N]");
   const auto dtype = w.fc.scalar_type();
-  const auto long_opts = anchors.options().dtype(at::kLong);
 
   const at::Tensor context =
       rms_norm(at::linear(target_features.to(dtype), w.fc), w.hidden_norm, c.rms_norm_eps);  // [b, S, H]
   at::Tensor x = at::embedding(t.embed, block_ids).to(dtype);                              // [b, T, H]
 
-  // RoPE positions: context p -> p; block slot k of the block anchored at a -> a + k.
-  const at::Tensor block_pos = (anchors.unsqueeze(-1) + at::arange(B, long_opts)).reshape({b, -1});
-  const at::Tensor ctx_pos = at::arange(S, long_opts).unsqueeze(0).expand({b, S});
+  const auto [block_pos, ctx_pos] = rope_positions(anchors, S, B, doc_start, ctx_start);
   auto [q_cos, q_sin] = rope_tables(block_pos, c.head_dim, c.rope_theta, dtype);
   auto [k_cos, k_sin] = rope_tables(at::cat({ctx_pos, block_pos}, 1), c.head_dim, c.rope_theta, dtype);
-  const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep};
+  const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start};
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const LayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
@@ -69,7 +83,8 @@ DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, 
                                const AnchorSample& anchors, const BlockBatch& blocks, const DrafterLossOptions& opt,
                                CheckpointPolicy ckpt) {
   DrafterLossResult r;
-  r.hidden = drafter_hidden(c, w, t, target_features, blocks.block_ids, anchors.anchors, anchors.keep, ckpt);
+  r.hidden = drafter_hidden(c, w, t, target_features, blocks.block_ids, anchors.anchors, anchors.keep, ckpt,
+                            anchors.doc_start, anchors.ctx_start);
   const int64_t H = c.hidden_size, B = c.block_size;
   const bool soft = opt.chunk.kl_weight != 0.0;
   if (soft && !target_last_hidden.defined())

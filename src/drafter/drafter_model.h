@@ -26,11 +26,25 @@ struct FrozenTarget {
   at::Tensor lm_head;  // [V, H]
 };
 
+// RoPE positions: context position p -> p, block slot k of the block anchored at a -> a + k. Packed rows
+// (doc_start [b, S], ctx_start [b, N] defined) count both from the document's start, as if each document were
+// its own sequence. Rotary scores depend on position differences only, so this changes no result in exact
+// arithmetic; it keeps the positions, and so the rounding, those of the unpacked documents.
+struct RopePositions {
+  at::Tensor block;    // [b, N*B]
+  at::Tensor context;  // [b, S]
+};
+RopePositions rope_positions(const at::Tensor& anchors, int64_t S, int64_t block_size,
+                             const at::Tensor& doc_start = at::Tensor(), const at::Tensor& ctx_start = at::Tensor());
+
 // target_features [b, S, n*H] (target layers in target_layer_ids order), block_ids [b, N*B],
 // anchors/keep [b, N] -> final hidden states norm(layers(...)) [b, N*B, H].
+// Packed rows: doc_start [b, S] (each token's document start) and ctx_start [b, N] (each block's) make every
+// block see only its own document and restart RoPE positions at each document; undefined = one per row.
 at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
                           const at::Tensor& target_features, const at::Tensor& block_ids, const at::Tensor& anchors,
-                          const at::Tensor& keep, CheckpointPolicy ckpt = {});
+                          const at::Tensor& keep, CheckpointPolicy ckpt = {}, const at::Tensor& doc_start = at::Tensor(),
+                          const at::Tensor& ctx_start = at::Tensor());
 
 struct DrafterLossOptions {
   double gamma = 0;  // 0: default_loss_gamma(block_size)
@@ -46,7 +60,8 @@ struct DrafterLossResult {
   at::Tensor slot_accuracy;   // [B] correct / count (0 where count == 0)
 };
 
-// One training forward: hidden states of `blocks` (from build_block_batch) and the chunked loss.
+// One training forward: hidden states of `blocks` (from build_block_batch) and the chunked loss (packed rows
+// when `anchors` carries doc_start / ctx_start).
 // target_last_hidden [b, S, H] feeds the soft-label teacher (may be undefined when kl_weight == 0).
 DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
                                const at::Tensor& target_features, const at::Tensor& target_last_hidden,

@@ -5,6 +5,8 @@
 //   q    [batch, N*B, Hq,  D]   block tokens
 //   k, v [batch, S+N*B, Hkv, D] context keys then block keys
 //   anchors [batch, N] int64, keep [batch, N] bool
+//   ctx_start [batch, N] int64 (optional): block n's context starts there (packed rows: its document's first
+//            token), so it sees context keys ctx_start <= kv < anchor; absent = 0 for every block
 //   out  [batch, N*B, Hq, D],  lse [batch, Hq, N*B] (contiguous; double for fp64 inputs, else float)
 //
 // Work is cut into independent items so the caller can run them on any threads; results do not
@@ -43,6 +45,8 @@ struct AnchorAttentionArgs {
   int64_t anchors_sb = 0;
   const bool* keep = nullptr;
   int64_t keep_sb = 0;
+  const int64_t* ctx_start = nullptr;  // null: every block's context starts at key 0
+  int64_t ctx_start_sb = 0;
   // Forward writes out and lse; backward reads them.
   StridedOut out;
   void* lse = nullptr;
@@ -59,9 +63,10 @@ static inline int64_t fwd_blocks_per_item(const AnchorAttentionShape& s) {
   return rows_per_block >= 256 ? 1 : 256 / rows_per_block;
 }
 
-// Work items and the anchor-sorted order of kept blocks, built once per call from anchors/keep.
+// Work items and the anchor-sorted order of kept blocks, built once per call from anchors/keep/ctx_start.
 struct AnchorAttentionPlan {
-  struct FwdItem { int64_t batch, kv_head, first, count; };      // `count` kept blocks from order[first]
+  struct FwdItem { int64_t batch, kv_head, first, count; };      // `count` kept blocks from order[first],
+                                                                  // all with the same context start
   struct BwdItem { int64_t batch, kv_head, key0, block; };        // block < 0: context keys [key0, key0+T)
   std::vector<int64_t> order;         // per batch: kept block indices sorted by anchor, concatenated
   std::vector<int64_t> order_offset;  // batch -> first index into order (size batch+1)
@@ -70,8 +75,8 @@ struct AnchorAttentionPlan {
   int64_t dq_partitions = 0;          // backward item i accumulates dQ into partition i % dq_partitions
 };
 
-// Validates values the shapes cannot show (anchors in [0, S]); returns an empty string when fine,
-// otherwise a message naming the offending batch, block and value.
+// Validates values the shapes cannot show (anchors and ctx_start in [0, S]); returns an empty string when
+// fine, otherwise a message naming the offending tensor, batch, block and value.
 std::string check_anchor_values(const AnchorAttentionArgs& a);
 
 // dQ partitions of the backward: a fixed count (not one per thread) keeps results independent of the

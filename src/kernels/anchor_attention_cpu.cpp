@@ -23,6 +23,14 @@ struct Scratch {
 };
 
 int64_t anchor_at(const AnchorAttentionArgs& a, int64_t b, int64_t n) { return a.anchors[b * a.anchors_sb + n]; }
+int64_t ctx_start_at(const AnchorAttentionArgs& a, int64_t b, int64_t n) {
+  return a.ctx_start ? a.ctx_start[b * a.ctx_start_sb + n] : 0;
+}
+
+std::string out_of_range(const char* name, int64_t b, int64_t n, int64_t v, int64_t S) {
+  return std::string(name) + "[" + std::to_string(b) + ", " + std::to_string(n) + "] = " + std::to_string(v) +
+         " is outside [0, S] with context length S = " + std::to_string(S);
+}
 
 }  // namespace
 
@@ -31,9 +39,9 @@ std::string check_anchor_values(const AnchorAttentionArgs& a) {
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t n = 0; n < s.num_blocks; ++n) {
       const int64_t v = anchor_at(a, b, n);
-      if (v < 0 || v > s.context_len)
-        return "anchors[" + std::to_string(b) + ", " + std::to_string(n) + "] = " + std::to_string(v) +
-               " is outside [0, S] with context length S = " + std::to_string(s.context_len);
+      if (v < 0 || v > s.context_len) return out_of_range("anchors", b, n, v, s.context_len);
+      const int64_t c = ctx_start_at(a, b, n);
+      if (c < 0 || c > s.context_len) return out_of_range("ctx_start", b, n, c, s.context_len);
     }
   return {};
 }
@@ -54,17 +62,36 @@ AnchorAttentionPlan plan_anchor_attention(const AnchorAttentionArgs& a, int64_t 
   }
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t o0 = p.order_offset[b], o1 = p.order_offset[b + 1];
-    for (int64_t h = 0; h < s.kv_heads; ++h) {
-      for (int64_t i = o0; i < o1; i += per_item)
-        p.fwd.push_back({b, h, i, std::min(per_item, o1 - i)});
-      // Context tiles that some kept block sees: the smallest anchor above the tile start decides.
-      for (int64_t k0 = 0; k0 < s.context_len; k0 += tile) {
-        const int64_t k1 = std::min(k0 + tile, s.context_len);
-        const auto it = std::upper_bound(p.order.begin() + o0, p.order.begin() + o1, k0,
-                                         [&](int64_t key, int64_t blk) { return key < anchor_at(a, b, blk); });
-        if (it != p.order.begin() + o1 && block_sees_keys(anchor_at(a, b, *it), k0, k1, s.window))
-          p.bwd.push_back({b, h, k0, -1});
+    const auto blk_sees = [&](int64_t blk, int64_t k0, int64_t k1) {
+      return block_sees_keys(anchor_at(a, b, blk), k0, k1, s.window, ctx_start_at(a, b, blk));
+    };
+    // Forward groups never mix context starts (packed rows: one document per item), so an item's
+    // context range is its blocks' own.
+    std::vector<std::pair<int64_t, int64_t>> groups;  // (first, count)
+    for (int64_t i = o0; i < o1;) {
+      int64_t n = 1;
+      while (n < per_item && i + n < o1 && ctx_start_at(a, b, p.order[i + n]) == ctx_start_at(a, b, p.order[i])) ++n;
+      groups.push_back({i, n});
+      i += n;
+    }
+    // Context tiles that some kept block sees: blocks with an anchor above the tile start, up to the
+    // first one whose sliding window starts past the tile (anchors are sorted, so none after it does).
+    std::vector<int64_t> tiles;
+    for (int64_t k0 = 0; k0 < s.context_len; k0 += tile) {
+      const int64_t k1 = std::min(k0 + tile, s.context_len);
+      auto it = std::upper_bound(p.order.begin() + o0, p.order.begin() + o1, k0,
+                                 [&](int64_t key, int64_t blk) { return key < anchor_at(a, b, blk); });
+      for (; it != p.order.begin() + o1; ++it) {
+        if (s.window > 0 && anchor_at(a, b, *it) - (s.window - 1) >= k1) break;
+        if (blk_sees(*it, k0, k1)) {
+          tiles.push_back(k0);
+          break;
+        }
       }
+    }
+    for (int64_t h = 0; h < s.kv_heads; ++h) {
+      for (const auto& [first, count] : groups) p.fwd.push_back({b, h, first, count});
+      for (int64_t k0 : tiles) p.bwd.push_back({b, h, k0, -1});
       for (int64_t i = o0; i < o1; ++i) p.bwd.push_back({b, h, 0, p.order[i]});
     }
   }
@@ -110,7 +137,7 @@ double anchor_attention_forward_flops(const AnchorAttentionArgs& a) {
     for (int64_t n = 0; n < s.num_blocks; ++n) {
       if (!a.keep[b * a.keep_sb + n]) continue;
       for (int64_t j = 0; j < s.block_size; ++j) {
-        const RowRanges r = row_ranges(anchor_at(a, b, n), j, s.block_size, s.window);
+        const RowRanges r = row_ranges(anchor_at(a, b, n), j, s.block_size, s.window, ctx_start_at(a, b, n));
         pairs += double(std::max<int64_t>(0, r.ctx_hi - r.ctx_lo) + r.blk_hi);
       }
     }

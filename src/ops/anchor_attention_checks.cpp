@@ -24,7 +24,7 @@ void check_index_tensor(const at::Tensor& t, const char* name, at::ScalarType wa
 
 AttentionDims check_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,
-                                   int64_t window) {
+                                   int64_t window, const at::Tensor& ctx_start) {
   TORCH_CHECK(q.dim() == 4, "anchor_block_attention: q must be [batch, N*B, Hq, D], got shape ", q.sizes());
   TORCH_CHECK(k.dim() == 4, "anchor_block_attention: k must be [batch, S+N*B, Hkv, D], got shape ", k.sizes());
   TORCH_CHECK(v.sizes() == k.sizes(), "anchor_block_attention: v must have the shape of k ", k.sizes(),
@@ -59,12 +59,14 @@ AttentionDims check_attention_args(const at::Tensor& q, const at::Tensor& k, con
                 t->strides(), "; call .contiguous()");
   check_index_tensor(anchors, "anchors", at::kLong, d.batch, d.num_blocks, q);
   check_index_tensor(keep, "keep", at::kBool, d.batch, d.num_blocks, q);
+  if (ctx_start.defined()) check_index_tensor(ctx_start, "ctx_start", at::kLong, d.batch, d.num_blocks, q);
   return d;
 }
 
 kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v, const at::Tensor& anchors,
-                                              const at::Tensor& keep, int64_t window, double scale) {
+                                              const at::Tensor& keep, int64_t window, double scale,
+                                              const at::Tensor& ctx_start) {
   kernels::AnchorAttentionArgs a;
   auto& s = a.shape;
   s.batch = d.batch;
@@ -90,6 +92,10 @@ kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::
   a.anchors_sb = anchors.dim() == 2 ? anchors.stride(0) : 0;
   a.keep = keep.data_ptr<bool>();
   a.keep_sb = keep.dim() == 2 ? keep.stride(0) : 0;
+  if (ctx_start.defined()) {
+    a.ctx_start = ctx_start.data_ptr<int64_t>();
+    a.ctx_start_sb = ctx_start.dim() == 2 ? ctx_start.stride(0) : 0;
+  }
   return a;
 }
 

@@ -1,5 +1,7 @@
 // Argument validation shared by the CPU and CUDA registrations of the attention op.
 #pragma once
+#include <optional>
+
 #include <ATen/core/Tensor.h>
 
 #include "anchor_attention.h"
@@ -10,15 +12,20 @@ struct AttentionDims {
   int64_t batch, num_blocks, block_size, context_len, q_heads, kv_heads, head_dim;
 };
 
-// TORCH_CHECKs every shape, dtype, device and stride rule and names the offending value.
+// TORCH_CHECKs every shape, dtype, device and stride rule and names the offending value. ctx_start may be
+// undefined (every block's context starts at key 0).
 AttentionDims check_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,
-                                   int64_t window);
+                                   int64_t window, const at::Tensor& ctx_start = at::Tensor());
 
-// Raw-pointer view of the tensors for the kernels (anchors/keep of shape [N] broadcast over batch).
+// Raw-pointer view of the tensors for the kernels (anchors/keep/ctx_start of shape [N] broadcast over batch).
 kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v, const at::Tensor& anchors,
-                                              const at::Tensor& keep, int64_t window, double scale);
+                                              const at::Tensor& keep, int64_t window, double scale,
+                                              const at::Tensor& ctx_start = at::Tensor());
+
+// The schema's `Tensor? ctx_start` as a possibly undefined tensor.
+inline at::Tensor ctx_start_or_undefined(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
 
 // The forward's saved LSE must be a contiguous [batch, Hq, N*B] tensor of the accumulation dtype.
 void check_saved_lse(const at::Tensor& lse, const AttentionDims& d, at::ScalarType acc);

@@ -40,10 +40,12 @@ void parallel_chunks(int64_t n, F fn) {
 std::tuple<at::Tensor, at::Tensor> anchor_attention_fwd_cpu(const at::Tensor& q, const at::Tensor& k,
                                                              const at::Tensor& v, const at::Tensor& anchors,
                                                              const at::Tensor& keep, int64_t block_size,
-                                                             int64_t window, double scale) {
-  const AttentionDims d = check_attention_args(q, k, v, anchors, keep, block_size, window);
+                                                             int64_t window, double scale,
+                                                             const std::optional<at::Tensor>& ctx_start_opt) {
+  const at::Tensor ctx_start = ctx_start_or_undefined(ctx_start_opt);
+  const AttentionDims d = check_attention_args(q, k, v, anchors, keep, block_size, window, ctx_start);
   check_cpu(q, d);
-  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale);
+  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale, ctx_start);
   const std::string bad = kernels::check_anchor_values(args);
   TORCH_CHECK(bad.empty(), "anchor_block_attention: ", bad);
 
@@ -62,8 +64,9 @@ std::tuple<at::Tensor, at::Tensor> anchor_attention_fwd_cpu(const at::Tensor& q,
 std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cpu(
     const at::Tensor& dout_in, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size, int64_t window,
-    double scale) {
-  const AttentionDims d = check_attention_args(q, k, v, anchors, keep, block_size, window);
+    double scale, const std::optional<at::Tensor>& ctx_start_opt) {
+  const at::Tensor ctx_start = ctx_start_or_undefined(ctx_start_opt);
+  const AttentionDims d = check_attention_args(q, k, v, anchors, keep, block_size, window, ctx_start);
   check_cpu(q, d);
   TORCH_CHECK(dout_in.sizes() == q.sizes() && out.sizes() == q.sizes(),
               "anchor_block_attention_bwd: dout and out must have the shape of q ", q.sizes());
@@ -72,7 +75,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cpu(
                                                                    : dout_in.to(q.scalar_type()).contiguous();
   const at::Tensor o = out.stride(3) == 1 ? out : out.contiguous();
 
-  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale);
+  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale, ctx_start);
   const std::string bad = kernels::check_anchor_values(args);
   TORCH_CHECK(bad.empty(), "anchor_block_attention: ", bad);
   const BackwardOutputs g = bind_backward_tensors(args, q, k, v, o, lse, dout);

@@ -41,17 +41,23 @@ at::Tensor aligned_rows(const at::Tensor& t) {
   return ok ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
-// anchors must lie in [0, S]. One small device-to-host copy; the slow path finds the offending entry.
-void check_anchor_range(const at::Tensor& anchors, kernels::AnchorAttentionArgs args) {
-  if (anchors.numel() == 0) return;
-  const auto [mn, mx] = at::aminmax(anchors);
-  const at::Tensor both = at::stack({mn, mx}).cpu();
-  const int64_t lo = both.data_ptr<int64_t>()[0], hi = both.data_ptr<int64_t>()[1];
-  if (lo >= 0 && hi <= args.shape.context_len) return;
+// anchors and ctx_start must lie in [0, S]. One small device-to-host copy each; the slow path finds the
+// offending entry.
+void check_anchor_range(const at::Tensor& anchors, const at::Tensor& ctx_start, kernels::AnchorAttentionArgs args) {
+  bool ok = true;
+  for (const at::Tensor* t : {&anchors, &ctx_start}) {
+    if (!t->defined() || t->numel() == 0) continue;
+    const auto [mn, mx] = at::aminmax(*t);
+    const at::Tensor both = at::stack({mn, mx}).cpu();
+    ok = ok && both.data_ptr<int64_t>()[0] >= 0 && both.data_ptr<int64_t>()[1] <= args.shape.context_len;
+  }
+  if (ok) return;
   const at::Tensor host = anchors.cpu();
+  const at::Tensor host_cs = ctx_start.defined() ? ctx_start.cpu() : at::Tensor();
   args.anchors = host.data_ptr<int64_t>();
+  args.ctx_start = host_cs.defined() ? host_cs.data_ptr<int64_t>() : nullptr;
   const std::string bad = kernels::check_anchor_values(args);
-  TORCH_CHECK(false, "anchor_block_attention: ", bad.empty() ? "anchors outside [0, S]" : bad);
+  TORCH_CHECK(false, "anchor_block_attention: ", bad.empty() ? "anchors or ctx_start outside [0, S]" : bad);
 }
 
 struct DevicePlan {
@@ -78,13 +84,15 @@ DevicePlan make_plan(const kernels::AnchorAttentionArgs& args, const at::Tensor&
 std::tuple<at::Tensor, at::Tensor> anchor_attention_fwd_cuda(const at::Tensor& q_in, const at::Tensor& k_in,
                                                               const at::Tensor& v_in, const at::Tensor& anchors,
                                                               const at::Tensor& keep, int64_t block_size,
-                                                              int64_t window, double scale) {
-  const AttentionDims d = check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window);
+                                                              int64_t window, double scale,
+                                                              const std::optional<at::Tensor>& ctx_start_opt) {
+  const at::Tensor ctx_start = ctx_start_or_undefined(ctx_start_opt);
+  const AttentionDims d = check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window, ctx_start);
   const c10::cuda::CUDAGuard guard(q_in.device());
   const at::Tensor q = aligned_rows(q_in), k = aligned_rows(k_in), v = aligned_rows(v_in);
-  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale);
+  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale, ctx_start);
   check_cuda(q, args);
-  check_anchor_range(anchors, args);
+  check_anchor_range(anchors, ctx_start, args);
 
   at::Tensor out = at::zeros(q.sizes(), q.options());
   at::Tensor lse = at::full({d.batch, d.q_heads, d.num_blocks * d.block_size},
@@ -100,8 +108,9 @@ std::tuple<at::Tensor, at::Tensor> anchor_attention_fwd_cuda(const at::Tensor& q
 std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cuda(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& out_in, const at::Tensor& lse, const at::Tensor& anchors, const at::Tensor& keep,
-    int64_t block_size, int64_t window, double scale) {
-  const AttentionDims d = check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window);
+    int64_t block_size, int64_t window, double scale, const std::optional<at::Tensor>& ctx_start_opt) {
+  const at::Tensor ctx_start = ctx_start_or_undefined(ctx_start_opt);
+  const AttentionDims d = check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window, ctx_start);
   const c10::cuda::CUDAGuard guard(q_in.device());
   TORCH_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(),
               "anchor_block_attention_bwd: dout and out must have the shape of q ", q_in.sizes());
@@ -114,10 +123,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cuda(
   const at::Tensor o = out_in.scalar_type() == q.scalar_type() && out_in.stride(3) == 1
                            ? out_in
                            : out_in.to(q.scalar_type()).contiguous();
-  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale);
+  auto args = make_kernel_args(d, q, k, v, anchors, keep, window, scale, ctx_start);
   check_cuda(q, args);
-  // Anchors were validated by the forward; the plan kernel clamps them to [0, S], so a direct call
-  // with bad anchors stays in bounds.
+  // Anchors and ctx_start were validated by the forward; the kernels clamp them to [0, S], so a direct
+  // call with bad values stays in bounds.
 
   const BackwardOutputs g = bind_backward_tensors(args, q, k, v, o, lse, dout);
 

@@ -9,6 +9,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "drafter_model.h"
+#include "sequence_packing.h"
 #include "target_model.h"
 
 namespace dflash::train {
@@ -25,6 +26,7 @@ ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::Drafte
   ps.max_len = cfg.max_len;
   ps.num_anchors = cfg.num_anchors;
   ps.seed = cfg.seed;
+  ps.pack = cfg.pack;
   ps.gamma = cfg.gamma > 0 ? cfg.gamma : drafter::default_loss_gamma(d.block_size);
   ps.want_last_hidden = cfg.kl_weight > 0;
   ps.queue_depth = cfg.queue_depth;
@@ -66,8 +68,19 @@ MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len, int64_t 
     }
     if (last) mb.last_hidden[i].narrow(0, 0, n).copy_(s.last_hidden.narrow(0, 0, n));
     mb.tokens += n;
+    mb.lengths.push_back(n);
   }
   return mb;
+}
+
+void pack_micro_batch(MicroBatch& mb, int64_t max_len, int64_t num_anchors, int64_t pad_multiple) {
+  PackedRows p = pack_rows(mb.input_ids, mb.loss_mask, mb.features, mb.last_hidden, mb.lengths, max_len, num_anchors,
+                           pad_multiple);
+  mb.input_ids = p.input_ids;
+  mb.loss_mask = p.loss_mask;
+  mb.features = p.features;
+  mb.last_hidden = p.last_hidden;
+  mb.anchors.doc_start = p.doc_start;
 }
 
 StepProducer::StepProducer(ProducerSettings s, const SampleSource& source, const models::TargetModel* target,
@@ -125,10 +138,14 @@ MicroBatch StepProducer::make_micro(int64_t step, int64_t m, int64_t first_sampl
   }
   if (s_.want_last_hidden && !mb.last_hidden.defined())
     throw std::invalid_argument("data: kl_weight > 0 needs the target's last hidden states, which the samples lack");
+  if (s_.pack) pack_micro_batch(mb, s_.max_len, s_.num_anchors, s_.pad_multiple);  // after the online target: per-sample rows
   std::mt19937_64 rng(mix(mix(uint64_t(s_.seed)) ^ mix(uint64_t(step) * 7919ULL + uint64_t(m))));
-  mb.anchors = drafter::sample_anchors(mb.loss_mask, s_.num_anchors, rng);
+  mb.anchors = drafter::sample_anchors(mb.loss_mask, s_.num_anchors, rng, mb.anchors.doc_start);
   mb.blocks = drafter::build_block_batch(mb.input_ids, mb.loss_mask, mb.anchors, c.block_size, c.mask_token_id, s_.gamma);
   mb.weight = mb.blocks.weights.sum().item<double>();
+  mb.positions = mb.input_ids.numel();
+  mb.block_slots = mb.anchors.keep.numel();
+  mb.kept_blocks = mb.anchors.keep.sum().item<int64_t>();
   return mb;
 }
 

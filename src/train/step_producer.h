@@ -33,10 +33,12 @@ struct MicroBatch {
   int64_t index = 0;   // m within the step
   int worker = 0;      // local worker
   at::Tensor input_ids, loss_mask, features, last_hidden;  // CPU: [b,S], [b,S], [b,S,nH], [b,S,H] or undefined
-  drafter::AnchorSample anchors;
+  std::vector<int64_t> lengths;  // real tokens of each sample (row i before packing)
+  drafter::AnchorSample anchors;  // packed rows: with doc_start / ctx_start
   drafter::BlockBatch blocks;
   double weight = 0;   // sum of the loss weights of this micro-batch
   int64_t tokens = 0;  // real (unpadded) tokens
+  int64_t positions = 0, block_slots = 0, kept_blocks = 0;  // rows x row length, rows x N, blocks with an anchor
 };
 
 struct StepItem {
@@ -51,6 +53,7 @@ struct ProducerSettings {
   // Sequence length quantum (<= max_len): a few distinct tensor shapes instead of one per sample length.
   // oneDNN's bf16 CPU path keeps state per GEMM shape, so resident memory grew with every new length.
   int64_t pad_multiple = 64;
+  bool pack = false;  // several samples per row (sequence_packing.h)
   double gamma = 7;
   bool want_last_hidden = false;
   int64_t queue_depth = 2;
@@ -93,5 +96,9 @@ class StepProducer {
 // a multiple of pad_multiple (never past max_len). Padding is never an anchor, never a label with weight
 // and never visible to a query (queries see context before their anchor), so the loss is unchanged.
 MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len, int64_t pad_multiple = 1);
+
+// The micro-batch's rows packed (sequence_packing.h: at most max_len tokens and num_anchors anchors a row);
+// sets mb.anchors.doc_start, for sample_anchors. Anchors and blocks are not built yet.
+void pack_micro_batch(MicroBatch& mb, int64_t max_len, int64_t num_anchors, int64_t pad_multiple);
 
 }  // namespace dflash::train

@@ -78,7 +78,8 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
   out.slot_count = at::zeros({dcfg_.block_size}, at::kDouble);
   for (const MicroBatch* mb : micro) {
     auto dev = [&](const at::Tensor& t) { return t.defined() ? t.to(r.device) : t; };
-    const drafter::AnchorSample anchors{dev(mb->anchors.anchors), dev(mb->anchors.keep)};
+    const drafter::AnchorSample anchors{dev(mb->anchors.anchors), dev(mb->anchors.keep), dev(mb->anchors.doc_start),
+                                        dev(mb->anchors.ctx_start)};
     drafter::BlockBatch blocks{dev(mb->blocks.block_ids), dev(mb->blocks.labels), dev(mb->blocks.weights),
                                dev(mb->blocks.teacher_index)};
     if (draft_table_.defined()) {  // loss over the draft vocabulary: other targets leave the loss, counted

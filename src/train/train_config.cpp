@@ -42,6 +42,7 @@ const std::vector<Field>& fields() {
       {{"batch_size", "int", "sequences per micro-batch"}, &C::batch_size},
       {{"grad_accum", "int", "micro-batches per worker per step"}, &C::grad_accum},
       {{"max_len", "int", "truncate sequences to this many tokens"}, &C::max_len},
+      {{"pack", "bool", "pack the micro-batch's samples into rows of max_len tokens (documents kept apart)"}, &C::pack},
       {{"lr", "float", "peak learning rate"}, &C::lr},
       {{"warmup_ratio", "float", "linear warmup fraction"}, &C::warmup_ratio},
       {{"min_lr_ratio", "float", "cosine floor as a fraction of lr"}, &C::min_lr_ratio},

@@ -18,6 +18,7 @@ struct TrainConfig {
   std::string target_layer_ids;  // comma list, empty = SPEC default
   int64_t mask_token_id = -1, block_size = 16;
   int64_t steps = 0, epochs = 6, batch_size = 1, grad_accum = 1, max_len = 4096;
+  bool pack = false;  // several samples per row of max_len tokens (sequence_packing.h)
   double lr = 6e-4, warmup_ratio = 0.04, min_lr_ratio = 0.0, weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
   int64_t seed = 0, num_anchors = 512;

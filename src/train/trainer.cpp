@@ -1,5 +1,6 @@
 #include "trainer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -95,6 +96,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   };
 
   bool stopped = false;
+  double real_tokens = 0, positions = 0, kept_blocks = 0, block_slots = 0;  // this process's, for the summary
   auto t0 = std::chrono::steady_clock::now();  // wall time per step includes waiting for the producer
   try {
     while (step < total_steps) {
@@ -103,6 +105,9 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       StepOutcome o = runner.step(*item, step, total_steps, g_stop.load());
       ++step;
       pos = item->pos_after;
+      for (const auto& mb : item->micro)
+        real_tokens += double(mb.tokens), positions += double(mb.positions), kept_blocks += double(mb.kept_blocks),
+            block_slots += double(mb.block_slots);
       const auto t1 = std::chrono::steady_clock::now();
       o.metrics.step_seconds = std::chrono::duration<double>(t1 - t0).count();
       t0 = t1;
@@ -121,6 +126,12 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   producer.stop();
   if (run.lead && side.samples->skipped() > 0)
     log.message("data: " + std::to_string(side.samples->skipped()) + " invalid samples skipped (named in the warnings above)");
+  if (run.lead && positions > 0) {  // what `pack` saves: computed positions and blocks that are padding
+    char line[160];
+    std::snprintf(line, sizeof line, "rows (pack %s): %.1f%% of positions are tokens, %.1f%% of blocks have an anchor",
+                  cfg.pack ? "on" : "off", 100 * real_tokens / positions, 100 * kept_blocks / std::max(1.0, block_slots));
+    log.message(line);
+  }
   if (hooks.dump_rank_weights) {
     NamedTensors host;
     for (const auto& [n, t] : master.named) host.emplace_back(n, t.to(at::kCPU));

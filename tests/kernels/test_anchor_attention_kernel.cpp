@@ -15,21 +15,26 @@ namespace {
 
 using dflash::kernels::AnchorAttentionArgs;
 
+// ctx: how blocks' context starts are given: none (null: 0), packed (the row holds documents; anchors lie
+// inside them and ctx_start is the anchor's document start) or arbitrary values in [0, S].
+enum class Ctx { None, Packed, Arbitrary };
+
 struct Case {
   int64_t batch, S, N, B, Hq, Hkv, D, window;
+  Ctx ctx = Ctx::None;
 };
 
 struct Data {
   Case c;
   std::vector<double> q, k, v, dout;
-  std::vector<int64_t> anchors;
+  std::vector<int64_t> anchors, ctx_start;  // ctx_start empty for Ctx::None
   std::vector<uint8_t> keep;  // bool storage
   int64_t Tq() const { return c.N * c.B; }
   int64_t Tk() const { return c.S + c.N * c.B; }
 };
 
 Data make_data(const Case& c, uint64_t seed) {
-  Data d{c, {}, {}, {}, {}, {}, {}};
+  Data d{c, {}, {}, {}, {}, {}, {}, {}};
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
   const auto fill = [&](std::vector<double>& x, int64_t n) {
@@ -44,6 +49,23 @@ Data make_data(const Case& c, uint64_t seed) {
   for (int64_t i = 0; i < c.batch * c.N; ++i) {
     d.anchors.push_back(i % 5 == 0 ? 0 : (i % 7 == 0 ? c.S : anchor(rng)));
     d.keep.push_back(i % 4 != 3);
+    if (c.ctx == Ctx::Arbitrary) d.ctx_start.push_back(i % 6 == 1 ? c.S : anchor(rng));
+  }
+  if (c.ctx == Ctx::Packed) {
+    // Documents of random lengths cover [0, S); each anchor is moved into a random document and the block's
+    // context starts at that document's first token (so a block sees only its own document).
+    for (int64_t b = 0; b < c.batch; ++b) {
+      std::vector<int64_t> starts{0};
+      std::uniform_int_distribution<int64_t> len(1, std::max<int64_t>(1, c.S / 3));
+      while (starts.back() + 1 < c.S) starts.push_back(std::min(c.S, starts.back() + len(rng)));
+      if (starts.back() == c.S) starts.pop_back();
+      for (int64_t n = 0; n < c.N; ++n) {
+        const size_t doc = size_t(rng() % starts.size());
+        const int64_t lo = starts[doc], hi = doc + 1 < starts.size() ? starts[doc + 1] : c.S;
+        d.anchors[size_t(b * c.N + n)] = lo + int64_t(rng() % uint64_t(hi - lo));
+        d.ctx_start.push_back(lo);
+      }
+    }
   }
   return d;
 }
@@ -54,7 +76,8 @@ bool visible(const Data& d, int64_t b, int64_t row, int64_t kv) {
   const Case& c = d.c;
   const int64_t qb = row / c.B, j = row % c.B, a = d.anchors[b * c.N + qb];
   if (!d.keep[b * c.N + qb]) return false;
-  bool ctx = kv < c.S && kv < a;
+  const int64_t start = d.ctx_start.empty() ? 0 : d.ctx_start[b * c.N + qb];
+  bool ctx = kv < c.S && kv < a && kv >= start;
   bool blk = kv >= c.S && (kv - c.S) / c.B == qb;
   if (c.window > 0) {
     ctx = ctx && kv >= a + j - (c.window - 1);
@@ -132,6 +155,10 @@ Grads fused(const Data& d, double scale, int64_t partitions) {
   a.anchors_sb = c.N;
   a.keep = reinterpret_cast<const bool*>(d.keep.data());
   a.keep_sb = c.N;
+  if (!d.ctx_start.empty()) {
+    a.ctx_start = d.ctx_start.data();
+    a.ctx_start_sb = c.N;
+  }
   Grads g;
   g.out.assign(d.q.size(), 0);
   g.dq.assign(d.q.size(), 0);
@@ -188,7 +215,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelVsNaive,
                                                               Case{1, 3, 4, 16, 2, 2, 16, 0},
                                                               Case{2, 90, 6, 8, 8, 1, 24, 20},
                                                               Case{1, 200, 3, 16, 4, 4, 64, 70},
-                                                              Case{1, 130, 2, 100, 2, 1, 8, 0}),
+                                                              Case{1, 130, 2, 100, 2, 1, 8, 0},
+                                                              Case{2, 300, 12, 16, 4, 2, 32, 0, Ctx::Packed},
+                                                              Case{1, 260, 9, 8, 8, 1, 16, 40, Ctx::Packed},
+                                                              Case{2, 90, 7, 4, 2, 1, 8, 0, Ctx::Arbitrary},
+                                                              Case{1, 150, 6, 16, 4, 4, 24, 30, Ctx::Arbitrary}),
                                             dflash::kernels::testing::kEveryIsa));
 
 TEST(KernelChecks, AnchorOutsideContextIsNamed) {
@@ -203,6 +234,36 @@ TEST(KernelChecks, AnchorOutsideContextIsNamed) {
   a.keep = reinterpret_cast<const bool*>(keep.data());
   EXPECT_EQ(dflash::kernels::check_anchor_values(a),
             "anchors[0, 2] = 11 is outside [0, S] with context length S = 10");
+  anchors[2] = 10;
+  std::vector<int64_t> starts{0, -1, 3};
+  a.ctx_start = starts.data();
+  a.ctx_start_sb = 3;
+  EXPECT_EQ(dflash::kernels::check_anchor_values(a),
+            "ctx_start[0, 1] = -1 is outside [0, S] with context length S = 10");
+}
+
+// A packed row's plan: forward items never mix documents, and no backward item covers a context tile that
+// no kept block sees (here: the tail of the row after the last document's anchors).
+TEST(KernelPlan, PackedRowsSplitItemsByDocument) {
+  const int64_t N = 4;
+  std::vector<int64_t> anchors{10, 20, 100, 110}, starts{0, 0, 96, 96};
+  std::vector<uint8_t> keep{1, 1, 1, 1};
+  AnchorAttentionArgs a;
+  a.shape = {1, N, 16, 400, 2, 2, 8, 0, 1.0, dflash::kernels::ScalarType::Float32};
+  a.anchors = anchors.data();
+  a.anchors_sb = N;
+  a.keep = reinterpret_cast<const bool*>(keep.data());
+  a.keep_sb = N;
+  a.ctx_start = starts.data();
+  a.ctx_start_sb = N;
+  const auto p = dflash::kernels::plan_anchor_attention(a);
+  for (const auto& it : p.fwd)
+    for (int64_t i = 1; i < it.count; ++i)
+      EXPECT_EQ(starts[size_t(p.order[size_t(it.first)])], starts[size_t(p.order[size_t(it.first + i)])]);
+  std::vector<int64_t> tiles;
+  for (const auto& it : p.bwd)
+    if (it.block < 0 && it.kv_head == 0) tiles.push_back(it.key0);
+  EXPECT_EQ(tiles, (std::vector<int64_t>{0, 64}));  // keys [0, 20) and [96, 110): tiles 0 and 64 only
 }
 
 }  // namespace

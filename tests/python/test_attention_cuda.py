@@ -42,6 +42,24 @@ def run_dense(q, k, v, mask, scale, dout):
     return [out.detach(), q.grad, k.grad, v.grad]
 
 
+def make_ctx_start(gen, anchors, S, kind):
+    """None, or for kind "packed" the blocks' document starts [batch, N]: documents of random lengths cover
+    [0, S), every anchor is moved into a random one (in place) and its block sees only that document."""
+    if kind != "packed" or S == 0:
+        return None
+    batch, N = anchors.shape
+    starts = torch.zeros_like(anchors)
+    for b in range(batch):
+        cuts = [0]
+        while cuts[-1] < S:
+            cuts.append(min(S, cuts[-1] + int(torch.randint(1, max(2, S // 3), (1,), generator=gen))))
+        for n in range(N):
+            d = int(torch.randint(0, len(cuts) - 1, (1,), generator=gen))
+            anchors[b, n] = cuts[d] + int(torch.randint(0, cuts[d + 1] - cuts[d], (1,), generator=gen))
+            starts[b, n] = cuts[d]
+    return starts
+
+
 def make_anchors(gen, batch, N, S, kind):
     a = torch.randint(0, S + 1, (batch, N), generator=gen)
     if kind == "edges" and N >= 2:
@@ -68,6 +86,8 @@ CASES = [
     (1, 700, 24, 16, 4, 1, 128, 0, "edges"),     # many key tiles and row tiles
     (2, 200, 7, 10, 6, 2, 64, 50, "edges"),      # 3 q-heads x 10 slots: blocks straddle row tiles
     (1, 150, 6, 16, 2, 2, 256, 0, "all_dropped"),
+    (2, 500, 20, 16, 4, 2, 128, 0, "packed"),     # packed rows: each block sees only its document
+    (1, 400, 12, 16, 4, 1, 256, 64, "packed"),    # ... and its sliding window
 ]
 
 
@@ -80,8 +100,10 @@ def _check(dtype, case, layout="contiguous", dev=torch.device("cuda")):
     v = torch.randn(batch, Tk, Hkv, D, generator=gen).to(dtype)
     dout = torch.randn(batch, T, Hq, D, generator=gen).to(dtype)
     anchors, keep = make_anchors(gen, batch, N, S, kind)
+    starts = make_ctx_start(gen, anchors, S, kind)
+    cs = None if starts is None else starts.to(dev)
     scale = D ** -0.5
-    mask = anchor_block_mask(anchors, keep, S, N, B, window)
+    mask = anchor_block_mask(anchors, keep, S, N, B, window, starts)
 
     ref = run_dense(q.double(), k.double(), v.double(), mask, scale, dout.double())
     torch_lp = [t.double().cpu() for t in run_dense(q.to(dev), k.to(dev), v.to(dev), mask, scale, dout.to(dev))]
@@ -95,7 +117,7 @@ def _check(dtype, case, layout="contiguous", dev=torch.device("cuda")):
         qc, kc = q.to(dev), k.to(dev)
     qc, kc = qc.detach().requires_grad_(True), kc.detach().requires_grad_(True)
     vc = v.to(dev).requires_grad_(True)
-    out = torch.ops.dflash.anchor_block_attention(qc, kc, vc, anchors.to(dev), keep.to(dev), B, window, None)
+    out = torch.ops.dflash.anchor_block_attention(qc, kc, vc, anchors.to(dev), keep.to(dev), B, window, None, cs)
     out.backward(dout.to(dev))
     ours = [out.detach().double().cpu(), qc.grad.double().cpu(), kc.grad.double().cpu(), vc.grad.double().cpu()]
 
@@ -110,7 +132,7 @@ def _check(dtype, case, layout="contiguous", dev=torch.device("cuda")):
 
     # Dropped blocks: exactly zero output and dq, LSE -inf; kept rows: LSE matches.
     _, lse = torch.ops.dflash.anchor_block_attention_fwd(qc.detach(), kc.detach(), vc.detach(), anchors.to(dev),
-                                                         keep.to(dev), B, window, scale)
+                                                         keep.to(dev), B, window, scale, cs)
     lse = lse.double().cpu()
     row_keep = keep[:, torch.arange(T) // B]                     # [b, T]
     dropped = ~row_keep
@@ -171,3 +193,5 @@ def test_clear_errors():
         torch.ops.dflash.anchor_block_attention(qb, kb, kb, torch.tensor([17], device=dev), keep, 16, 0, None)
     with pytest.raises(RuntimeError, match="device|on"):
         torch.ops.dflash.anchor_block_attention(qb, kb, kb, anchors.cpu(), keep, 16, 0, None)
+    with pytest.raises(RuntimeError, match=r"ctx_start\[0, 0\] = 17 is outside"):
+        torch.ops.dflash.anchor_block_attention(qb, kb, kb, anchors, keep, 16, 0, None, torch.tensor([17], device=dev))

@@ -12,7 +12,7 @@ import torch
 
 from conftest import BUILD
 from attention_reference import anchor_block_mask, masked_lse
-from test_attention_cuda import make_anchors, run_dense
+from test_attention_cuda import make_anchors, make_ctx_start, run_dense
 
 LIB = BUILD / "libdflash_cuda_emu.so"
 if not LIB.exists():
@@ -32,6 +32,8 @@ CASES = [
     (1, 130, 3, 80, 1, 1, 64, 0, "edges"),         # B > 64: own keys in two tiles
     (1, 200, 4, 16, 4, 4, 64, 0, "edges"),         # several context tiles, full (unmasked) tiles
     (1, 100, 5, 16, 8, 1, 64, 0, "edges"),         # 128 rows per block: many row tiles per key tile
+    (2, 260, 10, 8, 4, 2, 64, 0, "packed"),        # packed rows: each block sees only its own document
+    (1, 200, 6, 16, 2, 1, 128, 40, "packed"),      # ... and its sliding window; skipped row tiles
 ]
 
 
@@ -44,14 +46,15 @@ def _run(dtype, case):
     v = torch.randn(batch, Tk, Hkv, D, generator=gen).to(dtype)
     dout = torch.randn(batch, T, Hq, D, generator=gen).to(dtype)
     anchors, keep = make_anchors(gen, batch, N, S, kind)
+    starts = make_ctx_start(gen, anchors, S, kind)
     scale = D ** -0.5
-    mask = anchor_block_mask(anchors, keep, S, N, B, window)
+    mask = anchor_block_mask(anchors, keep, S, N, B, window, starts)
     ref = run_dense(q.double(), k.double(), v.double(), mask, scale, dout.double())
     lowp = [t.double() for t in run_dense(q, k, v, mask, scale, dout)]
 
-    out, lse = torch.ops.dflash_emu.anchor_block_attention_fwd(q, k, v, anchors, keep, B, window, scale)
+    out, lse = torch.ops.dflash_emu.anchor_block_attention_fwd(q, k, v, anchors, keep, B, window, scale, starts)
     dq, dk, dv = torch.ops.dflash_emu.anchor_block_attention_bwd(dout, q, k, v, out, lse, anchors, keep, B, window,
-                                                                 scale)
+                                                                 scale, starts)
     ours = [t.double() for t in (out, dq, dk, dv)]
     eps = torch.finfo(dtype).eps
     for name, r, t, o in zip(["out", "dq", "dk", "dv"], ref, lowp, ours):

@@ -2,7 +2,8 @@
 
 Forward and all three gradients, over the anchor patterns that break attention masks: anchor 0
 (no context), anchor S (all context), duplicates, unsorted, all-invalid batches, S < B, sliding
-window, every head dim, and GQA ratios 1/2/4/8.
+window, every head dim, and GQA ratios 1/2/4/8; and packed rows (ctx_start: each block sees only its
+own document's context), with the same reference, gradcheck and determinism checks.
 """
 import pytest
 import torch
@@ -29,6 +30,23 @@ def make_anchors(pattern, batch, N, S, gen):
     else:
         raise ValueError(pattern)
     return a
+
+
+def make_packed(batch, N, S, gen, min_doc=1):
+    """Packed rows: documents of random lengths cover [0, S); each block gets an anchor inside a random
+    document and ctx_start = that document's first position. Returns (anchors, ctx_start)."""
+    anchors = torch.zeros(batch, N, dtype=torch.long)
+    starts = torch.zeros(batch, N, dtype=torch.long)
+    for b in range(batch):
+        cuts = [0]
+        while cuts[-1] < S:
+            cuts.append(min(S, cuts[-1] + int(torch.randint(min_doc, max(min_doc + 1, S // 3 + 1), (1,), generator=gen))))
+        for n in range(N):
+            d = int(torch.randint(0, len(cuts) - 1, (1,), generator=gen))
+            lo, hi = cuts[d], cuts[d + 1]
+            anchors[b, n] = lo + int(torch.randint(0, hi - lo, (1,), generator=gen))
+            starts[b, n] = lo
+    return anchors, starts
 
 
 def make_keep(kind, batch, N, gen):
@@ -112,6 +130,103 @@ def test_bf16_error_within_twice_pytorch_bf16(case):
         assert a.dtype == torch.bfloat16
         ours_err, torch_err = abs_err(a, r), abs_err(t, r)
         assert ours_err <= 2 * torch_err + 1e-6, f"{name}: ours {ours_err:.3e} vs torch bf16 {torch_err:.3e}"
+
+
+PACKED_CASES = [
+    (90, 6, 16, 4, 2, 64, 0),
+    (120, 8, 8, 8, 1, 32, 0),
+    (150, 5, 16, 4, 1, 128, 40),   # sliding window and document start both bound the context
+    (60, 7, 4, 2, 2, 16, 9),
+]
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=lambda c: "S{}_N{}_B{}_Hq{}_Hkv{}_D{}_W{}".format(*c))
+def test_packed_rows_fp64_match_dense_reference(case):
+    S, N, B, Hq, Hkv, D, W = case
+    gen = torch.Generator().manual_seed(S + N)
+    q, k, v, dout, _, keep = make_inputs(S, N, B, Hq, Hkv, D, torch.float64, seed=S)
+    anchors, starts = make_packed(2, N, S, gen)
+    ours = run(op, q, k, v, dout, anchors, keep, B, W, None, starts)
+    ref = run(dense_attention, q, k, v, dout, anchors, keep, B, W, None, starts)
+    for name, a, r in zip(["out", "dq", "dk", "dv"], ours, ref):
+        assert rel_err(a, r) <= 1e-10, f"{name}: {rel_err(a, r):.3e}"
+    # The reference without ctx_start differs: the test sees the document boundaries.
+    unpacked = run(dense_attention, q, k, v, dout, anchors, keep, B, W, None)
+    assert rel_err(ours[0], unpacked[0]) > 1e-3
+
+
+def test_arbitrary_ctx_start_and_1d_broadcast():
+    # ctx_start is any value in [0, S], also past the anchor (that block sees only its own keys).
+    S, N, B = 40, 5, 8
+    q, k, v, dout, anchors, keep = make_inputs(S, N, B, 4, 2, 16, torch.float64, "edges")
+    gen = torch.Generator().manual_seed(3)
+    starts = torch.randint(0, S + 1, (2, N), generator=gen)
+    starts[:, 1] = S
+    ours = run(op, q, k, v, dout, anchors, keep, B, 3, None, starts)
+    ref = run(dense_attention, q, k, v, dout, anchors, keep, B, 3, None, starts)
+    for a, r in zip(ours, ref):
+        assert rel_err(a, r) <= 1e-10
+    ours = run(op, q, k, v, dout, anchors[0], keep[0], B, 0, None, starts[0])
+    ref = run(dense_attention, q, k, v, dout, anchors[0].expand(2, -1), keep[0].expand(2, -1), B, 0, None,
+              starts[0].expand(2, -1))
+    for a, r in zip(ours, ref):
+        assert rel_err(a, r) <= 1e-10
+
+
+def test_packed_fp32_and_bf16_against_dense():
+    S, N, B, Hq, Hkv, D, W = PACKED_CASES[2]
+    gen = torch.Generator().manual_seed(11)
+    anchors, starts = make_packed(2, N, S, gen)
+    q, k, v, dout, _, keep = make_inputs(S, N, B, Hq, Hkv, D, torch.float64, seed=5)
+    ref = run(dense_attention, q, k, v, dout, anchors, keep, B, W, None, starts)
+    ours = run(op, *(t.float() for t in (q, k, v, dout)), anchors, keep, B, W, None, starts)
+    for a, r in zip(ours, ref):
+        assert rel_err(a, r) <= 1e-5
+    qb, kb, vb, db = (t.bfloat16() for t in (q, k, v, dout))
+    ours = run(op, qb, kb, vb, db, anchors, keep, B, W, None, starts)
+    torch_bf16 = run(dense_attention, qb, kb, vb, db, anchors, keep, B, W, None, starts)
+    for name, a, t, r in zip(["out", "dq", "dk", "dv"], ours, torch_bf16, ref):
+        assert abs_err(a, r) <= 2 * abs_err(t, r) + 1e-6, name
+
+
+def test_packed_gradcheck():
+    gen = torch.Generator().manual_seed(7)
+    q, k, v, _, _, keep = make_inputs(12, 3, 4, 4, 2, 8, torch.float64, batch=1)
+    anchors, starts = make_packed(1, 3, 12, gen)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    assert torch.autograd.gradcheck(lambda q, k, v: op(q, k, v, anchors, keep, 4, 3, None, starts), (q, k, v))
+
+
+def test_packed_deterministic_across_thread_counts():
+    gen = torch.Generator().manual_seed(2)
+    q, k, v, dout, _, keep = make_inputs(400, 24, 16, 4, 2, 64, torch.float32)
+    anchors, starts = make_packed(2, 24, 400, gen)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run(op, q, k, v, dout, anchors, keep, 16, 0, None, starts)
+        torch.set_num_threads(max(2, before))
+        many = run(op, q, k, v, dout, anchors, keep, 16, 0, None, starts)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, many):
+        assert torch.equal(a, b)
+
+
+def test_a_block_never_sees_another_document():
+    # Changing every key and value outside block 0's document (and outside its own block) leaves its output.
+    S, N, B = 60, 3, 4
+    q, k, v, _, _, _ = make_inputs(S, N, B, 2, 1, 16, torch.float64, batch=1)
+    anchors, starts = torch.tensor([[30, 10, 45]]), torch.tensor([[25, 0, 25]])
+    keep = torch.ones(1, N, dtype=torch.bool)
+    out = op(q, k, v, anchors, keep, B, 0, None, starts)
+    k2, v2 = k.clone(), v.clone()
+    for t in (k2, v2):
+        t[:, :25] = torch.randn_like(t[:, :25])
+        t[:, S + B:] = torch.randn_like(t[:, S + B:])
+    out2 = op(q, k2, v2, anchors, keep, B, 0, None, starts)
+    assert torch.equal(out[:, :B], out2[:, :B])
+    assert not torch.equal(out[:, B:2 * B], out2[:, B:2 * B])
 
 
 def test_invalid_blocks_give_zero_output_and_gradients():
@@ -203,6 +318,9 @@ def test_clear_errors():
     _expect_error(r"not a multiple of block_size 5", q, k, v, anchors, keep, 5, 0, None)
     _expect_error(r"anchors must have dtype Long", q, k, v, anchors.int(), keep, 4, 0, None)
     _expect_error(r"keep must have shape \[3\] or \[1, 3\]", q, k, v, anchors, keep[:, :2], 4, 0, None)
+    _expect_error(r"ctx_start must have dtype Long", q, k, v, anchors, keep, 4, 0, None, anchors.int())
+    _expect_error(r"ctx_start\[0, 2\] = 21 is outside \[0, S\]", q, k, v, anchors, keep, 4, 0, None,
+                  torch.tensor([[0, 0, 21]]))
     k_strided = k.transpose(-1, -2).contiguous().transpose(-1, -2)
     assert k_strided.stride(3) != 1
     _expect_error(r"contiguous in head_dim", q, k_strided, v, anchors, keep, 4, 0, None)

@@ -144,6 +144,38 @@ def test_block_targets_match_the_loop_reference():
     assert torch.equal(t.teacher_index.view(b, -1)[counted], (tpos + S * torch.arange(b)[:, None])[counted])
 
 
+def test_packed_rows_with_document_ids():
+    """document_ids -> ctx_start for the op (the reference mask with it), positions that restart per document,
+    and labels that stop at the document's end; a block's attention output equals the same document alone."""
+    S, N, B, Hq, Hkv, D = 30, 4, 4, 4, 2, 16
+    doc = torch.tensor([0] * 12 + [1] * 10 + [2] * 8)                      # documents [0,12) [12,22) [22,30)
+    anchors = torch.tensor([[3, 13, 20, 25], [9, 12, 24, 0]])
+    keep = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    m = dflash.block_mask_args(anchors, keep, B, S, 2, document_ids=doc)
+    assert torch.equal(m.ctx_start, torch.tensor([[0, 12, 12, 22], [0, 12, 22, 0]]))
+    assert torch.equal(m.dense_mask(2), anchor_block_mask(anchors, keep, S, N, B, 2, m.ctx_start))
+    assert torch.equal(m.key_positions[0, :S], torch.cat([torch.arange(12), torch.arange(10), torch.arange(8)]))
+    assert torch.equal(m.query_positions[0, 4:8], torch.arange(1, 5))       # anchor 13 = position 1 of doc 1
+    q, k, v, dout, _, _ = inputs(S, N, B, Hq, Hkv, D)
+    ours = grads(lambda q, k, v: dflash.anchor_block_attention(q, k, v, m.anchors, m.keep, B, 2, None, m.ctx_start),
+                 q, k, v, dout)
+    want = grads(lambda q, k, v: dense_attention(q, k, v, anchors, keep, B, 2, None, m.ctx_start), q, k, v, dout)
+    for a, b in zip(ours, want):
+        assert max_rel(a, b) <= 1e-10
+    # Block 1 of row 0 (document 1 alone: its context keys 12..21, its own block keys) gives the same output.
+    alone = dense_attention(q[:1, 4:8], torch.cat([k[:1, 12:22], k[:1, S + 4:S + 8]], 1),
+                            torch.cat([v[:1, 12:22], v[:1, S + 4:S + 8]], 1), torch.tensor([[1]]),
+                            torch.tensor([[True]]), B, 2)
+    assert max_rel(ours[0][:1, 4:8], alone) <= 1e-12
+    # Labels past the anchor's document weigh 0: anchor 20 (doc [12, 22)) keeps slots 1 only.
+    ids = torch.arange(S).expand(2, S) + 100
+    t = dflash.block_targets(ids, torch.ones(2, S, dtype=torch.bool), m, 7)
+    assert (t.weights[0, 8:12] > 0).tolist() == [False, True, False, False]
+    assert (t.weights[0, 4:8] > 0).tolist() == [False, True, True, True]
+    with pytest.raises(ValueError, match=r"document_ids must be \[S\] or \[batch, S\] with S = 30"):
+        dflash.block_mask_args(anchors, keep, B, S, document_ids=doc[:5])
+
+
 def dense_loss(h, lm_head, labels, w, teacher=None, tidx=None, kl=0.0):
     logp = torch.log_softmax(h @ lm_head.T, -1)
     ce = -logp.gather(1, labels[:, None]).squeeze(1)

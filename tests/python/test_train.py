@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import socket
 import subprocess
 
@@ -259,6 +260,52 @@ def test_online_target_equals_offline_features(dflash_bin, target_dir, tmp_path,
     train(dflash_bin, base_args(tdir, off, b, steps=3, kl_weight=kl))
     for x, y in zip(metrics(a), metrics(b)):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
+
+
+def padding_line(stderr):
+    """The run's last words on padding: (% of row positions that are tokens, % of blocks with an anchor)."""
+    m = re.search(r"rows \(pack (on|off)\): ([0-9.]+)% of positions are tokens, ([0-9.]+)% of blocks have an anchor",
+                  stderr)
+    assert m, stderr
+    return float(m.group(2)), float(m.group(3))
+
+
+@pytest.mark.parametrize("online", [False, True])
+def test_packed_rows_train_like_unpacked(dflash_bin, target_dir, offline_dir, tmp_path, online):
+    """pack: true puts several samples in a row; every step's loss and the weights match pack: false (fp32).
+    Offline: the hidden-v1 shards as they are. Online: the target runs on the unpacked rows, with soft labels."""
+    data, extra = offline_dir[0], {}
+    if online:
+        data = tmp_path / "tokens.jsonl"
+        data.write_text("".join(json.dumps({"input_ids": s["input_ids"].tolist(),
+                                            "loss_mask": s["loss_mask"].long().tolist()}) + "\n"
+                                for s in make_token_samples(n=8, seed=6)))
+        extra = {"kl_weight": 0.15}
+    # 128 tokens and 64 anchors a row hold 2-3 of these samples (20-41 tokens, 13-34 anchor positions).
+    kw = dict(steps=3, batch_size=4, max_len=128, num_anchors=64, **extra)
+    a, b = tmp_path / "unpacked", tmp_path / "packed"
+    ra = train(dflash_bin, base_args(target_dir[0], data, a, **kw))
+    rb = train(dflash_bin, base_args(target_dir[0], data, b, **kw) + ["--pack"])
+    assert json.loads((b / "train_config.json").read_text())["pack"] is True
+    ma, mb = metrics(a), metrics(b)
+    assert len(ma) == len(mb) == 3
+    for x, y in zip(ma, mb):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5), (x, y)
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4), (x, y)
+        assert x["slot_acc"] == pytest.approx(y["slot_acc"], abs=1e-9)
+    wa, wb = final_weights(a, 3), final_weights(b, 3)
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
+    tok_a, blk_a = padding_line(ra.stderr)
+    tok_b, blk_b = padding_line(rb.stderr)
+    assert tok_b > tok_a and blk_b > blk_a, (ra.stderr, rb.stderr)  # packing removed padding
+
+
+def test_pack_setting_is_checked(dflash_bin, target_dir, offline_dir, tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"pack": "yes"}))
+    r = train(dflash_bin, ["--config", str(cfg)] + base_args(target_dir[0], offline_dir[0], tmp_path / "r"), check=False)
+    assert r.returncode != 0 and "key 'pack' expects true or false" in r.stderr, r.stderr
 
 
 def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tmp_path):

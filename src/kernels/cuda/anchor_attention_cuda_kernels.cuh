@@ -44,6 +44,8 @@ struct Params {
   Str outs, dks, dvs;
   float *lse, *delta, *dq_acc;
   const int32_t *order, *sorted_anchor, *nkept;
+  const int64_t* ctx_start;  // [batch, N] per block (null: 0); read through ctx_start_of
+  int64_t ctx_start_sb;
   int N, B, S, Hq, Hkv, G, Tq;
   int64_t window;
   float scale, scale_log2;
@@ -158,6 +160,13 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(kFull, x, 1);
   return x + __shfl_xor_sync(kFull, x, 2);
+}
+
+// Block n's context start, clamped to [0, S] like the anchors (0 when the caller passed none).
+__device__ __forceinline__ int ctx_start_of(const Params& p, int b, int n) {
+  if (!p.ctx_start) return 0;
+  const int64_t x = p.ctx_start[int64_t(b) * p.ctx_start_sb + n];
+  return int(x < 0 ? 0 : (x > p.S ? p.S : x));
 }
 
 // ---- plan ----------------------------------------------------------------------------------------
@@ -312,7 +321,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
     const int64_t R = R0 + tid;
     if (R < total) {
       const int bi = int(R / GB), rem = int(R % GB), g = rem / p.B, j = rem % p.B;
-      const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window);
+      const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window, ctx_start_of(p, b, order[bi]));
       const int lo = int(rr.ctx_lo), hi = int(rr.ctx_hi);
       r_lo[tid] = lo;
       r_hi[tid] = hi;
@@ -549,7 +558,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
       const int64_t R = R0 + tid;
       if (R < Rhi) {
         const int bi = int(R / GB), rem = int(R % GB), g = rem / p.B, j = rem % p.B;
-        const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window);
+        const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window, ctx_start_of(p, b, order[bi]));
         const int tok = order[bi] * p.B + j, qh = h * p.G + g;
         if (own) {
           r_clo[tid] = -c0;
@@ -572,6 +581,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
       }
     }
     __syncthreads();
+    // A row tile none of whose rows sees these keys (packed rows: blocks of a later document, whose context
+    // starts past them) is skipped; every warp reads the same shared flags, so all take the same branch.
+    if (!own) {
+      const bool seen = (max(r_clo[lane], 0) < min(r_chi[lane], kn)) || (max(r_clo[lane + 32], 0) < min(r_chi[lane + 32], kn));
+      if (!__any_sync(kFull, seen)) continue;
+    }
     load_rows<D, LD, kBwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
       return r_tok[r] < 0 ? -1 : qb + int64_t(r_tok[r]) * p.qs.st + int64_t(r_qh[r]) * p.qs.sh;
     });
@@ -739,6 +754,8 @@ inline Params make_params(const AnchorAttentionArgs& a, const int32_t* order, co
   p.order = order;
   p.sorted_anchor = sorted_anchor;
   p.nkept = nkept;
+  p.ctx_start = a.ctx_start;
+  p.ctx_start_sb = a.ctx_start_sb;
   p.N = int(s.num_blocks);
   p.B = int(s.block_size);
   p.S = int(s.context_len);

@@ -1,7 +1,8 @@
 // The CUDA anchor-attention kernels run on the CPU under cuda_emu.h, exposed to Python as
-//   torch.ops.dflash_emu.anchor_block_attention_fwd(q, k, v, anchors, keep, block_size, window, scale)
+//   torch.ops.dflash_emu.anchor_block_attention_fwd(q, k, v, anchors, keep, block_size, window, scale,
+//                                                   ctx_start=None)
 //   torch.ops.dflash_emu.anchor_block_attention_bwd(dout, q, k, v, out, lse, anchors, keep, block_size,
-//                                                   window, scale)
+//                                                   window, scale, ctx_start=None)
 // for CPU tensors (bf16 or fp16), so tests/python/test_attention_cuda_emulated.py can check the GPU
 // code's index math, masking and synchronisation on a machine without a GPU. mma.sync is emulated
 // from the PTX ISA's fragment layout (written here independently of the kernels' fragment loads).
@@ -200,10 +201,11 @@ void dispatch(const at::Tensor& q, int64_t D, F&& f) {
 
 std::tuple<at::Tensor, at::Tensor> emu_fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                            const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,
-                                           int64_t window, double scale) {
-  const ops::AttentionDims d = ops::check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window);
+                                           int64_t window, double scale, const std::optional<at::Tensor>& cs_opt) {
+  const at::Tensor cs = ops::ctx_start_or_undefined(cs_opt);
+  const ops::AttentionDims d = ops::check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window, cs);
   const Guarded q = Guarded::copy_of(q_in), k = Guarded::copy_of(k_in), v = Guarded::copy_of(v_in);
-  auto args = ops::make_kernel_args(d, q.view, k.view, v.view, anchors, keep, window, scale);
+  auto args = ops::make_kernel_args(d, q.view, k.view, v.view, anchors, keep, window, scale, cs);
   Guarded out(q_in.sizes(), q_in.options(), 0);
   Guarded lse({d.batch, d.q_heads, d.num_blocks * d.block_size}, q_in.options().dtype(at::kFloat),
               -std::numeric_limits<double>::infinity());
@@ -223,12 +225,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> emu_bwd(const at::Tensor& dout_in
                                                        const at::Tensor& k_in, const at::Tensor& v_in,
                                                        const at::Tensor& out_in, const at::Tensor& lse_in,
                                                        const at::Tensor& anchors, const at::Tensor& keep,
-                                                       int64_t block_size, int64_t window, double scale) {
-  const ops::AttentionDims d = ops::check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window);
+                                                       int64_t block_size, int64_t window, double scale,
+                                                       const std::optional<at::Tensor>& cs_opt) {
+  const at::Tensor cs = ops::ctx_start_or_undefined(cs_opt);
+  const ops::AttentionDims d = ops::check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window, cs);
   const Guarded q = Guarded::copy_of(q_in), k = Guarded::copy_of(k_in), v = Guarded::copy_of(v_in);
   const Guarded dout = Guarded::copy_of(dout_in.to(q_in.scalar_type())), o = Guarded::copy_of(out_in);
   const Guarded lse = Guarded::copy_of(lse_in.to(at::kFloat));
-  auto args = ops::make_kernel_args(d, q.view, k.view, v.view, anchors, keep, window, scale);
+  auto args = ops::make_kernel_args(d, q.view, k.view, v.view, anchors, keep, window, scale, cs);
   Guarded dq(q_in.sizes(), q_in.options(), 0), dk(k_in.sizes(), k_in.options(), 0), dv(v_in.sizes(), v_in.options(), 0);
   const int64_t rows = d.batch * d.q_heads * d.num_blocks * d.block_size;
   Guarded delta({rows}, q_in.options().dtype(at::kFloat), 0), dq_acc({rows * d.head_dim}, q_in.options().dtype(at::kFloat), 0);
@@ -257,9 +261,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> emu_bwd(const at::Tensor& dout_in
 
 TORCH_LIBRARY(dflash_emu, m) {
   m.def("anchor_block_attention_fwd(Tensor q, Tensor k, Tensor v, Tensor anchors, Tensor keep, int block_size, "
-        "int window, float scale) -> (Tensor, Tensor)");
+        "int window, float scale, Tensor? ctx_start=None) -> (Tensor, Tensor)");
   m.def("anchor_block_attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-        "Tensor anchors, Tensor keep, int block_size, int window, float scale) -> (Tensor, Tensor, Tensor)");
+        "Tensor anchors, Tensor keep, int block_size, int window, float scale, Tensor? ctx_start=None) "
+        "-> (Tensor, Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(dflash_emu, CPU, m) {
   m.impl("anchor_block_attention_fwd", &dflash::kernels::cuda::emu_fwd);
