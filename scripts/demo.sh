@@ -15,7 +15,8 @@
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
 # Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
 # DEMO_TARGET_LAYERS, DEMO_LR, DEMO_FINAL_NORM, DEMO_DTYPE, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_MAX_DRAFT,
-# DEMO_OUT. DEMO_DEVICE=cuda:0 runs every stage on that GPU (target and drafter; default cpu).
+# DEMO_OUT. DEMO_DEVICE=cuda:0 runs every stage on that GPU (target and drafter; default cpu). DEMO_DRAFT_VOCAB=K
+# trains with a K-token draft vocabulary (default 0: the target's full vocabulary).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -155,7 +156,7 @@ RUN="$OUT/run"
 DRAFTER="$OUT/drafter"
 TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS block=$DEMO_BLOCK anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
 TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM offline=$DEMO_OFFLINE"
-TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE device=$DEMO_DEVICE"
+TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE device=$DEMO_DEVICE${DEMO_DRAFT_VOCAB:+ draft_vocab=$DEMO_DRAFT_VOCAB}"
 stage "2/4 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK) on $DRAFTER_DEVICES, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
@@ -170,7 +171,8 @@ else
       --mask-token-id "$MASK_TOKEN" --block-size "$DEMO_BLOCK" --steps "$DEMO_STEPS" --drafter-devices "$DRAFTER_DEVICES" \
       --target-devices "$DEMO_DEVICE" \
       --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype "$DEMO_DTYPE" --log-every 10 --checkpoint-every 200 \
-      --target-layer-ids "$DEMO_TARGET_LAYERS" --lr "$DEMO_LR" --init-final-norm "$DEMO_FINAL_NORM"
+      --target-layer-ids "$DEMO_TARGET_LAYERS" --lr "$DEMO_LR" --init-final-norm "$DEMO_FINAL_NORM" \
+      --draft-vocab "${DEMO_DRAFT_VOCAB:-0}"
   fi
   rm -rf "$DRAFTER"
   "$DFLASH" export "$RUN" --out "$DRAFTER"
