@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from eval_cli import run_eval, write_prompts
 from hf_greedy import hf_greedy
 from tiny_models import tiny_llama
 
@@ -29,21 +30,11 @@ def target(tmp_path_factory):
     return m, d
 
 
-def _prompts(path, n, vocab, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"prompt_ids": torch.randint(3, vocab, (4 + 3 * i,), generator=g).tolist()}) + "\n")
-    return path
+_prompts = write_prompts
 
 
 def _eval(dflash_bin, target_dir, data, tmp_path, *extra):
-    out, toks = tmp_path / "eval.json", tmp_path / "tokens.jsonl"
-    cmd = [dflash_bin, "eval", "--target", str(target_dir), "--data", f"tiny={data}", "--json", str(out),
-           "--tokens-out", str(toks), "--threads", "1", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.load(open(out)), [json.loads(l) for l in open(toks)], r.stdout
+    return run_eval(dflash_bin, target_dir, data, tmp_path, *extra, env=ENV, timeout=None)
 
 
 def test_oracle_gives_tau_b_and_lossless(dflash_bin, target, tmp_path):

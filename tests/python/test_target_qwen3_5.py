@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from transformers import (Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration,
                           Qwen3_5TextConfig)
 from hf_greedy import hf_greedy
+from eval_cli import run_eval, write_prompts
 from hidden_format import read_folder
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -304,21 +305,12 @@ def test_bad_configs_and_checkpoints_are_clear_errors(dflash_bin, tiny, tmp_path
 
 # --- every command that runs a target
 
-def _prompts(path, n, vocab, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"prompt_ids": torch.randint(3, vocab, (4 + 3 * i,), generator=g).tolist()}) + "\n")
-    return path
+_prompts = write_prompts
 
 
 def _eval(dflash_bin, target_dir, data, tmp_path, *extra):
-    out, toks = tmp_path / "eval.json", tmp_path / "tokens.jsonl"
-    cmd = [dflash_bin, "eval", "--target", str(target_dir), "--data", f"tiny={data}", "--json", str(out),
-           "--tokens-out", str(toks), "--threads", "1", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.load(open(out)), [json.loads(l) for l in open(toks)]
+    report, tokens, _ = run_eval(dflash_bin, target_dir, data, tmp_path, *extra, env=ENV, timeout=TIMEOUT)
+    return report, tokens
 
 
 @pytest.fixture(scope="module")
