@@ -25,8 +25,6 @@ BUILD=$ROOT/build-gpu
 BUDGET=${GPU_CHECK_BUDGET_S:-470}  # seconds for all steps together
 source "$ROOT/scripts/gpu_common.sh"
 
-PY=$ROOT/.venv/bin/python
-[[ -x "$PY" ]] || PY=$(command -v python3)
 note "gpu_check $(date -u +%FT%TZ) python $PY"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" 2>&1 |

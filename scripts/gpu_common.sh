@@ -1,10 +1,12 @@
-# Shared by the one-shot GPU scripts (gpu_check.sh, gpu_seed_step.sh): a time budget for the whole run and
+# Shared by the one-shot GPU scripts (gpu_check.sh, gpu_seed_step.sh, gpu_pipeline.sh): a time budget for the whole run and
 # `step`, which runs one command under what is left of it, logs it, and records PASS/FAIL in the summary
 # without stopping the script (every step runs even when an earlier one failed). Source it after setting
-# OUTDIR and BUDGET.
+# OUTDIR, BUDGET and ROOT. PY is the checkout's .venv Python, else the machine's python3.
 SUMMARY=$OUTDIR/summary.txt
 : >"$SUMMARY"
 failures=0
+PY=$ROOT/.venv/bin/python
+[[ -x "$PY" ]] || PY=$(command -v python3)
 T0=$(date +%s)
 note() { echo "$*" | tee -a "$SUMMARY"; }
 step() {  # step NAME TIMEOUT_S LOGFILE CMD...: runs, records pass/FAIL and the time taken

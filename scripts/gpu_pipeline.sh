@@ -48,8 +48,6 @@ OUTDIR=${OUT:-$ROOT/gpu-pipeline-out}
 mkdir -p "$OUTDIR"
 BUDGET=${GPU_PIPELINE_BUDGET_S:-560}
 source "$ROOT/scripts/gpu_common.sh"
-PY=$ROOT/.venv/bin/python
-[[ -x "$PY" ]] || PY=$(command -v python3)
 note "gpu_pipeline $(date -u +%FT%TZ) mode $MODE python $PY"
 
 DEMO_OUT=$OUTDIR/full

@@ -29,8 +29,6 @@ mkdir -p "$OUTDIR"
 BUDGET=${GPU_SEED_STEP_BUDGET_S:-520}
 source "$ROOT/scripts/gpu_common.sh"
 
-PY=$ROOT/.venv/bin/python
-[[ -x "$PY" ]] || PY=$(command -v python3)
 note "gpu_seed_step $(date -u +%FT%TZ) python $PY dry_run $DRY"
 
 if ((DRY)); then

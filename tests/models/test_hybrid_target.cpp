@@ -17,11 +17,6 @@ using namespace dflash::models::tiny;
 
 namespace {
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
 TargetModel hybrid_model(uint64_t seed, TargetLoadOptions opts = {}) {
   opts.dtype = at::kDouble;
   return make_model(tiny_hybrid_config(), random_hybrid_weights(tiny_hybrid_config(), seed), opts);

@@ -16,11 +16,6 @@ using namespace dflash::models::tiny;
 
 namespace {
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
 class TargetModelTest : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Tiny random Llama / Qwen3 / Qwen3.5-hybrid targets built in memory, shared by the model and data tests.
 #pragma once
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
@@ -10,6 +11,12 @@
 #include "target_model.h"
 
 namespace dflash::models::tiny {
+
+// Largest elementwise difference, in fp64; a shape mismatch fails the calling test.
+inline double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
 
 inline TargetConfig tiny_config(const std::string& type) {
   TargetConfig c;
