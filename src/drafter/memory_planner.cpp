@@ -85,7 +85,7 @@ std::string attention_bwd_how(const PlanSettings& s) {
   const auto c = cuda_bwd_chunks(s);
   return "dq, dk, dv + delta + fp32 dQ accumulator" +
          (c.count > 1 ? " of one chunk (" + std::to_string(c.count) + " chunks of " + std::to_string(c.batches) +
-                            " batch x " + std::to_string(c.kv_heads) + " KV heads)"
+                            " batches x " + std::to_string(c.kv_heads) + " KV heads)"
                       : std::string());
 }
 
