@@ -47,10 +47,10 @@ const std::vector<TileConfig>& tile_configs() {
       {K::Forward, 256, 32, 2},   // 102,928: 32 keys keep O and S in registers at D = 256
       {K::Forward, 256, 32, 1},   //  69,136: one stage (16 keys x 2 stages spilled registers on sm_8x)
       {K::Backward, 64, 128, 1},  //  91,648
-      {K::Backward, 128, 128, 1},  // 140,800
-      {K::Backward, 128, 64, 1},   //  89,600
-      {K::Backward, 256, 64, 1},   // 155,136
-      {K::Backward, 256, 16, 1},   //  92,160: half the warps score a 16-key tile
+      {K::Backward, 128, 128, 1}, // 140,800
+      {K::Backward, 128, 64, 1},  //  89,600
+      {K::Backward, 256, 64, 1},  // 155,136
+      {K::Backward, 256, 16, 1},  //  92,160: half the warps score a 16-key tile
       {K::DqRows, 64, 64, 2},     //  57,360
       {K::DqRows, 128, 64, 2},    // 106,512
       {K::DqRows, 128, 32, 2},    //  71,696

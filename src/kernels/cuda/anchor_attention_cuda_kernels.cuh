@@ -54,6 +54,7 @@ struct Params {
   float scale, scale_log2;
 };
 
+// Tensor-core multiply-accumulate and conversions for element type T (bf16 or fp16).
 template <typename T>
 struct Elem;
 
@@ -131,7 +132,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // load_rows with cp.async (the caller commits and waits). ROLLED keeps the loop rolled: unrolled, its
 // address arithmetic pushed the deterministic dQ kernel at D = 256 past 255 registers on sm_8x (ptxas
-// spills), while the forward kernels compile without spills either way only when unrolled.
+// spills), while the forward kernels spill there when it is rolled.
 template <int D, int LD, int NT, bool ROLLED = false, typename Off>
 __device__ __forceinline__ void load_rows_async(uint16_t* s, const uint16_t* g, int rows, Off off) {
   constexpr int kChunks = D / 8;

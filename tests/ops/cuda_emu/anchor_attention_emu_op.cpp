@@ -21,12 +21,9 @@
 #include <cstring>
 #include <limits>
 #include <vector>
-#include <type_traits>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
-#include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
