@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One-shot GPU check for an H200 session (16 cores, < 8 minutes): build the CUDA kernels for sm_90,
-# run the CUDA attention tests, then the attention benchmarks (our Python one first, then the CLI
-# bench, which needs the whole CLI built). Every step runs even when an earlier
-# one fails; each failure is printed loudly and the script exits non-zero at the end.
+# One-shot GPU check for an H100/H200 session (16 cores, < 8 minutes): build the CUDA kernels for this
+# GPU's architecture, run the CUDA attention tests twice (as the device is, and with the shared memory of
+# a 99 KB card, DFLASH_CUDA_SMEM_LIMIT=101376, so the small tile configurations run too; both passes
+# include the deterministic backward), compute-sanitizer over both, then the attention benchmarks (our
+# Python one first, then the CLI bench, which needs the whole CLI built). Every step runs even when an
+# earlier one fails; each failure is printed loudly and the script exits non-zero at the end.
 #
 # The device machine has its own python3 with torch (no .venv, no network, maybe no GTest or
 # nlohmann-json). Before the device call, run here:   bash scripts/gpu_check.sh --prepare
@@ -26,16 +28,12 @@ BUDGET=${GPU_CHECK_BUDGET_S:-470}  # seconds for all steps together
 source "$ROOT/scripts/gpu_common.sh"
 
 note "gpu_check $(date -u +%FT%TZ) python $PY"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" 2>&1 |
   tee -a "$SUMMARY"
 
-# Missing dev packages: the carried .debs, unpacked into a private prefix.
-PREFIX_PATH=$(gpu_prefix_path "$DEPS")
-
-step "configure (sm_90)" 90 "$OUTDIR/build.log" env TORCH_CUDA_ARCH_LIST=9.0 cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDFLASH_CUDA=ON -DDFLASH_PYTHON="$PY" \
-  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH}
+# Missing dev packages: the carried .debs, unpacked into a private prefix (gpu_configure).
+gpu_configure "$BUILD" "$OUTDIR/build.log"
 if ! grep -q "CUDA kernels: ON" "$OUTDIR/build.log"; then
   failures=$((failures + 1))
   note "FAIL  configure did not enable the CUDA kernels (see build.log)"
@@ -44,14 +42,19 @@ step "build dflash_ops" 180 "$OUTDIR/build.log" cmake --build "$BUILD" --target 
 
 step "pytest CUDA attention" 150 "$OUTDIR/pytest.log" env DFLASH_BUILD_DIR="$BUILD" DFLASH_REQUIRE_CUDA=1 \
   HF_HUB_OFFLINE=1 "$PY" -m pytest -q -rs tests/python/test_attention_cuda.py
-
+step "pytest CUDA attention, 99 KB of shared memory" 150 "$OUTDIR/pytest.log" env DFLASH_BUILD_DIR="$BUILD" \
+  DFLASH_REQUIRE_CUDA=1 DFLASH_CUDA_SMEM_LIMIT=101376 HF_HUB_OFFLINE=1 "$PY" -m pytest -q -rs \
+  tests/python/test_attention_cuda.py
 
 # Memory errors and shared-memory races on the real hardware (tiny shapes; compute-sanitizer runs
 # on the Firecracker H200 machines, per the device notes).
 if command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck; do
-    step "compute-sanitizer $tool" 90 "$OUTDIR/sanitizer.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$PY" scripts/gpu_sanitize_attention.py "$BUILD/libdflash_ops.so"
+  for smem in "" 101376; do
+    for tool in memcheck racecheck; do
+      step "compute-sanitizer $tool${smem:+ (DFLASH_CUDA_SMEM_LIMIT=$smem)}" 90 "$OUTDIR/sanitizer.log" \
+        env ${smem:+DFLASH_CUDA_SMEM_LIMIT=$smem} compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        "$PY" scripts/gpu_sanitize_attention.py "$BUILD/libdflash_ops.so"
+    done
   done
 else
   note "SKIP  compute-sanitizer not found"
@@ -74,8 +77,9 @@ else
   note "INFO  configure did not enable c10d NCCL (see build.log)"
 fi
 step "build test_train" 150 "$OUTDIR/build.log" cmake --build "$BUILD" --target test_train -j16
-step "NCCL smoke: 2 CUDA workers + NCCL group of one == CPU" 90 "$OUTDIR/nccl.log" env DFLASH_REQUIRE_CUDA=1 \
-  "$BUILD/tests/train/test_train" --gtest_filter='MiniTraining.NcclTwoCudaWorkersMatchCpu:DistBackend.*'
+step "NCCL smoke: 2 CUDA workers + NCCL group of one == CPU; deterministic CUDA runs bitwise equal" 120 \
+  "$OUTDIR/nccl.log" env DFLASH_REQUIRE_CUDA=1 "$BUILD/tests/train/test_train" \
+  --gtest_filter='MiniTraining.NcclTwoCudaWorkersMatchCpu:MiniTraining.DeterministicCudaRunsAreBitwiseEqual:DistBackend.*'
 
 # Later: a tiny GPU training run (a few hundred steps of the drafter on the SmolLM2 target with
 # --device cuda, checking that the loss falls and tau > 1) belongs here, once `dflash train` exists.

@@ -41,3 +41,20 @@ gpu_prefix_path() {
   for f in "$deps"/*.deb; do dpkg -x "$f" "$deps/root"; done
   echo "$deps/root/usr;$deps/root/usr/lib/x86_64-linux-gnu/cmake;$deps/root/usr/share/cmake"
 }
+# The compute capability of GPU 0 in DFLASH_CUDA_ARCHS' spelling (9.0 -> 90; 90 when nvidia-smi cannot say):
+# the scripts build the kernels for this machine's GPU only, which is what makes their build fast.
+gpu_arch() {
+  local cap
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+  if [[ $cap =~ ^[0-9]+$ ]]; then echo "$cap"; else echo 90; fi
+}
+# gpu_configure BUILD LOG: configures BUILD with the CUDA kernels for gpu_arch (the carried dev packages found
+# through gpu_prefix_path) and notes in the summary what the kernels are compiled for.
+gpu_configure() {
+  local build=$1 log=$2 arch prefix
+  arch=$(gpu_arch)
+  prefix=$(gpu_prefix_path "$ROOT/.cache/gpu_deps")
+  step "configure (sm_$arch)" 90 "$log" env DFLASH_CUDA_ARCHS="$arch" cmake -S "$ROOT" -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DDFLASH_CUDA=ON -DDFLASH_PYTHON="$PY" ${prefix:+-DCMAKE_PREFIX_PATH=$prefix}
+  note "INFO  $(grep -o 'dflash: CUDA kernels for .*' "$log" | tail -n 1)"
+}

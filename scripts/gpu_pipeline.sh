@@ -58,11 +58,8 @@ if [[ $MODE == dry ]]; then
   export DEMO_ANCHORS=16 DEMO_MAX_LEN=128
 else
   BUILD=$ROOT/build-gpu
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
-  PREFIX_PATH=$(gpu_prefix_path "$ROOT/.cache/gpu_deps")
-  step "configure (sm_90)" 90 "$OUTDIR/build.log" env TORCH_CUDA_ARCH_LIST=9.0 cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDFLASH_CUDA=ON -DDFLASH_PYTHON="$PY" \
-    ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH}
+  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+  gpu_configure "$BUILD" "$OUTDIR/build.log"
   step "build dflash" 240 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash -j16
   # The answers come regenerated: stage 1 of the demo finds them and is skipped.
   if [[ -f $ANSWERS ]]; then

@@ -47,11 +47,8 @@ else
   PLAN_SHAPE=(--preset qwen3.6-27b)
   PY_SHAPE=(--preset seed --dtype bf16 --reps 1)
   PY_IMPLS=dflash,flex,per_block_sdpa
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
-  PREFIX_PATH=$(gpu_prefix_path "$ROOT/.cache/gpu_deps")
-  step "configure (sm_90)" 90 "$OUTDIR/build.log" env TORCH_CUDA_ARCH_LIST=9.0 cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDFLASH_CUDA=ON -DDFLASH_PYTHON="$PY" \
-    ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH}
+  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+  gpu_configure "$BUILD" "$OUTDIR/build.log"
   step "build drafter_cli + dflash_ops" 200 "$OUTDIR/build.log" cmake --build "$BUILD" --target drafter_cli dflash_ops -j16
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" 2>&1 |

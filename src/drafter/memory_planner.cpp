@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor_attention_cuda_host.h"
 #include "drafter_weights.h"
 
 namespace dflash::drafter {
@@ -58,10 +59,34 @@ double loss_chunk_bytes(const Dims& d) {
   return d.r * d.Vl * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e;
 }
 
-// Attention op backward workspace beyond dq/dk/dv: delta [Hq, T] and the dQ accumulator(s).
+// The CUDA attention's backward as the op runs it (anchor_attention_cuda_host.h): its workspace in chunks.
+kernels::cuda::BwdChunks cuda_bwd_chunks(const PlanSettings& s) {
+  kernels::AnchorAttentionShape shape;
+  shape.batch = s.batch;
+  shape.num_blocks = s.num_anchors;
+  shape.block_size = s.cfg.block_size;
+  shape.context_len = s.seq_len;
+  shape.q_heads = s.cfg.num_attention_heads;
+  shape.kv_heads = s.cfg.num_key_value_heads;
+  shape.head_dim = s.cfg.head_dim;
+  return kernels::cuda::plan_bwd_chunks(shape, s.deterministic);
+}
+
+// Attention op backward workspace beyond dq/dk/dv: delta [Hq, T] and the dQ accumulator(s): on the CPU one per
+// partition, on CUDA one chunk's (none in the deterministic mode).
 double attention_bwd_workspace(const PlanSettings& s, const Dims& d) {
-  const double acc_copies = s.device == "cpu" ? double(s.cpu_dq_partitions) : 1.0;
-  return d.a * d.T * d.Hq + acc_copies * d.a * d.T * d.Q;
+  if (s.device == "cuda") return double(cuda_bwd_chunks(s).bytes());
+  return d.a * d.T * d.Hq + double(s.cpu_dq_partitions) * d.a * d.T * d.Q;
+}
+
+std::string attention_bwd_how(const PlanSettings& s) {
+  if (s.device == "cpu") return "dq, dk, dv + delta + dQ partitions (CPU)";
+  if (s.deterministic) return "dq, dk, dv + delta (deterministic dQ: no accumulator)";
+  const auto c = cuda_bwd_chunks(s);
+  return "dq, dk, dv + delta + fp32 dQ accumulator" +
+         (c.count > 1 ? " of one chunk (" + std::to_string(c.count) + " chunks of " + std::to_string(c.batches) +
+                            " batches x " + std::to_string(c.kv_heads) + " KV heads)"
+                      : std::string());
 }
 
 int64_t count_params(const DrafterConfig& c) {
@@ -192,7 +217,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
          "x, h1, q, q_rope, out, x2, h2 (T x H/Q) + k, k_rope, v ((C+T) x K) + g, u (T x I)");
   term("final norm + hidden", final_norm, "2 x T x H");
   term("attention (O + LSE saved; backward workspace)", attention_bwd_workspace(s, d) + d.T * d.Q * d.e + 2 * (d.C + d.T) * d.K * d.e,
-       s.device == "cpu" ? "dq, dk, dv + delta + dQ partitions (CPU)" : "dq, dk, dv + delta + fp32 dQ accumulator");
+       attention_bwd_how(s));
   term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
   return p;
 }
@@ -324,7 +349,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
                    {"block_size", s.cfg.block_size}, {"dtype_bytes", s.dtype_bytes},
                    {"checkpoint_every", s.checkpoint_every}, {"loss_chunk_rows", s.loss_chunk_rows},
                    {"kl_weight", s.kl_weight}, {"optimizer", s.optimizer}, {"master_fp32", s.master_fp32},
-                   {"device", s.device}, {"params", p.params}};
+                   {"device", s.device}, {"deterministic", s.deterministic}, {"params", p.params}};
   j["drafter_config"] = drafter_config_to_json(s.cfg);
   j["peak_bytes"] = p.peak_bytes;
   j["peak_gb"] = p.peak_bytes / 1e9;
@@ -347,12 +372,13 @@ std::string format_plan(const MemoryPlan& p) {
   if (s.cfg.draft_vocab_size > 0) o << "draft vocabulary: LM head and loss over " << s.cfg.draft_vocab_size << " rows\n";
   std::snprintf(line, sizeof line,
                 "step: batch %lld x seq %lld, %lld anchors x block %lld, %lld-byte dtype, checkpoint %s, loss chunk %lld rows, "
-                "kl_weight %g, optimizer %s%s, device %s\n",
+                "kl_weight %g, optimizer %s%s, device %s%s\n",
                 (long long)s.batch, (long long)s.seq_len, (long long)s.num_anchors, (long long)s.cfg.block_size,
                 (long long)s.dtype_bytes,
                 s.checkpoint_every == 0 ? "none" : s.checkpoint_every == 1 ? "every layer" : ("every " + std::to_string(s.checkpoint_every)).c_str(),
                 (long long)s.loss_chunk_rows, s.kl_weight, s.optimizer.c_str(),
-                s.master_fp32 && s.dtype_bytes < 4 && s.optimizer != "none" ? " + fp32 master" : "", s.device.c_str());
+                s.master_fp32 && s.dtype_bytes < 4 && s.optimizer != "none" ? " + fp32 master" : "", s.device.c_str(),
+                s.deterministic ? " (deterministic)" : "");
   o << line << "\nbreakdown:\n";
   for (auto& t : p.terms) {
     std::snprintf(line, sizeof line, "  %-48s %12s   %s\n", t.name.c_str(), human_bytes(t.bytes).c_str(), t.how.c_str());

@@ -26,6 +26,7 @@ struct PlanSettings {
   bool master_fp32 = true;    // fp32 master weights (only when dtype is narrower than fp32)
   std::string device = "cuda";      // cuda | cpu (the attention backward workspace differs)
   int64_t cpu_dq_partitions = kernels::kDefaultDqPartitions;  // CPU attention backward: fp32 dQ partitions
+  bool deterministic = false;  // CUDA: torch's deterministic algorithms, dQ without the fp32 accumulator
 };
 
 struct PlanTerm {

@@ -61,6 +61,7 @@ int plan_main(const std::vector<std::string>& argv) {
   a.option("optimizer", "NAME", "adamw", "adamw | sgd | none");
   a.flag("no-master", "no fp32 master weights");
   a.option("device", "NAME", "cuda", "cuda | cpu (attention backward workspace differs)");
+  a.flag("deterministic", "CUDA: deterministic algorithms (train's `deterministic`): dQ without the fp32 accumulator");
   a.option("draft-vocab", "K", "0", "LM head restricted to a draft vocabulary of K tokens (0: the full vocabulary)");
   a.option("budget", "SIZE", "", "pick the cheapest checkpoint policy and loss chunk that fit, e.g. 90GB");
   a.flag("json", "print JSON instead of text");
@@ -95,6 +96,7 @@ int plan_main(const std::vector<std::string>& argv) {
   if (pick("optimizer")) s.optimizer = a.str("optimizer");
   if (a.on("no-master")) s.master_fp32 = false;
   if (pick("device")) s.device = a.str("device");
+  if (a.on("deterministic")) s.deterministic = true;
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)

@@ -4,6 +4,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
+#include "anchor_attention_cuda_host.h"
+
 namespace dflash::ops {
 namespace {
 
@@ -97,6 +99,12 @@ kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::
     a.ctx_start_sb = ctx_start.dim() == 2 ? ctx_start.stride(0) : 0;
   }
   return a;
+}
+
+at::Tensor cuda_aligned_rows(const at::Tensor& t) {
+  const int64_t sizes[3] = {t.size(0), t.size(1), t.size(2)}, strides[3] = {t.stride(0), t.stride(1), t.stride(2)};
+  const bool ok = (t.size(3) <= 1 || t.stride(3) == 1) && kernels::cuda::rows_aligned16(t.data_ptr(), sizes, strides);
+  return ok ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
 void check_saved_lse(const at::Tensor& lse, const AttentionDims& d, at::ScalarType acc) {

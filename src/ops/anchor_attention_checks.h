@@ -30,6 +30,10 @@ inline at::Tensor ctx_start_or_undefined(const std::optional<at::Tensor>& t) { r
 // The forward's saved LSE must be a contiguous [batch, Hq, N*B] tensor of the accumulation dtype.
 void check_saved_lse(const at::Tensor& lse, const AttentionDims& d, at::ScalarType acc);
 
+// The CUDA kernels read rows of q, k, v and dout in 16-byte pieces (kernels::cuda::rows_aligned16, which the
+// launchers check too): `t` itself when it qualifies, else a contiguous copy.
+at::Tensor cuda_aligned_rows(const at::Tensor& t);
+
 struct BackwardOutputs {
   at::Tensor dq, dk, dv;
 };

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include <ATen/Context.h>
+
 #include "compute_settings.h"
 
 namespace dflash::train {
@@ -42,6 +44,10 @@ std::vector<at::Device> local_devices(const std::vector<at::Device>& node, int64
 
 RunContext open_run(const TrainConfig& cfg) {
   RunContext run;
+  // `deterministic`: every op takes its deterministic implementation or refuses (torch's own switch, which the
+  // CUDA attention reads too); cuBLAS needs a fixed workspace for it, set before its first handle exists.
+  if (cfg.deterministic) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(cfg.deterministic, /*warn_only=*/false);
   const int64_t local_world = env_int("LOCAL_WORLD_SIZE", 1), local_rank = env_int("LOCAL_RANK", 0);
   run.drafter_devices = local_devices(ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'"),
                                       local_rank, local_world, "train config: 'drafter_devices'", false);

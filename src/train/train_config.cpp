@@ -78,6 +78,9 @@ const std::vector<Field>& fields() {
        &C::init_from_target_layer},
       {{"stop_after", "int", "stop with a checkpoint after this many steps of this run (0: never)"}, &C::stop_after},
       {{"resume", "bool", "continue from out's latest checkpoint"}, &C::resume},
+      {{"deterministic", "bool",
+        "reproducible CUDA gradients: torch's deterministic algorithms (the attention's dQ without atomics)"},
+       &C::deterministic},
   };
   return f;
 }

@@ -36,6 +36,7 @@ struct TrainConfig {
   std::string dist_backend = "auto";  // auto | gloo | nccl (multi-process gradient all-reduce)
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
+  bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)
 
   // Throws std::invalid_argument naming the key and the expected value.
   void validate() const;

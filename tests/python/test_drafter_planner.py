@@ -81,3 +81,26 @@ def test_plan_rejects_bad_input(drafter_cli, tmp_path):
                                "vocab_size": 100, "dflash_config": {"mask_token_id": 5}}))
     r = subprocess.run([drafter_cli, "plan", "--config", str(bad)], capture_output=True, text=True)
     assert r.returncode != 0 and str(bad) in r.stderr and "num_key_value_heads" in r.stderr
+
+
+def test_cuda_attention_workspace_is_counted_in_chunks(drafter_cli):
+    """The CUDA attention backward's fp32 workspace as the op allocates it: delta + the dQ accumulator of one chunk
+    of (batch, KV head) pairs under 1 GiB, or delta alone in the deterministic mode (no accumulator)."""
+    term = "attention (O + LSE saved; backward workspace)"
+    # qwen3.6-27b at batch 8: Hq 24, Hkv 4, D 256, S 8000, 1024 anchors x 16.
+    T, C, Hq, Hkv, D, e = 8 * 1024 * 16, 8 * 8000, 24, 4, 256, 2
+    grads = T * Hq * D * e + 2 * (C + T) * Hkv * D * e                    # dq, dk, dv
+    pair_rows = (Hq // Hkv) * 1024 * 16                                   # rows of one (batch, KV head)
+    batch_bytes = Hkv * pair_rows * (1 + D) * 4                           # 404 MB: 2 batches per 1 GiB chunk
+    expected = {
+        (): grads + 2 * batch_bytes,
+        ("--deterministic",): grads + 8 * Hkv * pair_rows * 4,
+        ("--device", "cpu"): grads + 4 * T * Hq + 4 * 4 * T * Hq * D,     # 4 fp32 dQ partitions
+    }
+    for extra, want in expected.items():
+        p, _ = plan(drafter_cli, "--preset", "qwen3.6-27b", "--batch", "8", *extra)
+        got = {t["name"]: t for t in p["breakdown"]}[term]
+        assert got["bytes"] == want, (extra, got)
+        assert p["settings"]["deterministic"] == ("--deterministic" in extra)
+    # Unchunked, the accumulator alone would be 3.2 GB here.
+    assert 2 * batch_bytes < 4 * T * Hq * D < 4e9

@@ -49,3 +49,19 @@ def test_pipeline_dry_run(tmp_path, dflash_bin):
     assert rows and all(row["loss"] > 0 for row in rows)
     for png in ("loss.png", "acceptance.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gpu_scripts_parse_and_build_for_the_gpu_they_find(tmp_path):
+    """gpu_check.sh has no dry run: its bash must parse, and gpu_arch (gpu_common.sh) turns nvidia-smi's compute
+    capability into DFLASH_CUDA_ARCHS (12.0 -> 120; 90 without nvidia-smi)."""
+    for script in ("gpu_check.sh", "gpu_seed_step.sh", "gpu_pipeline.sh", "gpu_common.sh"):
+        subprocess.run(["bash", "-n", f"scripts/{script}"], cwd=ROOT, check=True)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 12.0\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    probe = 'OUTDIR=$1 ROOT=$PWD BUDGET=1; source scripts/gpu_common.sh; gpu_arch'
+    for path, want in ((f"{fake}:/usr/bin:/bin", "120"), ("/usr/bin:/bin", "90")):
+        r = subprocess.run(["bash", "-c", probe, "probe", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                           env=dict(os.environ, PATH=path), check=True)
+        assert r.stdout.strip() == want, (path, r.stdout, r.stderr)

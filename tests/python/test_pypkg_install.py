@@ -27,6 +27,7 @@ site = pathlib.Path(sys.argv[1]).resolve()
 assert pathlib.Path(dflash.__file__).resolve().parent == site / "dflash", dflash.__file__
 assert _library.library_path().resolve() == site / "dflash" / "libdflash_ops.so"
 assert _build_info.TORCH_VERSION == torch.__version__ and _build_info.CUDA_KERNELS is False
+assert _build_info.CUDA_ARCHS == ""
 
 g = torch.Generator().manual_seed(0)
 S, N, B, Hq, Hkv, D, W = 29, 3, 8, 4, 2, 16, 6

@@ -90,6 +90,7 @@ TrainConfig all_fields_changed() {
   c.init_final_norm = 0.25;
   c.stop_after = 10;
   c.resume = true;
+  c.deterministic = true;
   return c;
 }
 

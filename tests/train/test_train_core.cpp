@@ -345,6 +345,33 @@ TEST(MiniTraining, NcclTwoCudaWorkersMatchCpu) {
   remove_tree(root);
 }
 
+// GPU only (skipped here): `deterministic` makes a CUDA run repeatable bit for bit (the attention's dQ without
+// atomics, every other op's deterministic implementation; one that has none would stop the run).
+TEST(MiniTraining, DeterministicCudaRunsAreBitwiseEqual) {
+  const bool required = std::getenv("DFLASH_REQUIRE_CUDA") != nullptr;
+  if (at::getNumGPUs() < 1) {
+    if (required) FAIL() << "no CUDA device (DFLASH_REQUIRE_CUDA is set)";
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_det_" + std::to_string(::getpid()));
+  remove_tree(root);
+  NamedTensors runs[2];
+  for (int i = 0; i < 2; ++i) {
+    TrainConfig c = mini_config(root, "run" + std::to_string(i), 6, 2);
+    c.drafter_devices = "cuda:0";
+    c.dtype = "bf16";  // the CUDA attention's dtype
+    c.deterministic = true;
+    c.checkpoint_every = 3;
+    ASSERT_EQ(run_training(c), 0);
+    runs[i] = load_latest_checkpoint(c.out).master;
+  }
+  at::globalContext().setDeterministicAlgorithms(false, false);
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i)
+    EXPECT_TRUE(at::equal(runs[0][i].second, runs[1][i].second)) << runs[0][i].first;
+  remove_tree(root);
+}
+
 // init_from_target_layer: the drafter's layer starts as the target's layer 1, tensor for tensor (q/k norms,
 // which this Llama lacks, stay at 1); with a vanishing lr the first checkpoint still holds those weights.
 // Asking for a layer past the target's last is a clear error.

@@ -1,6 +1,7 @@
 // Device code of the anchor-block attention, shared by the CUDA build (anchor_attention_cuda.cu)
-// and a CPU emulation of the GPU execution model used in tests (tests/kernels/cuda_emu). The
-// includer provides Elem<T> (tensor-core mma, float <-> 16-bit) for its element types.
+// and a CPU emulation of the GPU execution model used in tests (tests/ops/cuda_emu). The
+// includer provides Elem<T> (tensor-core mma, float <-> 16-bit) for its element types;
+// anchor_attention_cuda_launch.cuh launches the kernels.
 //
 // Tensor-core fragments (PTX ISA, mma.m16n8k16 with 16-bit inputs), lane = 4*gid + tq:
 //   A 16x16 (row):  a0 = A[gid][2tq..+1], a1 = A[gid+8][2tq..+1], a2 = A[gid][2tq+8..+9], a3 = A[gid+8][2tq+8..+9]
@@ -8,12 +9,16 @@
 //   C 16x8  (f32):  c0,c1 = C[gid][2tq..+1], c2,c3 = C[gid+8][2tq..+1]
 // The lower-indexed element of a pair sits in the low 16 bits. Fragments come from shared memory
 // through ldmatrix (frag_* below); the C fragment of S = QK^T is reused in registers as the A
-// fragment of P for P V (FlashAttention-2).
+// fragment of P for P V (FlashAttention-2), and likewise dS for dQ = dS K.
+//
+// Tile sizes are template parameters; anchor_attention_cuda_host.h lists the configurations compiled
+// in and chooses one per launch from the device's shared memory.
 #pragma once
 #include <climits>
 #include <cstdint>
 
 #include "anchor_attention.h"
+#include "anchor_attention_cuda_host.h"
 #include "anchor_mask.h"
 
 // Dynamic shared memory; the emulation replaces this with a per-launch buffer.
@@ -24,14 +29,9 @@
 namespace dflash::kernels::cuda {
 namespace {
 
-constexpr int kBM = 64;        // query rows per tile
-constexpr int kPad = 8;        // shared-memory row padding in elements: rows stay 16-byte aligned and
-                               // the fragment reads below hit 32 distinct banks
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kFwdThreads = 128;  // 4 warps x 16 rows
-constexpr int kBwdThreads = 256;  // 8 warps
 
 struct Str {
   int64_t sb, st, sh;
@@ -40,17 +40,19 @@ struct Str {
 struct Params {
   const uint16_t *q, *k, *v, *o, *dout;
   Str qs, ks, vs, os, dos;
-  uint16_t *out, *dk, *dv;
-  Str outs, dks, dvs;
-  float *lse, *delta, *dq_acc;
+  uint16_t *out, *dq, *dk, *dv;
+  Str outs, dqs, dks, dvs;
+  float* lse;     // [batch, Hq, N*B]
+  float* delta;   // workspace of the launch's chunk: [nb_c, hkv_c * G, N*B] (ws_row)
+  float* dq_acc;  // ... and [nb_c, hkv_c * G, N*B, D]; null: dQ comes from dq_kernel (deterministic)
   const int32_t *order, *sorted_anchor, *nkept;
   const int64_t* ctx_start;  // [batch, N] per block (null: 0); read through ctx_start_of
   int64_t ctx_start_sb;
-  int N, B, S, Hq, Hkv, G, Tq;
+  int N, B, S, Hq, Hkv, G, Tq, D;
+  int b0, nb_c, h0, hkv_c;  // a launch covers batches [b0, b0 + nb_c) x KV heads [h0, h0 + hkv_c)
   int64_t window;
   float scale, scale_log2;
 };
-
 
 // Tensor-core multiply-accumulate and conversions for element type T (bf16 or fp16).
 template <typename T>
@@ -59,7 +61,7 @@ struct Elem;
 // ---- fragment loads from shared memory (ld = row stride in elements, a multiple of 8) -------------
 // ldmatrix .x4 loads four 8x8 16-bit matrices; lanes 8i..8i+7 give the addresses of the 8 rows of
 // matrix i (16-byte aligned). Lane l receives r[i] = M_i[l/4][2(l%4)..+1], or with .trans
-// r[i] = (M_i[2(l%4)][l/4], M_i[2(l%4)+1][l/4]). The emulation (tests/kernels/cuda_emu) defines
+// r[i] = (M_i[2(l%4)][l/4], M_i[2(l%4)+1][l/4]). The emulation (tests/ops/cuda_emu) defines
 // ldsm_x4 / ldsm_x4_t itself.
 #if defined(__CUDACC__)
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t* row) {
@@ -128,14 +130,22 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif
 
-// load_rows with cp.async (the caller commits and waits).
-template <int D, int LD, int NT, typename Off>
+// load_rows with cp.async (the caller commits and waits). ROLLED keeps the loop rolled: unrolled, its
+// address arithmetic pushed the deterministic dQ kernel at D = 256 past 255 registers on sm_8x (ptxas
+// spills), while the forward kernels spill there when it is rolled.
+template <int D, int LD, int NT, bool ROLLED = false, typename Off>
 __device__ __forceinline__ void load_rows_async(uint16_t* s, const uint16_t* g, int rows, Off off) {
   constexpr int kChunks = D / 8;
-  for (int idx = threadIdx.x; idx < rows * kChunks; idx += NT) {
+  auto copy = [&](int idx) {
     const int r = idx / kChunks, c = idx % kChunks;
     const int64_t o = off(r);
     cp_async16(s + r * LD + c * 8, o >= 0 ? g + o + c * 8 : g, o >= 0);
+  };
+  if constexpr (ROLLED) {
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < rows * kChunks; idx += NT) copy(idx);
+  } else {
+    for (int idx = threadIdx.x; idx < rows * kChunks; idx += NT) copy(idx);
   }
 }
 
@@ -169,15 +179,46 @@ __device__ __forceinline__ int ctx_start_of(const Params& p, int b, int n) {
   return int(x < 0 ? 0 : (x > p.S ? p.S : x));
 }
 
+// Row of the chunk's workspace (delta, dq_acc) that holds (batch b, q-head qh, token tok).
+__device__ __forceinline__ int64_t ws_row(const Params& p, int b, int qh, int tok) {
+  return (int64_t(b - p.b0) * p.hkv_c * p.G + (qh - p.h0 * p.G)) * p.Tq + tok;
+}
+
 // ---- plan ----------------------------------------------------------------------------------------
+struct PlanParams {
+  const int64_t* anchors;
+  int64_t anchors_sb;
+  const bool* keep;
+  int64_t keep_sb;
+  const int64_t* ctx_start;  // may be null
+  int64_t ctx_start_sb;
+  int N, S;
+  int32_t *order, *sorted_anchor, *nkept;
+  unsigned long long* status;  // null, or kAnchorStatusWords zeroed words: the range check (host.h)
+};
+
+// Counts an entry outside [0, S] and keeps the lowest such index (as the largest ~index, so that zero means
+// none and the caller only zero-fills).
+__device__ __forceinline__ void note_outside(unsigned long long* st, int64_t x, int S, int64_t index) {
+  if (x >= 0 && x <= S) return;
+  atomicAdd(st, 1ull);
+  atomicMax(st + 1, ~static_cast<unsigned long long>(index));
+}
+
 // Rank of kept block i among the kept blocks of its batch by (anchor, index): a stable counting sort,
-// O(N^2 / threads), microseconds for the N of a training step and deterministic.
-__global__ void plan_kernel(const int64_t* anchors, int64_t asb, const bool* keep, int64_t ksb, int N, int S,
-                            int32_t* order, int32_t* sorted_anchor, int32_t* nkept) {
+// O(N^2 / threads), microseconds for the N of a training step and deterministic. With `status`, also checks
+// anchors and ctx_start of every block against [0, S] (the kernels clamp them, so memory stays safe).
+__global__ void plan_kernel(const PlanParams pp) {
   const int b = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const int64_t* an = anchors + b * asb;
-  const bool* kp = keep + b * ksb;
+  const int N = pp.N, S = pp.S;
+  const int64_t* an = pp.anchors + b * pp.anchors_sb;
+  const bool* kp = pp.keep + b * pp.keep_sb;
+  if (pp.status && i < N) {  // a [N] tensor (stride 0) is checked once, as batch 0
+    if (b == 0 || pp.anchors_sb != 0) note_outside(pp.status, an[i], S, int64_t(b) * N + i);
+    if (pp.ctx_start && (b == 0 || pp.ctx_start_sb != 0))
+      note_outside(pp.status + 2, pp.ctx_start[b * pp.ctx_start_sb + i], S, int64_t(b) * N + i);
+  }
   auto clamped = [&](int j) {
     const int64_t x = an[j];
     return int(x < 0 ? 0 : (x > S ? S : x));
@@ -185,7 +226,7 @@ __global__ void plan_kernel(const int64_t* anchors, int64_t asb, const bool* kee
   if (i == 0) {
     int count = 0;
     for (int j = 0; j < N; ++j) count += kp[j] ? 1 : 0;
-    nkept[b] = count;
+    pp.nkept[b] = count;
   }
   if (i >= N || !kp[i]) return;
   const int ai = clamped(i);
@@ -195,10 +236,125 @@ __global__ void plan_kernel(const int64_t* anchors, int64_t asb, const bool* kee
     const int aj = clamped(j);
     rank += (aj < ai || (aj == ai && j < i)) ? 1 : 0;
   }
-  order[int64_t(b) * N + rank] = i;
-  sorted_anchor[int64_t(b) * N + rank] = ai;
+  pp.order[int64_t(b) * N + rank] = i;
+  pp.sorted_anchor[int64_t(b) * N + rank] = ai;
 }
 
+// ---- row tiles (forward and deterministic dQ) ----------------------------------------------------
+// The rows of one (batch, KV head) are numbered in sorted block order: row R = i*G*B + g*B + j is slot j
+// of q-head h*G+g of the i-th kept block. Fills rs for rows [R0, R0 + kBM): each kept row's context
+// range, own-block bound, block, token and q-head, and the union [t_min, t_max) of the context ranges.
+// The caller synchronises before reading rs.
+__device__ __forceinline__ void row_tile_setup(const Params& p, int b, int h, int64_t R0, int64_t total,
+                                               FwdRowsShared& rs) {
+  const int tid = threadIdx.x;
+  const int GB = p.G * p.B;
+  if (tid == 0) {
+    rs.t_min = INT_MAX;
+    rs.t_max = INT_MIN;
+  }
+  __syncthreads();
+  if (tid < kBM) {
+    const int64_t R = R0 + tid;
+    if (R < total) {
+      const int32_t* order = p.order + int64_t(b) * p.N;
+      const int bi = int(R / GB), rem = int(R % GB), g = rem / p.B, j = rem % p.B;
+      const RowRanges rr = row_ranges(p.sorted_anchor[int64_t(b) * p.N + bi], j, p.B, p.window,
+                                      ctx_start_of(p, b, order[bi]));
+      const int lo = int(rr.ctx_lo), hi = int(rr.ctx_hi);
+      rs.lo[tid] = lo;
+      rs.hi[tid] = hi;
+      rs.bhi[tid] = int(rr.blk_hi);
+      rs.bi[tid] = bi;
+      rs.tok[tid] = order[bi] * p.B + j;
+      rs.qh[tid] = h * p.G + g;
+      if (hi > lo) {
+        atomicMin(&rs.t_min, lo);
+        atomicMax(&rs.t_max, hi);
+      }
+    } else {
+      rs.lo[tid] = rs.hi[tid] = rs.bhi[tid] = 0;
+      rs.bi[tid] = -1;
+      rs.tok[tid] = -1;
+      rs.qh[tid] = 0;
+    }
+  }
+}
+
+// Runs tile(kc, vc, clo_a, chi_a, clo_b, chi_b) over the key tiles a row tile needs, with the tile's keys in
+// shared memory (kc, vc) and the visible columns [clo, chi) of the thread's rows a (warp*16 + lane/4) and
+// b (a + 8): first the context tiles of BN keys over the union [t_min, t_max) of the rows' ranges (none
+// when empty), then each block's own B keys in tiles of BN, for that block's rows only. Keys load with
+// cp.async into STAGES buffers (2: the next tile loads during this one); `first` issues the row tile's
+// own loads (Q, dO), which travel in the first tile's group. ROLLED: see load_rows_async.
+template <int D, int BN, int STAGES, int NT, bool ROLLED, typename First, typename Tile>
+__device__ __forceinline__ void for_each_key_tile(const Params& p, int b, int h, const FwdRowsShared& rs, int64_t R0,
+                                                  int64_t total, uint16_t* sK, uint16_t* sV, First&& first,
+                                                  Tile&& tile) {
+  constexpr int LD = D + kPad;
+  const int GB = p.G * p.B;
+  const int lane = threadIdx.x & 31, ra = (threadIdx.x >> 5) * 16 + (lane >> 2), rb = ra + 8;
+  const int lo_a = rs.lo[ra], hi_a = rs.hi[ra], lo_b = rs.lo[rb], hi_b = rs.hi[rb];
+  const int bi_a = rs.bi[ra], bi_b = rs.bi[rb], bhi_a = rs.bhi[ra], bhi_b = rs.bhi[rb];
+  const int32_t* order = p.order + int64_t(b) * p.N;
+  const int kmin = rs.t_min, kmax = rs.t_max;
+  const int n_ctx = kmax > kmin ? (kmax - kmin + BN - 1) / BN : 0;
+  const int chunks = (p.B + BN - 1) / BN;
+  const int64_t last_row = (R0 + kBM < total ? R0 + kBM : total) - 1;
+  const int bi_first = int(R0 / GB), bi_last = int(last_row / GB);
+  const int n_steps = n_ctx + (bi_last - bi_first + 1) * chunks;
+  const int64_t kb = int64_t(b) * p.ks.sb + int64_t(h) * p.ks.sh;
+  const int64_t vb = int64_t(b) * p.vs.sb + int64_t(h) * p.vs.sh;
+
+  // Starts loading step st's keys into buffer st % STAGES and commits them as one group.
+  auto issue = [&](int st) {
+    uint16_t* kd = sK + (st % STAGES) * BN * LD;
+    uint16_t* vd = sV + (st % STAGES) * BN * LD;
+    int64_t key0;
+    int count;
+    if (st < n_ctx) {
+      key0 = kmin + int64_t(st) * BN;
+      count = min(BN, kmax - int(key0));
+    } else {
+      const int os = st - n_ctx, c0 = (os % chunks) * BN;
+      key0 = int64_t(p.S) + int64_t(order[bi_first + os / chunks]) * p.B + c0;
+      count = min(BN, p.B - c0);
+    }
+    load_rows_async<D, LD, NT, ROLLED>(kd, p.k, BN, [&](int r) -> int64_t {
+      return r < count ? kb + (key0 + r) * p.ks.st : -1;
+    });
+    load_rows_async<D, LD, NT, ROLLED>(vd, p.v, BN, [&](int r) -> int64_t {
+      return r < count ? vb + (key0 + r) * p.vs.st : -1;
+    });
+    cp_async_commit();
+  };
+
+  first();
+  issue(0);
+  for (int st = 0; st < n_steps; ++st) {
+    if (STAGES > 1 && st + 1 < n_steps) {
+      issue(st + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // step st's keys (and the row operands) are in shared memory for every warp
+    const uint16_t* kc = sK + (st % STAGES) * BN * LD;
+    const uint16_t* vc = sV + (st % STAGES) * BN * LD;
+    if (st < n_ctx) {
+      const int t0 = kmin + st * BN;
+      tile(kc, vc, lo_a - t0, hi_a - t0, lo_b - t0, hi_b - t0);
+    } else {
+      const int os = st - n_ctx, bi = bi_first + os / chunks, c0 = (os % chunks) * BN;
+      tile(kc, vc, bi_a == bi ? -c0 : 0, bi_a == bi ? bhi_a - c0 : 0, bi_b == bi ? -c0 : 0,
+           bi_b == bi ? bhi_b - c0 : 0);
+    }
+    __syncthreads();  // buffer st % STAGES is free again
+    if (STAGES == 1 && st + 1 < n_steps) issue(st + 1);
+  }
+}
+
+// ---- forward -------------------------------------------------------------------------------------
 // ---- forward -------------------------------------------------------------------------------------
 // One warp's online-softmax step over a key tile of BN columns already in sK/sV. Column c is visible
 // for the thread's row a (gid) iff clo_a <= c < chi_a, likewise row b (gid + 8).
@@ -288,136 +444,51 @@ __device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK,
   }
 }
 
-template <int D, int BN>
-__host__ __device__ constexpr int fwd_smem_bytes() {
-  return (kBM + 4 * BN) * (D + kPad) * 2;  // Q, and K and V twice (the next tile loads during this one)
-}
 
-template <typename T, int D, int BN>
+// One CTA per 64-row tile x KV head: online softmax over the tile's key steps; writes O and the LSE of kept
+// rows only (the caller zero-fills out and fills lse with -inf).
+template <typename T, int D, int BN, int STAGES>
 __global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
   constexpr int LD = D + kPad;
   DFLASH_DYN_SMEM(smem_raw);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sK = sQ + kBM * LD;  // [2][BN][LD]
-  uint16_t* sV = sK + 2 * BN * LD;  // [2][BN][LD]
-  __shared__ int r_lo[kBM], r_hi[kBM], r_bhi[kBM], r_bi[kBM], r_tok[kBM], r_qh[kBM];
-  __shared__ int t_min, t_max;
+  uint16_t* sK = sQ + kBM * LD;          // [STAGES][BN][LD]
+  uint16_t* sV = sK + STAGES * BN * LD;  // [STAGES][BN][LD]
+  __shared__ FwdRowsShared rs;
 
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int GB = p.G * p.B;
-  const int64_t total = int64_t(p.nkept[b]) * GB;
+  const int b = p.b0 + blockIdx.z, h = p.h0 + blockIdx.y;
+  const int64_t total = int64_t(p.nkept[b]) * p.G * p.B;
   const int64_t R0 = int64_t(blockIdx.x) * kBM;
   if (R0 >= total) return;  // the same for the whole CTA
+  row_tile_setup(p, b, h, R0, total, rs);
+  __syncthreads();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tq = lane & 3;
-  const int32_t* order = p.order + int64_t(b) * p.N;
-  const int32_t* sanchor = p.sorted_anchor + int64_t(b) * p.N;
-
-  if (tid == 0) {
-    t_min = INT_MAX;
-    t_max = INT_MIN;
-  }
-  __syncthreads();
-  if (tid < kBM) {
-    const int64_t R = R0 + tid;
-    if (R < total) {
-      const int bi = int(R / GB), rem = int(R % GB), g = rem / p.B, j = rem % p.B;
-      const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window, ctx_start_of(p, b, order[bi]));
-      const int lo = int(rr.ctx_lo), hi = int(rr.ctx_hi);
-      r_lo[tid] = lo;
-      r_hi[tid] = hi;
-      r_bhi[tid] = int(rr.blk_hi);
-      r_bi[tid] = bi;
-      r_tok[tid] = order[bi] * p.B + j;
-      r_qh[tid] = h * p.G + g;
-      if (hi > lo) {
-        atomicMin(&t_min, lo);
-        atomicMax(&t_max, hi);
-      }
-    } else {
-      r_lo[tid] = r_hi[tid] = r_bhi[tid] = 0;
-      r_bi[tid] = -1;
-      r_tok[tid] = -1;
-      r_qh[tid] = 0;
-    }
-  }
-  __syncthreads();
   const int ra = warp * 16 + gid, rb = ra + 8;
-  const int lo_a = r_lo[ra], hi_a = r_hi[ra], lo_b = r_lo[rb], hi_b = r_hi[rb];
-  const int bi_a = r_bi[ra], bi_b = r_bi[rb], bhi_a = r_bhi[ra], bhi_b = r_bhi[rb];
   float o[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  // Steps: first the context tiles of BN keys over the union of the rows' ranges [kmin, kmax)
-  // (none when kmin > kmax), then each block's own B keys in tiles of BN, only for that block's rows.
-  const int kmin = t_min, kmax = t_max;
-  const int n_ctx = kmax > kmin ? (kmax - kmin + BN - 1) / BN : 0;
-  const int chunks = (p.B + BN - 1) / BN;
-  const int64_t last_row = (R0 + kBM < total ? R0 + kBM : total) - 1;
-  const int bi_first = int(R0 / GB), bi_last = int(last_row / GB);
-  const int n_steps = n_ctx + (bi_last - bi_first + 1) * chunks;
-  const int64_t kb = int64_t(b) * p.ks.sb + int64_t(h) * p.ks.sh;
-  const int64_t vb = int64_t(b) * p.vs.sb + int64_t(h) * p.vs.sh;
-
-  // Starts loading step st's keys into buffer st & 1 and commits them as one group.
-  auto issue = [&](int st) {
-    uint16_t* kd = sK + (st & 1) * BN * LD;
-    uint16_t* vd = sV + (st & 1) * BN * LD;
-    int64_t key0;
-    int count;
-    if (st < n_ctx) {
-      key0 = kmin + int64_t(st) * BN;
-      count = min(BN, kmax - int(key0));
-    } else {
-      const int os = st - n_ctx, c0 = (os % chunks) * BN;
-      key0 = int64_t(p.S) + int64_t(order[bi_first + os / chunks]) * p.B + c0;
-      count = min(BN, p.B - c0);
-    }
-    load_rows_async<D, LD, kFwdThreads>(kd, p.k, BN, [&](int r) -> int64_t {
-      return r < count ? kb + (key0 + r) * p.ks.st : -1;
-    });
-    load_rows_async<D, LD, kFwdThreads>(vd, p.v, BN, [&](int r) -> int64_t {
-      return r < count ? vb + (key0 + r) * p.vs.st : -1;
-    });
-    cp_async_commit();
-  };
-
   const int64_t qb = int64_t(b) * p.qs.sb;
-  load_rows_async<D, LD, kFwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
-    return r_tok[r] < 0 ? -1 : qb + int64_t(r_tok[r]) * p.qs.st + int64_t(r_qh[r]) * p.qs.sh;
-  });
-  issue(0);  // Q travels in step 0's group
-  for (int st = 0; st < n_steps; ++st) {
-    if (st + 1 < n_steps) {
-      issue(st + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // step st's keys (and Q) are in shared memory for every warp
-    const uint16_t* kc = sK + (st & 1) * BN * LD;
-    const uint16_t* vc = sV + (st & 1) * BN * LD;
-    if (st < n_ctx) {
-      const int t0 = kmin + st * BN;
-      fwd_tile<T, D, BN, LD>(sQ, kc, vc, warp, lane, lo_a - t0, hi_a - t0, lo_b - t0, hi_b - t0, p.scale_log2, o, m,
-                             l);
-    } else {
-      const int os = st - n_ctx, bi = bi_first + os / chunks, c0 = (os % chunks) * BN;
-      fwd_tile<T, D, BN, LD>(sQ, kc, vc, warp, lane, bi_a == bi ? -c0 : 0, bi_a == bi ? bhi_a - c0 : 0,
-                             bi_b == bi ? -c0 : 0, bi_b == bi ? bhi_b - c0 : 0, p.scale_log2, o, m, l);
-    }
-    __syncthreads();  // buffer st & 1 is free again (step st + 2 loads into it)
-  }
+  for_each_key_tile<D, BN, STAGES, kFwdThreads, false>(
+      p, b, h, rs, R0, total, sK, sV,
+      [&] {
+        load_rows_async<D, LD, kFwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
+          return rs.tok[r] < 0 ? -1 : qb + int64_t(rs.tok[r]) * p.qs.st + int64_t(rs.qh[r]) * p.qs.sh;
+        });
+      },
+      [&](const uint16_t* kc, const uint16_t* vc, int clo_a, int chi_a, int clo_b, int chi_b) {
+        fwd_tile<T, D, BN, LD>(sQ, kc, vc, warp, lane, clo_a, chi_a, clo_b, chi_b, p.scale_log2, o, m, l);
+      });
 
   // Normalise and write O and the LSE (natural log) of the valid rows.
   const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = half ? rb : ra;
-    const int tok = r_tok[r];
+    const int tok = rs.tok[r];
     if (tok < 0) continue;
-    const int qh = r_qh[r];
+    const int qh = rs.qh[r];
     const float lsum = half ? lb : la, mrow = half ? m[1] : m[0];
     const float inv = 1.f / lsum;
     uint16_t* dst = p.out + int64_t(b) * p.outs.sb + int64_t(tok) * p.outs.st + int64_t(qh) * p.outs.sh;
@@ -431,56 +502,57 @@ __global__ void __launch_bounds__(kFwdThreads, 2) fwd_kernel(const Params p) {
 }
 
 // ---- backward ------------------------------------------------------------------------------------
-// delta[b, qh, tok] = sum_d dO * O, one warp per row.
+// Rows of the launch's chunk, in workspace order: row -> (batch, q-head, token).
+struct ChunkRow {
+  int b, qh, tok;
+};
+__device__ __forceinline__ ChunkRow chunk_row(const Params& p, int64_t row) {
+  const int hq_c = p.hkv_c * p.G;
+  const int64_t bh = row / p.Tq;
+  return {p.b0 + int(bh / hq_c), p.h0 * p.G + int(bh % hq_c), int(row % p.Tq)};
+}
+__host__ __device__ __forceinline__ int64_t chunk_rows(const Params& p) { return int64_t(p.nb_c) * p.hkv_c * p.G * p.Tq; }
+
+// delta = sum_d dO * O per row of the chunk, one warp per row.
 template <typename T>
-__global__ void delta_kernel(const Params p, int D, int64_t rows) {
+__global__ void delta_kernel(const Params p) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const int tok = int(row % p.Tq);
-  const int64_t bh = row / p.Tq;
-  const int qh = int(bh % p.Hq), b = int(bh / p.Hq);
-  const uint16_t* o = p.o + int64_t(b) * p.os.sb + int64_t(tok) * p.os.st + int64_t(qh) * p.os.sh;
-  const uint16_t* g = p.dout + int64_t(b) * p.dos.sb + int64_t(tok) * p.dos.st + int64_t(qh) * p.dos.sh;
+  if (row >= chunk_rows(p)) return;
+  const ChunkRow c = chunk_row(p, row);
+  const uint16_t* o = p.o + int64_t(c.b) * p.os.sb + int64_t(c.tok) * p.os.st + int64_t(c.qh) * p.os.sh;
+  const uint16_t* g = p.dout + int64_t(c.b) * p.dos.sb + int64_t(c.tok) * p.dos.st + int64_t(c.qh) * p.dos.sh;
   float sum = 0.f;
-  for (int d = lane; d < D; d += 32) sum += Elem<T>::to_float(o[d]) * Elem<T>::to_float(g[d]);
+  for (int d = lane; d < p.D; d += 32) sum += Elem<T>::to_float(o[d]) * Elem<T>::to_float(g[d]);
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFull, sum, off);
   if (lane == 0) p.delta[row] = sum;
 }
 
-// dq[b, tok, qh, :] = dq_acc[b, qh, tok, :] in the output dtype.
+// dq[b, tok, qh, :] = dq_acc of the chunk's rows, in the output dtype.
 template <typename T>
-__global__ void dq_convert_kernel(const Params p, int D, uint16_t* dq, Str dqs, int64_t total) {
+__global__ void dq_convert_kernel(const Params p) {
+  const int64_t total = chunk_rows(p) * p.D;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int d = int(i % D);
-    const int64_t row = i / D;
-    const int tok = int(row % p.Tq);
-    const int64_t bh = row / p.Tq;
-    const int qh = int(bh % p.Hq), b = int(bh / p.Hq);
+    const ChunkRow c = chunk_row(p, i / p.D);
     const uint32_t two = Elem<T>::pack(p.dq_acc[i], 0.f);
-    dq[int64_t(b) * dqs.sb + int64_t(tok) * dqs.st + int64_t(qh) * dqs.sh + d] = uint16_t(two & 0xffffu);
+    p.dq[int64_t(c.b) * p.dqs.sb + int64_t(c.tok) * p.dqs.st + int64_t(c.qh) * p.dqs.sh + i % p.D] =
+        uint16_t(two & 0xffffu);
   }
 }
 
-// Keys per backward tile: 128 where shared memory allows (half the dQ atomics and Q/dO reloads of 64).
-template <int D>
-__host__ __device__ constexpr int bwd_keys_per_tile() { return D == 256 ? 64 : 128; }
-
-template <int D>
-__host__ __device__ constexpr int bwd_smem_bytes() {
-  constexpr int BN = bwd_keys_per_tile<D>();
-  return (2 * BN + 2 * kBM) * (D + kPad) * 2 + 2 * kBM * (BN + kPad) * 2;
-}
-
 // One CTA per key tile x KV head. Items [0, n_ctx) are context tiles of BN keys; the rest are the
-// own keys of the i-th kept block (in chunks of BN when B is larger).
-template <typename T, int D>
+// own keys of the i-th kept block (in chunks of BN when B is larger). Loops over exactly the row tiles
+// that see its keys and owns their dK / dV (no atomics); dQ goes to dq_acc by fp32 atomics, or
+// (deterministic) is left to dq_kernel.
+template <typename T, int D, int BN>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
-  constexpr int BN = bwd_keys_per_tile<D>(), LD = D + kPad, LDP = BN + kPad, DH = D / 2;
+  constexpr int LD = D + kPad, LDP = BN + kPad, DH = D / 2;
   // 8 warps: dK/dV split into KG groups of 16 keys x (8 / KG) slices of DW head dims; scores into
-  // 4 row groups x 2 halves of CW keys (NT1 n-tiles); dQ into 4 row groups x 2 halves of DH dims.
-  constexpr int KG = BN / 16, DW = D / (8 / KG), CW = BN / 2, NT1 = CW / 8;
-  static_assert(KG == 4 || KG == 8, "8 warps cover the key tile in 16-key groups");
+  // 4 row groups x 2 column groups of CW keys (NT1 n-tiles; a 16-key tile leaves the second group idle);
+  // dQ into 4 row groups x 2 halves of DH dims.
+  constexpr int KG = BN / 16, DW = D / (8 / KG), CW = BN / 2 >= 16 ? BN / 2 : 16, NT1 = CW / 8;
+  static_assert(KG == 1 || KG == 2 || KG == 4 || KG == 8, "8 warps cover the key tile in 16-key groups");
+  static_assert(DW % 16 == 0 && NT1 % 2 == 0, "fragments are loaded in pairs of n-tiles");
   DFLASH_DYN_SMEM(smem_raw);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem_raw);
   uint16_t* sV = sK + BN * LD;
@@ -488,10 +560,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
   uint16_t* sdO = sQ + kBM * LD;
   uint16_t* sP = sdO + kBM * LD;
   uint16_t* sdS = sP + kBM * LDP;
-  __shared__ int r_clo[kBM], r_chi[kBM], r_tok[kBM], r_qh[kBM];
-  __shared__ float r_lse[kBM], r_delta[kBM];
+  __shared__ BwdRowsShared rs;
 
-  const int b = blockIdx.z, h = blockIdx.y;
+  const int b = p.b0 + blockIdx.z, h = p.h0 + blockIdx.y;
   const int nk = p.nkept[b];
   const int GB = p.G * p.B;
   const int n_ctx = (p.S + BN - 1) / BN, chunks = (p.B + BN - 1) / BN;
@@ -561,44 +632,43 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
         const RowRanges rr = row_ranges(sanchor[bi], j, p.B, p.window, ctx_start_of(p, b, order[bi]));
         const int tok = order[bi] * p.B + j, qh = h * p.G + g;
         if (own) {
-          r_clo[tid] = -c0;
-          r_chi[tid] = int(rr.blk_hi) - c0;
+          rs.clo[tid] = -c0;
+          rs.chi[tid] = int(rr.blk_hi) - c0;
         } else {
-          r_clo[tid] = int(rr.ctx_lo - key0);
-          r_chi[tid] = int(rr.ctx_hi - key0);
+          rs.clo[tid] = int(rr.ctx_lo - key0);
+          rs.chi[tid] = int(rr.ctx_hi - key0);
         }
-        r_tok[tid] = tok;
-        r_qh[tid] = qh;
-        const int64_t row = (int64_t(b) * p.Hq + qh) * p.Tq + tok;
-        r_lse[tid] = p.lse[row] * kLog2e;
-        r_delta[tid] = p.delta[row];
+        rs.tok[tid] = tok;
+        rs.qh[tid] = qh;
+        rs.lse[tid] = p.lse[(int64_t(b) * p.Hq + qh) * p.Tq + tok] * kLog2e;
+        rs.delta[tid] = p.delta[ws_row(p, b, qh, tok)];
       } else {
-        r_clo[tid] = r_chi[tid] = 0;
-        r_tok[tid] = -1;
-        r_qh[tid] = 0;
-        r_lse[tid] = 0.f;
-        r_delta[tid] = 0.f;
+        rs.clo[tid] = rs.chi[tid] = 0;
+        rs.tok[tid] = -1;
+        rs.qh[tid] = 0;
+        rs.lse[tid] = 0.f;
+        rs.delta[tid] = 0.f;
       }
     }
     __syncthreads();
     // A row tile none of whose rows sees these keys (packed rows: blocks of a later document, whose context
     // starts past them) is skipped; every warp reads the same shared flags, so all take the same branch.
     if (!own) {
-      const bool seen = (max(r_clo[lane], 0) < min(r_chi[lane], kn)) || (max(r_clo[lane + 32], 0) < min(r_chi[lane + 32], kn));
+      const bool seen = (max(rs.clo[lane], 0) < min(rs.chi[lane], kn)) || (max(rs.clo[lane + 32], 0) < min(rs.chi[lane + 32], kn));
       if (!__any_sync(kFull, seen)) continue;
     }
     load_rows<D, LD, kBwdThreads>(sQ, p.q, kBM, [&](int r) -> int64_t {
-      return r_tok[r] < 0 ? -1 : qb + int64_t(r_tok[r]) * p.qs.st + int64_t(r_qh[r]) * p.qs.sh;
+      return rs.tok[r] < 0 ? -1 : qb + int64_t(rs.tok[r]) * p.qs.st + int64_t(rs.qh[r]) * p.qs.sh;
     });
     load_rows<D, LD, kBwdThreads>(sdO, p.dout, kBM, [&](int r) -> int64_t {
-      return r_tok[r] < 0 ? -1 : dob + int64_t(r_tok[r]) * p.dos.st + int64_t(r_qh[r]) * p.dos.sh;
+      return rs.tok[r] < 0 ? -1 : dob + int64_t(rs.tok[r]) * p.dos.st + int64_t(rs.qh[r]) * p.dos.sh;
     });
     __syncthreads();
 
     // Phase 1: P = exp(scale QK^T - LSE) and dS = scale P (dO V^T - delta) for rows rw.., keys cw..
-    {
+    if (cw < BN) {
       const int ra = rw + gid, rb = ra + 8;
-      const int clo_a = r_clo[ra], chi_a = r_chi[ra], clo_b = r_clo[rb], chi_b = r_chi[rb];
+      const int clo_a = rs.clo[ra], chi_a = rs.chi[ra], clo_b = rs.clo[rb], chi_b = rs.chi[rb];
       const bool vis = (max(clo_a, cw) < min(chi_a, cw + CW)) || (max(clo_b, cw) < min(chi_b, cw + CW));
       float s[NT1][4], dp[NT1][4];
 #pragma unroll
@@ -622,7 +692,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
             Elem<T>::mma(dp[nt + 1], ag, bf[1][0], bf[1][1]);
           }
         }
-        const float lse_a = r_lse[ra], lse_b = r_lse[rb], del_a = r_delta[ra], del_b = r_delta[rb];
+        const float lse_a = rs.lse[ra], lse_b = rs.lse[rb], del_a = rs.delta[ra], del_b = rs.delta[rb];
 #pragma unroll
         for (int nt = 0; nt < NT1; ++nt)
 #pragma unroll
@@ -664,15 +734,16 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
       }
     }
 
-    // Phase 3: dQ += dS K, added to the fp32 accumulator (other key tiles add to the same rows).
-    {
+    // Phase 3: dQ += dS K, added to the fp32 accumulator (other key tiles add to the same rows); the
+    // deterministic mode leaves dQ to dq_kernel.
+    if (p.dq_acc) {
       uint32_t ads[BN / 16][4];
 #pragma unroll
       for (int kt = 0; kt < BN / 16; ++kt) frag_a(ads[kt], sdS, LDP, rw, kt * 16, lane);
       const int ra = rw + gid, rb = ra + 8;
-      const int tok_a = r_tok[ra], tok_b = r_tok[rb];
-      float* dq_a = tok_a < 0 ? nullptr : p.dq_acc + ((int64_t(b) * p.Hq + r_qh[ra]) * p.Tq + tok_a) * D;
-      float* dq_b = tok_b < 0 ? nullptr : p.dq_acc + ((int64_t(b) * p.Hq + r_qh[rb]) * p.Tq + tok_b) * D;
+      const int tok_a = rs.tok[ra], tok_b = rs.tok[rb];
+      float* dq_a = tok_a < 0 ? nullptr : p.dq_acc + ws_row(p, b, rs.qh[ra], tok_a) * D;
+      float* dq_b = tok_b < 0 ? nullptr : p.dq_acc + ws_row(p, b, rs.qh[rb], tok_b) * D;
 #pragma unroll
       for (int nt = 0; nt < DH / 8; nt += 2) {
         float acc[2][4] = {};
@@ -715,9 +786,126 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_kernel(const Params p) {
   }
 }
 
+// ---- deterministic dQ ------------------------------------------------------------------------------
+// dQ of a warp's 16 rows for one key tile: P = exp(scale QK^T - LSE), dS = scale P (dO V^T - delta), dQ += dS K
+// in registers (dS's C fragments are the A fragments of the product, as P's are in the forward).
+template <typename T, int D, int BN, int LD>
+__device__ __forceinline__ void dq_tile(const uint16_t* sQ, const uint16_t* sdO, const uint16_t* sK, const uint16_t* sV,
+                                        int warp, int lane, int clo_a, int chi_a, int clo_b, int chi_b,
+                                        float scale_log2, float scale, float lse_a, float lse_b, float del_a,
+                                        float del_b, float (&dq)[D / 8][4]) {
+  const bool vis_a = max(clo_a, 0) < min(chi_a, BN), vis_b = max(clo_b, 0) < min(chi_b, BN);
+  if (!__any_sync(kFull, vis_a || vis_b)) return;  // tile fully outside this warp's rows
+  const int tq = lane & 3;
+  float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
+#pragma unroll
+  for (int kt = 0; kt < D / 16; ++kt) {
+    uint32_t aq[4], ag[4];
+    frag_a(aq, sQ, LD, warp * 16, kt * 16, lane);
+    frag_a(ag, sdO, LD, warp * 16, kt * 16, lane);
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; nt += 2) {
+      uint32_t bf[2][2];
+      frag_b2_nmajor(bf, sK, LD, kt * 16, nt * 8, lane);
+      Elem<T>::mma(s[nt], aq, bf[0][0], bf[0][1]);
+      Elem<T>::mma(s[nt + 1], aq, bf[1][0], bf[1][1]);
+      frag_b2_nmajor(bf, sV, LD, kt * 16, nt * 8, lane);
+      Elem<T>::mma(dp[nt], ag, bf[0][0], bf[0][1]);
+      Elem<T>::mma(dp[nt + 1], ag, bf[1][0], bf[1][1]);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = nt * 8 + 2 * tq + (e & 1);
+      const bool top = e < 2;
+      const bool v = top ? (c >= clo_a && c < chi_a) : (c >= clo_b && c < chi_b);
+      const float pr = v ? exp2f(s[nt][e] * scale_log2 - (top ? lse_a : lse_b)) : 0.f;
+      s[nt][e] = pr * (dp[nt][e] - (top ? del_a : del_b)) * scale;
+    }
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt += 2) {
+      uint32_t bf[2][2];
+      frag_b2_kmajor(bf, sK, LD, kk * 16, dt * 8, lane);
+      Elem<T>::mma(dq[dt], a, bf[0][0], bf[0][1]);
+      Elem<T>::mma(dq[dt + 1], a, bf[1][0], bf[1][1]);
+    }
+  }
+}
+
+// The deterministic mode's dQ: one CTA per 64-row tile x KV head, walking the same key steps as the forward
+// in the same order, so every row's sum has one fixed order (no atomics). Writes dq of kept rows only (the
+// caller zero-fills dq).
+template <typename T, int D, int BN, int STAGES>
+__global__ void __launch_bounds__(kFwdThreads, 2) dq_kernel(const Params p) {
+  constexpr int LD = D + kPad;
+  DFLASH_DYN_SMEM(smem_raw);
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sdO = sQ + kBM * LD;
+  uint16_t* sK = sdO + kBM * LD;         // [STAGES][BN][LD]
+  uint16_t* sV = sK + STAGES * BN * LD;  // [STAGES][BN][LD]
+  __shared__ DqRowsShared ds;
+  FwdRowsShared& rs = ds.rows;
+
+  const int b = p.b0 + blockIdx.z, h = p.h0 + blockIdx.y;
+  const int64_t total = int64_t(p.nkept[b]) * p.G * p.B;
+  const int64_t R0 = int64_t(blockIdx.x) * kBM;
+  if (R0 >= total) return;  // the same for the whole CTA
+  row_tile_setup(p, b, h, R0, total, rs);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tq = lane & 3;
+  if (tid < kBM) {  // the row this thread just described
+    const int tok = rs.tok[tid], qh = rs.qh[tid];
+    ds.lse[tid] = tok < 0 ? 0.f : p.lse[(int64_t(b) * p.Hq + qh) * p.Tq + tok] * kLog2e;
+    ds.delta[tid] = tok < 0 ? 0.f : p.delta[ws_row(p, b, qh, tok)];
+  }
+  __syncthreads();
+  const int ra = warp * 16 + gid, rb = ra + 8;
+  const float lse_a = ds.lse[ra], lse_b = ds.lse[rb], del_a = ds.delta[ra], del_b = ds.delta[rb];
+  float acc[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+
+  const int64_t qb = int64_t(b) * p.qs.sb, dob = int64_t(b) * p.dos.sb;
+  for_each_key_tile<D, BN, STAGES, kFwdThreads, true>(
+      p, b, h, rs, R0, total, sK, sV,
+      [&] {
+        load_rows_async<D, LD, kFwdThreads, true>(sQ, p.q, kBM, [&](int r) -> int64_t {
+          return rs.tok[r] < 0 ? -1 : qb + int64_t(rs.tok[r]) * p.qs.st + int64_t(rs.qh[r]) * p.qs.sh;
+        });
+        load_rows_async<D, LD, kFwdThreads, true>(sdO, p.dout, kBM, [&](int r) -> int64_t {
+          return rs.tok[r] < 0 ? -1 : dob + int64_t(rs.tok[r]) * p.dos.st + int64_t(rs.qh[r]) * p.dos.sh;
+        });
+      },
+      [&](const uint16_t* kc, const uint16_t* vc, int clo_a, int chi_a, int clo_b, int chi_b) {
+        dq_tile<T, D, BN, LD>(sQ, sdO, kc, vc, warp, lane, clo_a, chi_a, clo_b, chi_b, p.scale_log2, p.scale, lse_a,
+                              lse_b, del_a, del_b, acc);
+      });
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = half ? rb : ra;
+    const int tok = rs.tok[r];
+    if (tok < 0) continue;
+    uint16_t* dst = p.dq + int64_t(b) * p.dqs.sb + int64_t(tok) * p.dqs.st + int64_t(rs.qh[r]) * p.dqs.sh;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dst + dt * 8 + 2 * tq) = Elem<T>::pack(acc[dt][2 * half], acc[dt][2 * half + 1]);
+  }
+}
+
 // ---- launch geometry (shared by the CUDA launchers and the emulation) -----------------------------
-template <int D>
-__host__ __device__ constexpr int fwd_keys_per_tile() { return D == 256 ? 32 : 64; }  // 32 at D=256 keeps O + S in registers
 inline int64_t fwd_row_tiles(const Params& p) { return (int64_t(p.N) * p.G * p.B + kBM - 1) / kBM; }
 inline int64_t bwd_items(const Params& p, int BN) {
   return (p.S + BN - 1) / BN + int64_t(p.N) * ((p.B + BN - 1) / BN);
@@ -725,49 +913,6 @@ inline int64_t bwd_items(const Params& p, int BN) {
 constexpr int kPlanThreads = 256;
 constexpr int kDeltaWarps = 8;
 constexpr int kConvertThreads = 256;
-
-inline Str str_of(const Strided& x) { return {x.sb, x.st, x.sh}; }
-inline Str str_of(const StridedOut& x) { return {x.sb, x.st, x.sh}; }
-
-// Kernel parameters from the framework-free arguments and the plan buffers (host code).
-inline Params make_params(const AnchorAttentionArgs& a, const int32_t* order, const int32_t* sorted_anchor,
-                          const int32_t* nkept) {
-  const AnchorAttentionShape& s = a.shape;
-  Params p{};
-  p.q = static_cast<const uint16_t*>(a.q.data);
-  p.k = static_cast<const uint16_t*>(a.k.data);
-  p.v = static_cast<const uint16_t*>(a.v.data);
-  p.o = static_cast<const uint16_t*>(a.out.data);
-  p.dout = static_cast<const uint16_t*>(a.dout.data);
-  p.qs = str_of(a.q);
-  p.ks = str_of(a.k);
-  p.vs = str_of(a.v);
-  p.os = str_of(a.out);
-  p.dos = str_of(a.dout);
-  p.out = static_cast<uint16_t*>(a.out.data);
-  p.outs = str_of(a.out);
-  p.dk = static_cast<uint16_t*>(a.dk.data);
-  p.dks = str_of(a.dk);
-  p.dv = static_cast<uint16_t*>(a.dv.data);
-  p.dvs = str_of(a.dv);
-  p.lse = static_cast<float*>(a.lse);
-  p.order = order;
-  p.sorted_anchor = sorted_anchor;
-  p.nkept = nkept;
-  p.ctx_start = a.ctx_start;
-  p.ctx_start_sb = a.ctx_start_sb;
-  p.N = int(s.num_blocks);
-  p.B = int(s.block_size);
-  p.S = int(s.context_len);
-  p.Hq = int(s.q_heads);
-  p.Hkv = int(s.kv_heads);
-  p.G = int(s.q_heads / s.kv_heads);
-  p.Tq = int(s.num_blocks * s.block_size);
-  p.window = s.window;
-  p.scale = float(s.scale);
-  p.scale_log2 = float(s.scale * 1.4426950408889634);
-  return p;
-}
 
 }  // namespace
 }  // namespace dflash::kernels::cuda

@@ -1,28 +1,34 @@
 // The CUDA anchor-attention kernels run on the CPU under cuda_emu.h, exposed to Python as
 //   torch.ops.dflash_emu.anchor_block_attention_fwd(q, k, v, anchors, keep, block_size, window, scale,
-//                                                   ctx_start=None)
+//                                                   ctx_start=None, smem_limit=232448)
 //   torch.ops.dflash_emu.anchor_block_attention_bwd(dout, q, k, v, out, lse, anchors, keep, block_size,
-//                                                   window, scale, ctx_start=None)
+//                                                   window, scale, ctx_start=None, smem_limit=232448,
+//                                                   deterministic=False, workspace_bytes=2**30)
+//   torch.ops.dflash_emu.tile_choice(kernel, head_dim, smem_limit) -> [keys, stages, dynamic, static] or []
 // for CPU tensors (bf16 or fp16), so tests/python/test_attention_cuda_emulated.py can check the GPU
-// code's index math, masking and synchronisation on a machine without a GPU. mma.sync is emulated
-// from the PTX ISA's fragment layout (written here independently of the kernels' fragment loads).
+// code's index math, masking, tile configurations and synchronisation on a machine without a GPU. The
+// launches are the CUDA build's own (anchor_attention_cuda_launch.cuh): the tile configuration chosen for
+// `smem_limit` bytes of shared memory per block, the backward's chunks for `workspace_bytes`, the
+// deterministic dQ kernel. mma.sync is emulated from the PTX ISA's fragment layout (written here
+// independently of the kernels' fragment loads).
 //
-// Every buffer the kernels touch sits between canary regions (NaN bit patterns): reading past a
-// tensor poisons the result, and a write past one is reported.
+// Every buffer the kernels touch sits between canary regions (NaN bit patterns), in the layout the caller
+// gave (strides included): reading past a tensor or into a gap poisons the result, and a write past one is
+// reported.
 #include "cuda_emu.h"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
-#include <type_traits>
+#include <vector>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
-#include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
 #include "anchor_attention_checks.h"
-#include "anchor_attention_cuda_kernels.cuh"
+#include "anchor_attention_cuda_launch.cuh"
 
 namespace dflash::kernels::cuda {
 namespace {
@@ -113,23 +119,28 @@ struct Elem<EmuF16> {
 
 constexpr int64_t kCanary = 1024;  // elements on each side
 
-// A tensor of `like`'s shape and dtype (contiguous) inside a larger buffer whose margins hold a
-// canary bit pattern; check() reports any write into the margins.
+// A tensor of `sizes` (with `strides`, or contiguous) inside a larger buffer whose margins hold a canary bit
+// pattern; check() reports any write into the margins.
 struct Guarded {
   at::Tensor buf, view, canary;
-  Guarded(at::IntArrayRef sizes, at::TensorOptions opt, double fill) {
-    int64_t n = 1;
-    for (int64_t s : sizes) n *= s;
-    buf = at::full({n + 2 * kCanary}, 0, opt);
-    // All-ones bytes: NaN for every floating type, -1 for int32.
-    at::Tensor bytes = buf.view(at::kByte);
-    bytes.fill_(255);
+  Guarded(at::IntArrayRef sizes, at::TensorOptions opt, double fill, at::IntArrayRef strides = {}) {
+    std::vector<int64_t> st(strides.begin(), strides.end());
+    if (st.empty()) {  // contiguous
+      st.assign(sizes.size(), 1);
+      for (size_t d = sizes.size(); d-- > 1;) st[d - 1] = st[d] * std::max<int64_t>(sizes[d], 1);
+    }
+    int64_t extent = 1;
+    for (size_t d = 0; d < sizes.size(); ++d) extent += (sizes[d] - 1) * st[d];
+    for (int64_t s : sizes) extent = s == 0 ? 0 : extent;
+    buf = at::empty({extent + 2 * kCanary}, opt);
+    buf.view(at::kByte).fill_(255);  // all-ones bytes: NaN for every floating type, -1 for integers
     canary = buf.clone();
-    view = buf.narrow(0, kCanary, n).view(sizes);
+    view = buf.as_strided(sizes, st, kCanary);
     view.fill_(fill);
   }
+  // A copy in t's own layout when it has one without overlaps (size-1 dimensions keep their strides).
   static Guarded copy_of(const at::Tensor& t) {
-    Guarded g(t.sizes(), t.options(), 0);
+    Guarded g(t.sizes(), t.options(), 0, t.is_non_overlapping_and_dense() ? t.strides() : at::IntArrayRef{});
     g.view.copy_(t);
     return g;
   }
@@ -142,80 +153,107 @@ struct Guarded {
   }
 };
 
-struct EmuPlan {
-  Guarded order, sorted_anchor, nkept;
+StridedOut strided_out(const at::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
+
+// Runs each launch of anchor_attention_cuda_launch.cuh on the emulator, with exactly the dynamic shared memory
+// the configuration asks for.
+struct EmuLauncher {
+  template <typename A>
+  bool launch(void (*kernel)(A), dim3 grid, unsigned threads, int64_t smem, const A& args) {
+    TORCH_CHECK(kernel != nullptr, "cuda_emu: a tile configuration without a kernel instantiation");
+    cuda_emu::launch(grid, threads, size_t(smem), [&] { kernel(args); });
+    return true;
+  }
+  bool zero(void* ptr, int64_t bytes) {
+    std::memset(ptr, 0, size_t(bytes));
+    return true;
+  }
 };
 
-EmuPlan run_plan(const AnchorAttentionArgs& a) {
+TileKernel tile_kernel_of(const std::string& name) {
+  if (name == "forward") return TileKernel::Forward;
+  if (name == "backward") return TileKernel::Backward;
+  TORCH_CHECK(name == "dq", "dflash_emu: kernel must be forward, backward or dq, got ", name);
+  return TileKernel::DqRows;
+}
+
+// The configuration a GPU with `smem_limit` bytes per block gets (the static part as the structs count it).
+const TileConfig& emu_tile(TileKernel k, int64_t head_dim, int64_t smem_limit) {
+  const StaticSmem estimate = [](const TileConfig& c) { return tile_static_smem_estimate(c.kernel); };
+  const TileConfig* c = choose_tile_config(k, int(head_dim), smem_limit, estimate);
+  TORCH_CHECK(c, "dflash_emu: ", no_tile_fits(k, int(head_dim), smem_limit, estimate, "the emulated GPU"));
+  return *c;
+}
+
+std::vector<int64_t> emu_tile_choice(const std::string& kernel, int64_t head_dim, int64_t smem_limit) {
+  const StaticSmem estimate = [](const TileConfig& c) { return tile_static_smem_estimate(c.kernel); };
+  const TileConfig* c = choose_tile_config(tile_kernel_of(kernel), int(head_dim), smem_limit, estimate);
+  if (!c) return {};
+  return {c->keys, c->stages, tile_dynamic_smem(*c), estimate(*c)};
+}
+
+struct EmuPlan {
+  Guarded order, sorted_anchor, nkept, status;
+  AnchorAttentionCudaPlan view(bool with_status) const {
+    return {order.view.data_ptr<int32_t>(), sorted_anchor.view.data_ptr<int32_t>(), nkept.view.data_ptr<int32_t>(),
+            with_status ? reinterpret_cast<uint64_t*>(status.view.data_ptr<int64_t>()) : nullptr};
+  }
+};
+
+// The plan kernel; with check_range its range check of anchors / ctx_start raises the message the CUDA op
+// raises (there one call later, here at once).
+EmuPlan run_plan(const AnchorAttentionArgs& a, bool check_range, bool anchors_batched, bool ctx_start_batched) {
   const auto& s = a.shape;
   const auto iopt = at::TensorOptions().dtype(at::kInt);
   EmuPlan p{Guarded({s.batch * s.num_blocks}, iopt, -7), Guarded({s.batch * s.num_blocks}, iopt, -7),
-            Guarded({s.batch}, iopt, 0)};
-  if (s.batch > 0 && s.num_blocks > 0) {
-    const dim3 grid(unsigned((s.num_blocks + kPlanThreads - 1) / kPlanThreads), unsigned(s.batch));
-    int32_t *o = p.order.view.data_ptr<int32_t>(), *sa = p.sorted_anchor.view.data_ptr<int32_t>(),
-            *nk = p.nkept.view.data_ptr<int32_t>();
-    cuda_emu::launch(grid, kPlanThreads, 0, [&] {
-      plan_kernel(a.anchors, a.anchors_sb, a.keep, a.keep_sb, int(s.num_blocks), int(s.context_len), o, sa, nk);
-    });
-  }
+            Guarded({s.batch}, iopt, -7), Guarded({kAnchorStatusWords}, iopt.dtype(at::kLong), 0)};
+  EmuLauncher l;
+  launch_plan(l, a, p.view(check_range));
   p.order.check("order");
   p.sorted_anchor.check("sorted_anchor");
   p.nkept.check("nkept");
+  p.status.check("status");
+  uint64_t status[kAnchorStatusWords];
+  std::memcpy(status, p.status.view.data_ptr<int64_t>(), sizeof(status));
+  const std::string bad = describe_anchor_status(status, s, anchors_batched, ctx_start_batched);
+  TORCH_CHECK(bad.empty(), "anchor_block_attention (CUDA emulation): ", bad);
   return p;
 }
 
-template <typename T, int D>
-void forward_d(const Params& p, int batch) {
-  constexpr int BN = fwd_keys_per_tile<D>();
-  cuda_emu::launch(dim3(unsigned(fwd_row_tiles(p)), unsigned(p.Hkv), unsigned(batch)), kFwdThreads,
-                   fwd_smem_bytes<D, BN>(), [&] { fwd_kernel<T, D, BN>(p); });
-}
-
-template <typename T, int D>
-void backward_d(const Params& p, int batch, uint16_t* dq, Str dqs) {
-  const int64_t rows = int64_t(batch) * p.Hq * p.Tq;
-  if (rows > 0)
-    cuda_emu::launch(dim3(unsigned((rows + kDeltaWarps - 1) / kDeltaWarps)), kDeltaWarps * 32, 0,
-                     [&] { delta_kernel<T>(p, D, rows); });
-  cuda_emu::launch(dim3(unsigned(bwd_items(p, bwd_keys_per_tile<D>())), unsigned(p.Hkv), unsigned(batch)), kBwdThreads, bwd_smem_bytes<D>(),
-                   [&] { bwd_kernel<T, D>(p); });
-  const int64_t total = rows * D;
-  if (total > 0) {
-    const int64_t blocks = std::min<int64_t>((total + kConvertThreads - 1) / kConvertThreads, 65536);
-    cuda_emu::launch(dim3(unsigned(blocks)), kConvertThreads, 0, [&] { dq_convert_kernel<T>(p, D, dq, dqs, total); });
-  }
-}
-
 template <typename F>
-void dispatch(const at::Tensor& q, int64_t D, F&& f) {
+void dispatch(const at::Tensor& q, F&& f) {
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf, "dflash_emu: bf16 or fp16 only");
-  const bool bf = q.scalar_type() == at::kBFloat16;
-  switch (D) {
-    case 64: return bf ? f(EmuBf16{}, std::integral_constant<int, 64>{}) : f(EmuF16{}, std::integral_constant<int, 64>{});
-    case 128: return bf ? f(EmuBf16{}, std::integral_constant<int, 128>{}) : f(EmuF16{}, std::integral_constant<int, 128>{});
-    case 256: return bf ? f(EmuBf16{}, std::integral_constant<int, 256>{}) : f(EmuF16{}, std::integral_constant<int, 256>{});
-  }
-  TORCH_CHECK(false, "dflash_emu: head_dim must be 64, 128 or 256, got ", D);
+  if (q.scalar_type() == at::kBFloat16)
+    f(EmuBf16{});
+  else
+    f(EmuF16{});
+}
+
+void check_emulated(const kernels::AnchorAttentionArgs& args, bool backward) {
+  const char* why = anchor_attention_cuda_unsupported(args.shape);
+  TORCH_CHECK(why == nullptr, "dflash_emu: ", why ? why : "");
+  TORCH_CHECK(operands_aligned16(args, backward), "dflash_emu: the launcher finds q, k, v or dout misaligned");
 }
 
 std::tuple<at::Tensor, at::Tensor> emu_fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                            const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,
-                                           int64_t window, double scale, const std::optional<at::Tensor>& cs_opt) {
+                                           int64_t window, double scale, const std::optional<at::Tensor>& cs_opt,
+                                           int64_t smem_limit) {
   const at::Tensor cs = ops::ctx_start_or_undefined(cs_opt);
   const ops::AttentionDims d = ops::check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window, cs);
-  const Guarded q = Guarded::copy_of(q_in), k = Guarded::copy_of(k_in), v = Guarded::copy_of(v_in);
+  const Guarded q = Guarded::copy_of(ops::cuda_aligned_rows(q_in)), k = Guarded::copy_of(ops::cuda_aligned_rows(k_in)),
+                v = Guarded::copy_of(ops::cuda_aligned_rows(v_in));
   auto args = ops::make_kernel_args(d, q.view, k.view, v.view, anchors, keep, window, scale, cs);
+  check_emulated(args, false);
+  const TileConfig& fwd = emu_tile(TileKernel::Forward, d.head_dim, smem_limit);
   Guarded out(q_in.sizes(), q_in.options(), 0);
   Guarded lse({d.batch, d.q_heads, d.num_blocks * d.block_size}, q_in.options().dtype(at::kFloat),
               -std::numeric_limits<double>::infinity());
-  args.out = {out.view.data_ptr(), out.view.stride(0), out.view.stride(1), out.view.stride(2)};
+  args.out = strided_out(out.view);
   args.lse = lse.view.data_ptr();
-  const EmuPlan plan = run_plan(args);
-  const Params p = make_params(args, plan.order.view.data_ptr<int32_t>(), plan.sorted_anchor.view.data_ptr<int32_t>(),
-                               plan.nkept.view.data_ptr<int32_t>());
-  if (d.batch > 0 && d.num_blocks > 0 && d.q_heads > 0)
-    dispatch(q_in, d.head_dim, [&](auto t, auto dim) { forward_d<decltype(t), decltype(dim)::value>(p, int(d.batch)); });
+  const EmuPlan plan = run_plan(args, true, anchors.dim() == 2, cs.defined() && cs.dim() == 2);
+  EmuLauncher l;
+  dispatch(q_in, [&](auto t) { launch_forward<decltype(t)>(l, args, plan.view(false), fwd); });
   out.check("out");
   lse.check("lse");
   return {out.view, lse.view};
@@ -226,32 +264,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> emu_bwd(const at::Tensor& dout_in
                                                        const at::Tensor& out_in, const at::Tensor& lse_in,
                                                        const at::Tensor& anchors, const at::Tensor& keep,
                                                        int64_t block_size, int64_t window, double scale,
-                                                       const std::optional<at::Tensor>& cs_opt) {
+                                                       const std::optional<at::Tensor>& cs_opt, int64_t smem_limit,
+                                                       bool deterministic, int64_t workspace_bytes) {
   const at::Tensor cs = ops::ctx_start_or_undefined(cs_opt);
   const ops::AttentionDims d = ops::check_attention_args(q_in, k_in, v_in, anchors, keep, block_size, window, cs);
-  const Guarded q = Guarded::copy_of(q_in), k = Guarded::copy_of(k_in), v = Guarded::copy_of(v_in);
-  const Guarded dout = Guarded::copy_of(dout_in.to(q_in.scalar_type())), o = Guarded::copy_of(out_in);
-  const Guarded lse = Guarded::copy_of(lse_in.to(at::kFloat));
+  const Guarded q = Guarded::copy_of(ops::cuda_aligned_rows(q_in)), k = Guarded::copy_of(ops::cuda_aligned_rows(k_in)),
+                v = Guarded::copy_of(ops::cuda_aligned_rows(v_in));
+  const Guarded dout = Guarded::copy_of(ops::cuda_aligned_rows(dout_in.to(q_in.scalar_type())));
+  const Guarded o = Guarded::copy_of(out_in), lse = Guarded::copy_of(lse_in.to(at::kFloat));
   auto args = ops::make_kernel_args(d, q.view, k.view, v.view, anchors, keep, window, scale, cs);
+  check_emulated(args, true);
+  BackwardPlan w;
+  w.bwd = &emu_tile(TileKernel::Backward, d.head_dim, smem_limit);
+  w.dq = deterministic ? &emu_tile(TileKernel::DqRows, d.head_dim, smem_limit) : nullptr;
+  w.chunks = plan_bwd_chunks(args.shape, deterministic, workspace_bytes);
   Guarded dq(q_in.sizes(), q_in.options(), 0), dk(k_in.sizes(), k_in.options(), 0), dv(v_in.sizes(), v_in.options(), 0);
-  const int64_t rows = d.batch * d.q_heads * d.num_blocks * d.block_size;
-  Guarded delta({rows}, q_in.options().dtype(at::kFloat), 0), dq_acc({rows * d.head_dim}, q_in.options().dtype(at::kFloat), 0);
-  args.out = {o.view.data_ptr(), o.view.stride(0), o.view.stride(1), o.view.stride(2)};
+  const auto fopt = q_in.options().dtype(at::kFloat);
+  Guarded delta({w.chunks.delta_floats}, fopt, 0), dq_acc({w.chunks.dq_acc_floats}, fopt, 0);
+  w.delta = delta.view.data_ptr<float>();
+  w.dq_acc = dq_acc.view.data_ptr<float>();
+  args.out = strided_out(o.view);
   args.lse = lse.view.data_ptr();
   args.dout = {dout.view.data_ptr(), dout.view.stride(0), dout.view.stride(1), dout.view.stride(2)};
-  args.dq = {dq.view.data_ptr(), dq.view.stride(0), dq.view.stride(1), dq.view.stride(2)};
-  args.dk = {dk.view.data_ptr(), dk.view.stride(0), dk.view.stride(1), dk.view.stride(2)};
-  args.dv = {dv.view.data_ptr(), dv.view.stride(0), dv.view.stride(1), dv.view.stride(2)};
-  const EmuPlan plan = run_plan(args);
-  Params p = make_params(args, plan.order.view.data_ptr<int32_t>(), plan.sorted_anchor.view.data_ptr<int32_t>(),
-                         plan.nkept.view.data_ptr<int32_t>());
-  p.delta = delta.view.data_ptr<float>();
-  p.dq_acc = dq_acc.view.data_ptr<float>();
-  if (d.batch > 0 && d.num_blocks > 0 && d.q_heads > 0)
-    dispatch(q_in, d.head_dim, [&](auto t, auto dim) {
-      backward_d<decltype(t), decltype(dim)::value>(p, int(d.batch), static_cast<uint16_t*>(args.dq.data),
-                                                    str_of(args.dq));
-    });
+  args.dq = strided_out(dq.view);
+  args.dk = strided_out(dk.view);
+  args.dv = strided_out(dv.view);
+  const EmuPlan plan = run_plan(args, false, false, false);
+  EmuLauncher l;
+  dispatch(q_in, [&](auto t) { launch_backward<decltype(t)>(l, args, plan.view(false), w); });
   for (const auto* g : {&dq, &dk, &dv, &delta, &dq_acc}) g->check("a gradient or workspace buffer");
   return {dq.view, dk.view, dv.view};
 }
@@ -261,10 +301,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> emu_bwd(const at::Tensor& dout_in
 
 TORCH_LIBRARY(dflash_emu, m) {
   m.def("anchor_block_attention_fwd(Tensor q, Tensor k, Tensor v, Tensor anchors, Tensor keep, int block_size, "
-        "int window, float scale, Tensor? ctx_start=None) -> (Tensor, Tensor)");
+        "int window, float scale, Tensor? ctx_start=None, int smem_limit=232448) -> (Tensor, Tensor)");
   m.def("anchor_block_attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-        "Tensor anchors, Tensor keep, int block_size, int window, float scale, Tensor? ctx_start=None) "
-        "-> (Tensor, Tensor, Tensor)");
+        "Tensor anchors, Tensor keep, int block_size, int window, float scale, Tensor? ctx_start=None, "
+        "int smem_limit=232448, bool deterministic=False, int workspace_bytes=1073741824) -> (Tensor, Tensor, Tensor)");
+  m.def("tile_choice(str kernel, int head_dim, int smem_limit) -> int[]", &dflash::kernels::cuda::emu_tile_choice);
 }
 TORCH_LIBRARY_IMPL(dflash_emu, CPU, m) {
   m.impl("anchor_block_attention_fwd", &dflash::kernels::cuda::emu_fwd);

@@ -8,8 +8,10 @@
 //   words, wait until all 32 lanes of the warp have deposited, then read what they need.
 // The scheduler stops with an error when threads cannot all make progress (a warp split between a
 // collective and __syncthreads, lanes in different collectives, a collective with exited lanes),
-// i.e. the divergence bugs that would hang or corrupt a real GPU run. Shared memory starts as 0xff
-// bytes (NaN as bf16/fp16) so reads of unwritten shared memory show up in the results.
+// i.e. the divergence bugs that would hang or corrupt a real GPU run. Dynamic shared memory is exactly
+// the launch's size and starts as 0xff bytes (NaN as bf16/fp16), so reads of unwritten shared memory
+// show up in the results; a guard zone after it catches writes past the size (ldmatrix and cp.async
+// check their addresses against the size themselves).
 #pragma once
 #include <ucontext.h>
 
@@ -48,6 +50,7 @@ namespace cuda_emu {
 enum class State { Runnable, WarpWait, BlockWait, Done };
 constexpr int kWords = 8;  // words a lane deposits per collective; the last one tags the collective
 constexpr size_t kStackBytes = 192 * 1024;
+constexpr size_t kSmemGuard = 4096;  // bytes after the dynamic shared memory that must stay 0xff
 
 struct AsyncCopy {
   void* dst;
@@ -71,7 +74,8 @@ struct Machine {
   ucontext_t sched;
   int current = -1;
   std::vector<uint32_t> deposits;  // [warp][parity][lane][kWords]
-  std::vector<unsigned char> smem;
+  std::vector<unsigned char> smem;  // the launch's dynamic shared memory, then kSmemGuard guard bytes
+  size_t smem_size = 0;
   const std::function<void()>* body = nullptr;
   dim3 block_idx, block_dim, grid_dim;
 };
@@ -174,6 +178,14 @@ inline void run_block(Machine& m) {
   }
 }
 
+// A write past the launch's dynamic shared memory (plain stores are not checked one by one).
+inline void check_smem_guard(const Machine& m) {
+  for (size_t i = m.smem_size; i < m.smem.size(); ++i)
+    if (m.smem[i] != 0xff)
+      throw std::runtime_error("cuda_emu: a thread wrote " + std::to_string(i - m.smem_size) + " bytes past the " +
+                               std::to_string(m.smem_size) + " bytes of dynamic shared memory" + where(m));
+}
+
 // Runs body() as every thread of every block of the grid (1-D blocks).
 inline void launch(dim3 grid, unsigned threads, size_t smem_bytes, const std::function<void()>& body) {
   Machine& m = machine();
@@ -181,7 +193,8 @@ inline void launch(dim3 grid, unsigned threads, size_t smem_bytes, const std::fu
   for (Thread& t : m.threads)
     if (t.stack.size() != kStackBytes) t.stack.assign(kStackBytes, 0);
   m.deposits.assign(size_t((threads + 31) / 32) * 2 * 32 * kWords, 0);
-  m.smem.assign(smem_bytes + 16, 0xff);
+  m.smem.assign(smem_bytes + kSmemGuard, 0xff);
+  m.smem_size = smem_bytes;
   m.body = &body;
   m.grid_dim = grid;
   m.block_dim = dim3(threads);
@@ -190,6 +203,7 @@ inline void launch(dim3 grid, unsigned threads, size_t smem_bytes, const std::fu
       for (unsigned x = 0; x < grid.x; ++x) {
         m.block_idx = dim3(x, y, z);
         run_block(m);
+        check_smem_guard(m);
       }
   m.body = nullptr;
 }
@@ -244,6 +258,16 @@ inline float atomicAdd(float* a, float v) {
   *a = old + v;
   return old;
 }
+inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) {
+  const unsigned long long old = *a;
+  *a = old + v;
+  return old;
+}
+inline unsigned long long atomicMax(unsigned long long* a, unsigned long long v) {
+  const unsigned long long old = *a;
+  if (v > old) *a = v;
+  return old;
+}
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 per the PTX ISA: lanes 8i..8i+7 give the row
 // addresses of 8x8 matrix i; lane l gets r[i] = M_i[l/4][2(l%4)..+1], or transposed
 // (M_i[2(l%4)][l/4], M_i[2(l%4)+1][l/4]). Addresses must be 16-byte aligned rows inside the
@@ -256,7 +280,7 @@ inline void emu_ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row, bool trans) {
   w[::cuda_emu::kWords - 1] = trans ? 0x1d70000u : 0x1d00000u;
   const uint32_t* s = ::cuda_emu::warp_exchange(w);
   const auto& m = ::cuda_emu::machine();
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(m.smem.data()), hi = lo + m.smem.size() - 16;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(m.smem.data()), hi = lo + m.smem_size - 16;
   auto row_of = [&](int i, int r) {
     const uint32_t* d = s + (i * 8 + r) * ::cuda_emu::kWords;
     const uintptr_t p = uintptr_t(d[0]) | (uintptr_t(d[1]) << 32);
@@ -286,7 +310,7 @@ inline void emu_ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row, bool trans) {
 inline void cp_async16(void* smem, const void* gmem, bool valid) {
   const auto& m = ::cuda_emu::machine();
   const uintptr_t p = reinterpret_cast<uintptr_t>(smem), lo = reinterpret_cast<uintptr_t>(m.smem.data());
-  if (p % 16 != 0 || p < lo || p + 16 > lo + m.smem.size() || reinterpret_cast<uintptr_t>(gmem) % 16 != 0) {
+  if (p % 16 != 0 || p < lo || p + 16 > lo + m.smem_size || reinterpret_cast<uintptr_t>(gmem) % 16 != 0) {
     std::fprintf(stderr, "cuda_emu: cp.async to %p from %p is misaligned or outside shared memory\n", smem, gmem);
     std::abort();
   }

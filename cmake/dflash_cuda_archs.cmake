@@ -1,0 +1,83 @@
+# Which GPU architectures the CUDA kernels are compiled for: one machine-code (SASS) image per listed
+# architecture, plus PTX of the newest so that later GPUs can compile it at load time.
+#
+# dflash_resolve_cuda_archs(<request> <supported> <archs_var> <error_var>)
+#   request    "auto" (or empty), or a list of compute capabilities: "80;90", "80,120", "8.0 12.0"
+#   supported  the sm_XX list nvcc prints for --list-gpu-code (e.g. "sm_80;sm_90;sm_100;sm_120")
+#   archs_var  receives the list for the CUDA_ARCHITECTURES target property, e.g. "80-real;90-real;120"
+#              (CMake's spelling: "-real" is SASS only, a bare number SASS + PTX)
+#   error_var  receives a one-line error (and archs_var stays empty) when the request cannot be built
+#
+# auto: 80, 90, 100 and 120 (A100, H100/H200, B200, RTX PRO 6000 Blackwell; the sm_80 image also runs on
+# sm_86/sm_89 cards, sm_100 on sm_103, sm_120 on sm_121), keeping those this nvcc supports.
+# No CUDA toolkit needed: tests/kernels/test_cuda_archs.cmake runs it with `cmake -P`.
+set(DFLASH_CUDA_ARCHS_DEFAULT 80 90 100 120)
+
+function(dflash_resolve_cuda_archs request supported archs_var error_var)
+  set(${archs_var} "" PARENT_SCOPE)
+  set(${error_var} "" PARENT_SCOPE)
+  string(STRIP "${request}" request)
+  string(REGEX REPLACE "[ ,;]+" ";" wanted "${request}")
+  list(FILTER wanted EXCLUDE REGEX "^$")
+  set(automatic OFF)
+  if(wanted STREQUAL "" OR wanted STREQUAL "auto")
+    set(automatic ON)
+    set(wanted ${DFLASH_CUDA_ARCHS_DEFAULT})
+  endif()
+  set(numbers "")
+  foreach(arch IN LISTS wanted)
+    # "8.0" and "sm_80" are accepted spellings of 80.
+    if(arch MATCHES "^([0-9]+)\\.([0-9])$")
+      set(arch "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+    elseif(arch MATCHES "^sm_([0-9]+)$")
+      set(arch "${CMAKE_MATCH_1}")
+    endif()
+    if(NOT arch MATCHES "^[0-9]+$")
+      set(${error_var} "DFLASH_CUDA_ARCHS: '${arch}' is not a compute capability (expected e.g. 80, 90, 100, 120 or auto)" PARENT_SCOPE)
+      return()
+    endif()
+    if(arch LESS 80)
+      set(${error_var} "DFLASH_CUDA_ARCHS: ${arch} is below 80; the kernels need sm_80 or newer (bf16 tensor cores, cp.async)" PARENT_SCOPE)
+      return()
+    endif()
+    if(NOT "sm_${arch}" IN_LIST supported)
+      if(automatic)
+        continue()  # an older nvcc: build what it can
+      endif()
+      string(REPLACE ";" " " shown "${supported}")
+      set(${error_var} "DFLASH_CUDA_ARCHS: this nvcc cannot compile for sm_${arch} (it supports: ${shown})" PARENT_SCOPE)
+      return()
+    endif()
+    list(APPEND numbers ${arch})
+  endforeach()
+  list(REMOVE_DUPLICATES numbers)
+  list(SORT numbers COMPARE NATURAL)
+  if(numbers STREQUAL "")
+    string(REPLACE ";" " " shown "${supported}")
+    set(${error_var} "DFLASH_CUDA_ARCHS: none of ${DFLASH_CUDA_ARCHS_DEFAULT} is supported by this nvcc (it supports: ${shown})" PARENT_SCOPE)
+    return()
+  endif()
+  list(POP_BACK numbers newest)
+  set(result "")
+  foreach(arch IN LISTS numbers)
+    list(APPEND result "${arch}-real")
+  endforeach()
+  list(APPEND result "${newest}")
+  set(${archs_var} "${result}" PARENT_SCOPE)
+endfunction()
+
+# "80-real;90-real;120" -> "sm_80 sm_90 sm_120 compute_120": what cuobjdump lists and cuda_compiled_archs() returns.
+function(dflash_describe_cuda_archs archs out_var)
+  set(images "")
+  set(ptx "")
+  foreach(arch IN LISTS archs)
+    string(REPLACE "-real" "" number "${arch}")
+    list(APPEND images "sm_${number}")
+    if(NOT arch MATCHES "-real$")
+      list(APPEND ptx "compute_${number}")
+    endif()
+  endforeach()
+  list(APPEND images ${ptx})
+  string(REPLACE ";" " " text "${images}")
+  set(${out_var} "${text}" PARENT_SCOPE)
+endfunction()
