@@ -26,6 +26,8 @@ struct PlanSettings {
   bool master_fp32 = true;    // fp32 master weights (only when dtype is narrower than fp32)
   std::string device = "cuda";      // cuda | cpu (the attention backward workspace differs)
   int64_t cpu_dq_partitions = kernels::kDefaultDqPartitions;  // CPU attention backward: fp32 dQ partitions
+  // fused | reference (tiles of anchor_attention_reference.h) | auto (the larger: a run may fall back)
+  std::string attention_backend = "auto";
 };
 
 struct PlanTerm {
