@@ -11,7 +11,7 @@
 
 #include "anchor_attention_checks.h"
 #include "anchor_attention_reference.h"
-#include "attention_fault_injection.h"
+#include "fault_injection.h"
 #include "attention_selfcheck.h"
 
 namespace dflash::ops {

@@ -22,31 +22,6 @@
 namespace dflash::ops {
 namespace {
 
-double eps_of(at::ScalarType t) {
-  switch (t) {
-    case at::kBFloat16: return std::ldexp(1.0, -7);
-    case at::kHalf: return std::ldexp(1.0, -10);
-    case at::kFloat: return std::ldexp(1.0, -23);
-    default: return std::ldexp(1.0, -52);
-  }
-}
-
-std::string dtype_short(at::ScalarType t) {
-  switch (t) {
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "fp16";
-    case at::kFloat: return "fp32";
-    case at::kDouble: return "fp64";
-    default: return c10::toString(t);
-  }
-}
-
-std::string sci(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", x);
-  return buf;
-}
-
 std::string first_line(const std::exception& e) {
   const auto* c10e = dynamic_cast<const c10::Error*>(&e);
   std::string s = c10e ? c10e->what_without_backtrace() : e.what();
@@ -142,16 +117,12 @@ std::vector<at::Tensor> run_timed(const Impl& impl, const CheckInputs& in, int64
   return out;
 }
 
-double max_abs_diff(const at::Tensor& x, const at::Tensor& ref) {
-  return (x.to(at::kDouble) - ref).abs().max().item<double>();
-}
-
 }  // namespace
 
 std::string AttentionCheckSpec::describe() const {
   char buf[200];
   std::snprintf(buf, sizeof buf, "%s %s, S %lld, Hq %lld, Hkv %lld, D %lld, B %lld, window %lld%s, %s",
-                device.str().c_str(), dtype_short(dtype).c_str(), (long long)context_len, (long long)q_heads,
+                device.str().c_str(), short_dtype_name(dtype).c_str(), (long long)context_len, (long long)q_heads,
                 (long long)kv_heads, (long long)head_dim, (long long)block_size, (long long)window,
                 packed ? ", packed" : "", backward ? "forward+backward" : "forward");
   return buf;
@@ -160,17 +131,7 @@ std::string AttentionCheckSpec::describe() const {
 std::string AttentionCheckResult::summary() const {
   if (!reference_exception.empty()) return "the reference threw: " + reference_exception;
   if (!exception.empty()) return "threw: " + exception;
-  const TensorCheck* worst = nullptr;  // the first failure, else the tensor closest to its tolerance
-  for (const auto& t : tensors) {
-    if (!t.ok()) {
-      worst = &t;
-      break;
-    }
-    if (!worst || t.error * worst->tolerance > worst->error * t.tolerance) worst = &t;
-  }
-  if (!worst) return "nothing compared";
-  return worst->name + " max error " + sci(worst->error) + (worst->ok() ? " <= " : " > ") + "tolerance " +
-         sci(worst->tolerance);
+  return worst_of(tensors);
 }
 
 AttentionCheckResult check_fused_attention(const AttentionCheckSpec& spec_in) {
@@ -206,14 +167,8 @@ AttentionCheckResult check_fused_attention(const AttentionCheckSpec& spec_in) {
   const double floor_growth = s.dtype == at::kDouble ? std::sqrt(double(s.context_len + s.block_size)) : 1.0;
   r.passed = true;
   for (size_t i = 0; i < exact.size(); ++i) {
-    TensorCheck t;
-    t.name = names[i];
-    t.error = max_abs_diff(fused[i], exact[i]);
-    t.low_error = max_abs_diff(low[i], exact[i]);
-    t.magnitude = exact[i].abs().max().item<double>();
-    t.tolerance = 2 * t.low_error + kFloorEps * eps_of(s.dtype) * t.magnitude * floor_growth;
-    r.passed = r.passed && t.ok();
-    r.tensors.push_back(t);
+    r.tensors.push_back(compare_to_exact(names[i], fused[i], low[i], exact[i], s.dtype, floor_growth));
+    r.passed = r.passed && r.tensors.back().ok();
   }
   return r;
 }

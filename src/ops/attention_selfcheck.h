@@ -8,8 +8,8 @@
 // its document (documents start at 0, S/4, S/2 and 3S/4), as packed rows give it.
 //
 // Tolerance rule, per tensor (out; with backward also dq, dk, dv), all errors being max |x - x64| where x64 is
-// the reference computed in fp64 from the same (already rounded) inputs:
-//     err(fused) <= 2 * err(low) + kFloorEps * eps(dtype) * max|x64|
+// the reference computed in fp64 from the same (already rounded) inputs (selfcheck_tolerance.h):
+//     err(fused) <= 2 * err(low) + 4 * eps(dtype) * max|x64|
 // err(low) is the error of the reference computed in the dtype itself (scores, softmax and sums in bf16 for
 // bf16), i.e. what plain PyTorch code in that dtype makes, and eps is the dtype's machine epsilon (bf16 2^-7,
 // fp16 2^-10, fp32 2^-23, fp64 2^-52): the rule of flash-attention's tests and of
@@ -28,10 +28,9 @@
 #include <c10/core/ScalarType.h>
 
 #include "attention_backend.h"
+#include "selfcheck_tolerance.h"
 
 namespace dflash::ops {
-
-constexpr double kFloorEps = 4.0;
 
 struct AttentionCheckSpec {
   at::Device device = at::kCPU;
@@ -45,15 +44,6 @@ struct AttentionCheckSpec {
   uint64_t seed = 0;
   // "cpu fp32, S 256, Hq 8, Hkv 2, D 64, B 16, window 0, packed, forward+backward"
   std::string describe() const;
-};
-
-struct TensorCheck {
-  std::string name;        // out, dq, dk, dv
-  double error = 0;        // max |fused - x64|
-  double low_error = 0;    // max |reference in the dtype itself - x64|
-  double magnitude = 0;    // max |x64|
-  double tolerance = 0;    // 2 * low_error + floor (the rule above)
-  bool ok() const { return error <= tolerance; }  // false for NaN
 };
 
 struct AttentionCheckResult {

@@ -110,6 +110,23 @@ std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
   return choices;
 }
 
+std::optional<ops::LossCheckResult> StepRunner::check_loss_kernel() {
+  const bool kernel_dtype = run_.compute == at::kFloat || run_.compute == at::kBFloat16;
+  if (!loss_.chunk.fused_ce || loss_.chunk.kl_weight != 0.0 || !kernel_dtype) return std::nullopt;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    if (!replicas_[i].device.is_cpu()) continue;
+    ops::LossCheckSpec spec;
+    spec.dtype = run_.compute;
+    spec.hidden = dcfg_.hidden_size;
+    spec.vocab = ops::loss_check_vocab(replicas_[i].frozen.lm_head.size(0));
+    spec.seed = uint64_t(cfg_.seed);
+    ops::LossCheckResult r = workers_[i]->submit([spec] { return ops::check_fused_cross_entropy(spec); }).get();
+    if (!r.passed) loss_.chunk.fused_ce = false;  // every worker: the flag is shared
+    return r;
+  }
+  return std::nullopt;
+}
+
 StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const MicroBatch*>& micro) {
   Replica& r = replicas_[size_t(index)];
   if (hooks_.fail_worker == index)

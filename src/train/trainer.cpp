@@ -68,6 +68,18 @@ nlohmann::json attention_event(const ops::AttentionChoice& c, int64_t step) {
           {"checks", checks}};
 }
 
+// metrics.jsonl's record of the loss kernel's self-check.
+nlohmann::json loss_kernel_event(const ops::LossCheckResult& r, int64_t step) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : r.tensors)
+    tensors.push_back({{"name", t.name}, {"error", t.error}, {"tolerance", t.tolerance}, {"low_error", t.low_error},
+                       {"magnitude", t.magnitude}});
+  nlohmann::json j = {{"step", step}, {"event", "loss_kernel"}, {"device", "cpu"}, {"shape", r.spec.describe()},
+                      {"passed", r.passed}, {"kernel", r.passed ? "fused" : "generic"}, {"tensors", tensors}};
+  if (!r.exception.empty()) j["exception"] = r.exception;
+  return j;
+}
+
 std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, const std::string& kept) {
   std::ostringstream s;
   s << e.what() << "; the weights were not updated and " << kept
@@ -110,6 +122,17 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       log.event(attention_event(choice, start_step));
     } else if (choice.fell_back()) {  // only the lead writes the log: other ranks say it themselves
       std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), choice.line.c_str());
+    }
+  }
+  if (const auto loss_check = runner.check_loss_kernel()) {
+    const std::string line = "loss: cpu: the fused cross-entropy kernel failed its self-check (" +
+                             loss_check->spec.describe() + ": " + loss_check->summary() +
+                             "); falling back to the generic cross-entropy";
+    if (run.lead) {
+      if (!loss_check->passed) log.message(line);
+      log.event(loss_kernel_event(*loss_check, start_step));
+    } else if (!loss_check->passed) {
+      std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), line.c_str());
     }
   }
   int64_t step = start_step, pos = start_pos, saved_step = run.resume ? run.resume->step : -1;

@@ -3,7 +3,8 @@ test_train.py: auto keeps the fused op when it passes its self-check (one line, 
 test-only fault injection (DFLASH_FAULT_INJECT: the fused op returns wrong numbers, or throws) auto prints one
 fallback line naming the device and the figures, records it in metrics.jsonl, and finishes with the losses of a
 run with attention_backend reference; fused refuses; reference runs without a check; the check covers packed
-rows and every distinct window, once per device."""
+rows and every distinct window, once per device. The loss's fused CPU cross-entropy kernel is checked the same
+way and falls back to the generic path."""
 import json
 
 import pytest
@@ -95,3 +96,24 @@ def test_check_covers_packed_rows_windows_once_per_device(dflash_bin, target_dir
     shapes = [c["shape"] for c in ev[0]["checks"]]
     assert [", window 0, packed, " in s for s in shapes] == [True, False], shapes
     assert [", window 8, packed, " in s for s in shapes] == [False, True], shapes
+
+
+def test_loss_kernel_is_checked_and_falls_back_to_the_generic_path(dflash_bin, target_dir, offline_dir, tmp_path):
+    """The loss's fused CPU cross-entropy kernel gets the same treatment: checked before step 1 against the generic
+    path; wrong numbers (test-only fault) make every worker use the generic path, with one line and an event."""
+    good, broken = tmp_path / "good", tmp_path / "broken"
+    r = run_with(dflash_bin, target_dir, offline_dir, good, "auto")
+    assert "loss: cpu:" not in r.stderr
+    ev = events(good, "loss_kernel")
+    assert len(ev) == 1 and ev[0]["passed"] and ev[0]["kernel"] == "fused"
+    assert ev[0]["shape"] == "cpu fp32, H 32, V 256, 32 rows"
+    r = run_with(dflash_bin, target_dir, offline_dir, broken, "auto", fault="cross_entropy_wrong")
+    lines = [l for l in r.stderr.splitlines() if l.startswith("loss: cpu:")]
+    assert lines == [l for l in r.stderr.splitlines() if "falling back to the generic cross-entropy" in l]
+    assert len(lines) == 1 and "the fused cross-entropy kernel failed its self-check (cpu fp32, H 32, V 256, 32 rows: " \
+                               "loss max error" in lines[0], r.stderr
+    ev = events(broken, "loss_kernel")
+    assert len(ev) == 1 and not ev[0]["passed"] and ev[0]["kernel"] == "generic"
+    assert events(broken, "attention_backend")[0]["backend"] == "fused"  # the attention is not affected
+    # The generic path computes the same loss (to fp32 rounding); the broken kernel would scale it by 9/8.
+    assert [x["loss"] for x in metrics(broken)] == pytest.approx([x["loss"] for x in metrics(good)], rel=1e-5)
