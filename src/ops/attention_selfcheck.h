@@ -82,7 +82,8 @@ AttentionChoice choose_attention_backend(AttentionBackend requested, const std::
 // For calls that carry `auto` or `fused` themselves (the Python package, C++ callers passing Auto): the check
 // runs once per process for each device, dtype, head counts, head_dim, block size, window, packed and backward
 // (at the first call's S, at least 256), and the answer is remembered. auto falls back with one warning
-// (TORCH_WARN: a Python UserWarning); fused throws the check's message on every call. Thread-safe.
+// (TORCH_WARN; the Python package, through torch.ops.dflash.attention_backend_for, raises a RuntimeWarning
+// itself); fused throws the check's message on every call. Thread-safe.
 AttentionBackend resolve_attention_backend(AttentionBackend requested, const at::Tensor& q, const at::Tensor& k,
                                            int64_t block_size, int64_t window, bool packed, bool backward);
 
