@@ -11,8 +11,8 @@
 
 #include "anchor_attention_checks.h"
 #include "anchor_attention_reference.h"
-#include "fault_injection.h"
 #include "attention_selfcheck.h"
+#include "fault_injection.h"
 
 namespace dflash::ops {
 namespace {

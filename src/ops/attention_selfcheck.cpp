@@ -144,10 +144,11 @@ AttentionCheckResult check_fused_attention(const AttentionCheckSpec& spec_in) {
               "attention self-check: bad shape (", s.describe(), ")");
   at::NoGradGuard no_grad;
   const double scale = 1.0 / std::sqrt(double(s.head_dim));
-  const CheckInputs in = make_inputs(s);
   const bool low_is_reference = s.dtype == at::kFloat || s.dtype == at::kDouble;  // no narrower compute dtype
+  CheckInputs in;
   std::vector<at::Tensor> exact, low, fused;
-  try {
+  try {  // inputs, the exact and the low-precision reference: a failure here means nothing can run on the device
+    in = make_inputs(s);
     CheckInputs in64 = in;
     for (at::Tensor* t : {&in64.q, &in64.k, &in64.v, &in64.dout}) *t = t->to(at::kDouble);
     exact = reference_impl(s, scale, false)(in64);
