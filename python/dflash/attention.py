@@ -10,8 +10,8 @@ import torch
 BACKENDS = ("auto", "fused", "reference")
 
 
-def _backend_for(backend: str, q: torch.Tensor, k: torch.Tensor, block_size: int, window: int, packed: bool,
-                 v: torch.Tensor) -> str:
+def _backend_for(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, window: int,
+                 packed: bool) -> str:
     """"fused" or "reference" for this call. auto and fused check the fused op against the reference once per
     process and shape kind (the C++ side remembers the answer); auto falls back with a warning, fused raises."""
     if backend not in BACKENDS:
@@ -55,7 +55,7 @@ def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, an
     process, docs/TRAINING.md "Attention backend"), else the reference with one warning. ``"fused"`` runs the
     same check and raises ``RuntimeError`` when it fails.
     """
-    if _backend_for(backend, q, k, block_size, window, ctx_start is not None, v) == "reference":
+    if _backend_for(backend, q, k, v, block_size, window, ctx_start is not None) == "reference":
         return torch.ops.dflash.anchor_block_attention_reference(q, k, v, anchors, keep, block_size, window, scale,
                                                                  ctx_start)
     return torch.ops.dflash.anchor_block_attention(q, k, v, anchors, keep, block_size, window, scale, ctx_start)
