@@ -6,7 +6,9 @@
     loss = dflash.chunked_lm_loss(hidden, lm_head.weight.detach(), labels, weights)
 
 Both have autograd, run on the CPU (fp32, bf16, fp64) and, when built with nvcc, CUDA (attention: bf16,
-fp16), are thread-safe (one model replica per Python thread works) and need no torch.compile.
+fp16), are thread-safe (one model replica per Python thread works) and need no torch.compile. The attention's
+backend= is "auto" (default: the fused op after a one-time self-check on the device, else the reference),
+"fused" or "reference" (LibTorch ops only, any device and dtype).
 """
 from . import _library
 

@@ -6,7 +6,7 @@ import pathlib
 
 import torch
 
-OPS = ("anchor_block_attention", "chunked_lm_loss")
+OPS = ("anchor_block_attention", "anchor_block_attention_reference", "attention_backend_for", "chunked_lm_loss")
 # Points at a libdflash_ops.so to use instead of the packaged one (a checkout's build/, for tests).
 LIBRARY_ENV = "DFLASH_OPS_LIBRARY"
 

@@ -1,14 +1,34 @@
-"""The fused DFlash anchor-block attention (torch.ops.dflash.anchor_block_attention) with autograd."""
+"""The DFlash anchor-block attention with autograd: the fused op (torch.ops.dflash.anchor_block_attention) or
+the reference (torch.ops.dflash.anchor_block_attention_reference, LibTorch ops only, any device and dtype)."""
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
 
+BACKENDS = ("auto", "fused", "reference")
+
+
+def _backend_for(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, window: int,
+                 packed: bool) -> str:
+    """"fused" or "reference" for this call. auto and fused check the fused op against the reference once per
+    process and shape kind (the C++ side remembers the answer); auto falls back with a warning, fused raises."""
+    if backend not in BACKENDS:
+        raise ValueError(f"anchor_block_attention: backend must be auto, fused or reference, got {backend!r}")
+    if backend == "reference":
+        return backend
+    backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    chosen, fallback = torch.ops.dflash.attention_backend_for(q, k, block_size, window, packed, backward, backend)
+    if fallback:
+        warnings.warn(fallback, RuntimeWarning, stacklevel=3)
+    return chosen
+
 
 def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, anchors: torch.Tensor,
                            keep: torch.Tensor, block_size: int, window: int = 0,
-                           scale: Optional[float] = None, ctx_start: Optional[torch.Tensor] = None) -> torch.Tensor:
+                           scale: Optional[float] = None, ctx_start: Optional[torch.Tensor] = None,
+                           backend: str = "auto") -> torch.Tensor:
     """DFlash attention: every block's queries see the context before its anchor and their own block.
 
     Layout ``[batch, seq, heads, head_dim]`` (the op's own; see :func:`anchor_block_attention_bhsd` for the
@@ -28,7 +48,16 @@ def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, an
     ``<= j``). Returns ``[batch, N*B, Hq, D]``. fp32, bf16 and fp64 on the CPU; bf16/fp16 on CUDA.
     Gradients flow to q, k and v. q, k, v may be strided as long as ``head_dim`` has stride 1.
     Bad arguments raise ``RuntimeError`` naming the argument, its shape and what was expected.
+
+    ``backend``: ``"fused"`` the fused kernels; ``"reference"`` the same attention from LibTorch ops only (any
+    device and dtype, tiles of blocks, memory within 2x of the fused op, slower); ``"auto"`` (default) the fused
+    op once it has passed a self-check against the reference on this device, dtype and shape kind (run once per
+    process, docs/TRAINING.md "Attention backend"), else the reference with one warning. ``"fused"`` runs the
+    same check and raises ``RuntimeError`` when it fails.
     """
+    if _backend_for(backend, q, k, v, block_size, window, ctx_start is not None) == "reference":
+        return torch.ops.dflash.anchor_block_attention_reference(q, k, v, anchors, keep, block_size, window, scale,
+                                                                 ctx_start)
     return torch.ops.dflash.anchor_block_attention(q, k, v, anchors, keep, block_size, window, scale, ctx_start)
 
 
@@ -42,7 +71,7 @@ def _as_bshd(x: torch.Tensor, name: str, want: str) -> torch.Tensor:
 def anchor_block_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, anchors: torch.Tensor,
                                 keep: torch.Tensor, block_size: int, window: int = 0,
                                 scale: Optional[float] = None,
-                                ctx_start: Optional[torch.Tensor] = None) -> torch.Tensor:
+                                ctx_start: Optional[torch.Tensor] = None, backend: str = "auto") -> torch.Tensor:
     """:func:`anchor_block_attention` for the ``[batch, heads, seq, head_dim]`` layout of SDPA and flex.
 
     ``q [batch, Hq, N*B, D]``, ``k, v [batch, Hkv, S + N*B, D]`` -> ``[batch, Hq, N*B, D]``. The tensors are
@@ -54,4 +83,5 @@ def anchor_block_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     qt = _as_bshd(q, "q", "[batch, Hq, N*B, D]")
     kt = _as_bshd(k, "k", "[batch, Hkv, S+N*B, D]")
     vt = _as_bshd(v, "v", "[batch, Hkv, S+N*B, D]")
-    return anchor_block_attention(qt, kt, vt, anchors, keep, block_size, window, scale, ctx_start).transpose(1, 2)
+    return anchor_block_attention(qt, kt, vt, anchors, keep, block_size, window, scale, ctx_start,
+                                  backend).transpose(1, 2)

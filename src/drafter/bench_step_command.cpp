@@ -29,6 +29,7 @@
 #endif
 
 #include "args.h"
+#include "attention_selfcheck.h"
 #include "compute_settings.h"
 #include "drafter_commands.h"
 #include "drafter_model.h"
@@ -175,7 +176,8 @@ Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, 
 // predicts per worker with no optimizer.
 StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, int64_t anchors, double kl,
                       int64_t chunk, CheckpointPolicy policy, int64_t iters, uint64_t seed, const MemoryProbe& probe,
-                      bool fused_ce = true, int64_t workers = 1) {
+                      bool fused_ce = true, int64_t workers = 1,
+                      ops::AttentionBackend attention = ops::AttentionBackend::Fused) {
   StepResult r;
   const int64_t baseline = probe.reset();
   const at::Device dev = probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
@@ -193,6 +195,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     opt.chunk.chunk_rows = chunk;
     opt.chunk.kl_weight = kl;
     opt.chunk.fused_ce = fused_ce;
+    opt.attention = attention;
     std::vector<Replica> reps;
     for (int64_t w = 0; w < workers; ++w) reps.push_back(make_replica(c, dtype, seq, anchors, kl, opt.gamma, seed, dev));
     if (c.draft_vocab_size > 0)  // labels as draft ids (the trainer maps them; outside targets only lose weight)
@@ -291,6 +294,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
            "also time the plain-PyTorch drafter step (dense SPEC mask, eager autograd) on the same shapes (CPU)");
   a.option("generic-ce", "0|1", "1",
            "also time the first policy with the generic ATen cross-entropy instead of the fused CPU kernel");
+  a.option("attention-backend", "NAME", "auto",
+           "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
   if (!a.parse(argv)) return 0;
   ops::set_threads(a.i64("threads"), "bench step: --threads");
   MemoryProbe probe;
@@ -315,13 +320,28 @@ int bench_step_main(const std::vector<std::string>& argv) {
   const int64_t seq = a.i64("seq-len"), anchors = a.i64("anchors"), chunk = a.i64("loss-chunk");
   const int64_t iters = a.i64("iters");
   const double kl = a.f64("kl-weight");
+  // The attention backend, chosen as training chooses it (the check at these shapes, forward and backward).
+  ops::AttentionCheckSpec spec;
+  spec.device = probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  spec.dtype = dtype;
+  spec.context_len = seq;
+  spec.q_heads = c.num_attention_heads, spec.kv_heads = c.num_key_value_heads, spec.head_dim = c.head_dim;
+  spec.block_size = c.block_size;
+  std::vector<int64_t> windows;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) windows.push_back(c.window_for_layer(i));
+  const ops::AttentionChoice att = ops::choose_attention_backend(
+      ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend"),
+      ops::specs_for_windows(spec, windows));
+  const ops::AttentionBackend attention = att.backend;
+  std::printf("%s\n", att.line.c_str());
   // Warm-up on a tiny shape: thread pools and lazily initialised kernels allocate once, outside the measurement.
-  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{1}, 1, 1, probe);
-  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{0}, 1, 1, probe);
+  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{1}, 1, 1, probe, true, 1, attention);
+  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{0}, 1, 1, probe, true, 1, attention);
 
   nlohmann::json out;
   out["model"] = model_name;
   out["device"] = a.str("device");
+  out["attention_backend"] = ops::attention_backend_name(attention);
   out["settings"] = {{"seq_len", seq}, {"anchors", anchors}, {"block_size", c.block_size}, {"dtype", a.str("dtype")},
                      {"kl_weight", kl}, {"loss_chunk_rows", chunk}, {"iters", iters}, {"threads", at::get_num_threads()}};
   std::printf("bench step: model %s, seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
@@ -345,6 +365,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
     ps.optimizer = "none";
     ps.master_fp32 = false;
     ps.device = probe.cuda ? "cuda" : "cpu";
+    ps.attention_backend = ops::attention_backend_name(attention);
     const MemoryPlan p = plan_memory(ps);
     // W workers on one device: W of everything the plan counts, but one frozen embedding + LM head.
     const double frozen = double(c.vocab_size) * double(c.hidden_size) * double(ps.dtype_bytes) *
@@ -352,7 +373,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
     std::optional<StepResult> single;
     for (int64_t workers : worker_counts) {
       const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe,
-                                      true, workers);
+                                      true, workers, attention);
       if (workers == 1) single = r;
       const double planned = double(p.peak_bytes) + double(workers - 1) * (double(p.peak_bytes) - frozen);
       double mean = 0;
@@ -376,7 +397,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
     // kernel only runs for hard labels on CPU in float32/bf16; elsewhere both rows time the same code).
     const auto& ours = out["runs"][0];
     const CheckpointPolicy pol = CheckpointPolicy::parse(ours["policy"].get<std::string>());
-    const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, false, 1);
+    const StepResult r =
+        run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, false, 1, attention);
     double mean = 0;
     for (double t : r.seconds) mean += t / double(r.seconds.size());
     std::printf("%-10s %14.3f %14s %14s %9s   generic cross-entropy (ours %s: %.2fx faster)\n", "generic-ce", mean,
@@ -395,7 +417,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
     ck.draft_vocab_size = k;
     const auto& ours = out["runs"][0];
     const CheckpointPolicy pol = CheckpointPolicy::parse(ours["policy"].get<std::string>());
-    const StepResult r = run_policy(ck, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, true, 1);
+    const StepResult r =
+        run_policy(ck, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, true, 1, attention);
     double mean = 0;
     for (double t : r.seconds) mean += t / double(r.seconds.size());
     std::printf("%-10s %14.3f %14s %14s %9s   draft vocabulary %lld of %lld rows (full %s: %.3f s, %s; %.2fx the time)\n",

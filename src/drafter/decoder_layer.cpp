@@ -23,7 +23,8 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
                            .view({b, C + T, s.kv_heads, s.head_dim});
 
   const at::Tensor attn =
-      ops::anchor_block_attention(q, k, v, sh.anchors, sh.keep, s.block_size, s.window, std::nullopt, sh.ctx_start);
+      ops::anchor_block_attention(q, k, v, sh.anchors, sh.keep, s.block_size, s.window, std::nullopt, sh.ctx_start,
+                                  s.attention);
   const at::Tensor x2 = x + at::linear(attn.reshape({b, T, s.q_heads * s.head_dim}), w[kOProj]);
 
   const at::Tensor h2 = rms_norm(x2, w[kPostNorm], s.eps);
@@ -43,10 +44,10 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                             const at::Tensor& q_cos, const at::Tensor& q_sin, const at::Tensor& k_cos,
                             const at::Tensor& k_sin, const at::Tensor& anchors, const at::Tensor& keep,
                             const at::Tensor& ctx_start, at::TensorList weights, int64_t q_heads, int64_t kv_heads,
-                            int64_t head_dim, int64_t block_size, int64_t window, double eps) {
+                            int64_t head_dim, int64_t block_size, int64_t window, double eps, int64_t attention) {
     LayerWeights w;
     for (size_t i = 0; i < w.t.size(); ++i) w.t[i] = weights[i];
-    const LayerShape s{q_heads, kv_heads, head_dim, block_size, window, eps};
+    const LayerShape s{q_heads, kv_heads, head_dim, block_size, window, eps, ops::AttentionBackend(attention)};
     at::Tensor y;
     {
       at::NoGradGuard no_grad;
@@ -61,6 +62,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["block_size"] = block_size;
     ctx->saved_data["window"] = window;
     ctx->saved_data["eps"] = eps;
+    ctx->saved_data["attention"] = attention;
     return y;
   }
 
@@ -68,7 +70,8 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     const auto saved = ctx->get_saved_variables();
     const LayerShape s{ctx->saved_data["q_heads"].toInt(), ctx->saved_data["kv_heads"].toInt(),
                        ctx->saved_data["head_dim"].toInt(), ctx->saved_data["block_size"].toInt(),
-                       ctx->saved_data["window"].toInt(), ctx->saved_data["eps"].toDouble()};
+                       ctx->saved_data["window"].toInt(), ctx->saved_data["eps"].toDouble(),
+                       ops::AttentionBackend(ctx->saved_data["attention"].toInt())};
     at::AutoGradMode grad_on(true);
     // Fresh leaves for the recomputation, so grad() returns exactly this layer's contributions.
     auto leaf = [](const at::Tensor& t) { return t.detach().requires_grad_(t.requires_grad()); };
@@ -91,8 +94,8 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     want(context, 1);
     for (size_t i = 0; i < w.t.size(); ++i) want(w.t[i], int(kFixedInputs + i));
 
-    // One result per forward argument: 9 tensors, the weight list (flattened), then 6 non-tensor args.
-    variable_list result(kFixedInputs + w.t.size() + 6);
+    // One result per forward argument: 9 tensors, the weight list (flattened), then 7 non-tensor args.
+    variable_list result(kFixedInputs + w.t.size() + 7);
     if (!wrt.empty()) {
       const auto g = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
                                            /*allow_unused=*/true);
@@ -110,7 +113,7 @@ at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s
   const at::Tensor cs = sh.ctx_start.defined() ? sh.ctx_start : at::zeros_like(sh.anchors);
   return CheckpointedLayer::apply(x, sh.context, sh.q_cos, sh.q_sin, sh.k_cos, sh.k_sin, sh.anchors, sh.keep, cs,
                                   at::TensorList(w.t.data(), w.t.size()), s.q_heads, s.kv_heads, s.head_dim,
-                                  s.block_size, s.window, s.eps);
+                                  s.block_size, s.window, s.eps, int64_t(s.attention));
 }
 
 }  // namespace dflash::drafter

@@ -1,9 +1,10 @@
 // One DFlash decoder layer (Qwen3 layer with KV injection): queries from the block tokens only; keys and
 // values from [context features ; block tokens] through the same k_proj/v_proj/k_norm; RoPE at absolute
-// positions; attention through the fused anchor-block op (GQA never expanded).
+// positions; attention through the anchor-block op, fused or reference (GQA never expanded).
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include "attention_backend.h"
 #include "drafter_weights.h"
 
 namespace dflash::drafter {
@@ -11,6 +12,7 @@ namespace dflash::drafter {
 struct LayerShape {
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0, window = 0;
   double eps = 1e-6;
+  ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // Fused or Reference (chosen per device)
 };
 
 // Per-forward tensors every layer shares (never trained).

@@ -46,7 +46,7 @@ RopePositions rope_positions(const at::Tensor& anchors, int64_t S, int64_t block
 at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
                           const at::Tensor& target_features, const at::Tensor& block_ids, const at::Tensor& anchors,
                           const at::Tensor& keep, CheckpointPolicy ckpt, const at::Tensor& doc_start,
-                          const at::Tensor& ctx_start) {
+                          const at::Tensor& ctx_start, ops::AttentionBackend attention) {
   const int64_t n_feat = int64_t(c.target_layer_ids.size()) * c.hidden_size;
   if (target_features.dim() != 3 || target_features.size(2) != n_feat)
     throw std::invalid_argument("drafter: target features must be [batch, S, " + std::to_string(n_feat) +
@@ -71,7 +71,7 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const LayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
-                       c.rms_norm_eps};
+                       c.rms_norm_eps, attention};
     x = ckpt.applies(i) ? checkpointed_decoder_layer(w.layers[size_t(i)], s, x, shared)
                         : decoder_layer(w.layers[size_t(i)], s, x, shared);
   }
@@ -84,7 +84,7 @@ DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, 
                                CheckpointPolicy ckpt) {
   DrafterLossResult r;
   r.hidden = drafter_hidden(c, w, t, target_features, blocks.block_ids, anchors.anchors, anchors.keep, ckpt,
-                            anchors.doc_start, anchors.ctx_start);
+                            anchors.doc_start, anchors.ctx_start, opt.attention);
   const int64_t H = c.hidden_size, B = c.block_size;
   const bool soft = opt.chunk.kl_weight != 0.0;
   if (soft && !target_last_hidden.defined())

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "attention_backend.h"
 #include "block_batch.h"
 #include "chunked_loss.h"
 #include "drafter_config.h"
@@ -41,14 +42,17 @@ RopePositions rope_positions(const at::Tensor& anchors, int64_t S, int64_t block
 // anchors/keep [b, N] -> final hidden states norm(layers(...)) [b, N*B, H].
 // Packed rows: doc_start [b, S] (each token's document start) and ctx_start [b, N] (each block's) make every
 // block see only its own document and restart RoPE positions at each document; undefined = one per row.
+// attention: Fused or Reference (a run picks it per device before its first step, attention_selfcheck.h).
 at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
                           const at::Tensor& target_features, const at::Tensor& block_ids, const at::Tensor& anchors,
                           const at::Tensor& keep, CheckpointPolicy ckpt = {}, const at::Tensor& doc_start = at::Tensor(),
-                          const at::Tensor& ctx_start = at::Tensor());
+                          const at::Tensor& ctx_start = at::Tensor(),
+                          ops::AttentionBackend attention = ops::AttentionBackend::Fused);
 
 struct DrafterLossOptions {
   double gamma = 0;  // 0: default_loss_gamma(block_size)
   ChunkedLossOptions chunk;
+  ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // Fused or Reference
 };
 
 struct DrafterLossResult {

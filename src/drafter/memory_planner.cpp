@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "anchor_attention_cuda_host.h"
+#include "anchor_attention_reference.h"
+#include "attention_backend_name.h"
 #include "drafter_weights.h"
 
 namespace dflash::drafter {
@@ -89,6 +91,33 @@ std::string attention_bwd_how(const PlanSettings& s) {
                       : std::string());
 }
 
+// The reference attention (src/ops/anchor_attention_reference.h) holds one tile's temporaries at a time, forward
+// or backward: the budget, or one block's when a block alone needs more, never more than a whole row's.
+double reference_tile_workspace(const PlanSettings& s, const Dims& d) {
+  const auto tile = [&](int64_t blocks) {
+    return double(ops::reference_tile_bytes(blocks * s.cfg.block_size, s.seq_len, s.cfg.num_attention_heads,
+                                            s.cfg.num_key_value_heads, s.cfg.head_dim, s.cfg.block_size, int64_t(d.a)));
+  };
+  return std::min(std::max(double(ops::kDefaultReferenceTileBytes), tile(1)), tile(s.num_anchors));
+}
+
+// Its backward adds dK/dV accumulators in the accumulation dtype when the compute dtype is narrower.
+double reference_bwd_workspace(const PlanSettings& s, const Dims& d) {
+  return reference_tile_workspace(s, d) + (d.e < d.a ? 2 * (d.C + d.T) * d.K * d.a : 0.0);
+}
+
+// The backend's backward workspace; auto plans the larger, as a run may fall back to the reference.
+double attention_workspace(const PlanSettings& s, const Dims& d) {
+  if (s.attention_backend == "fused") return attention_bwd_workspace(s, d);
+  if (s.attention_backend == "reference") return reference_bwd_workspace(s, d);
+  return std::max(attention_bwd_workspace(s, d), reference_bwd_workspace(s, d));
+}
+
+// Forward temporaries of the attention: none for the fused op, one tile for the reference.
+double attention_fwd_workspace(const PlanSettings& s, const Dims& d) {
+  return s.attention_backend == "fused" ? 0.0 : reference_tile_workspace(s, d);
+}
+
 int64_t count_params(const DrafterConfig& c) {
   int64_t n = 0;
   for (auto& [name, shape] : drafter_weight_shapes(c)) {
@@ -119,6 +148,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     throw std::invalid_argument("plan: optimizer must be adamw, sgd or none, got '" + s.optimizer + "'");
   if (s.device != "cuda" && s.device != "cpu")
     throw std::invalid_argument("plan: device must be cuda or cpu, got '" + s.device + "'");
+  util::checked_attention_backend(s.attention_backend, "plan: attention backend");
   s.cfg.validate("plan config");
   const Dims d = dims_of(s);
   const auto& c = s.cfg;
@@ -162,8 +192,8 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   // Forward of the last layer (a checkpointed one briefly holds its full activations, without autograd).
   {
     const double before = saved_sum - saved.back();
-    phase("forward: last layer", base + before + full + d.T * d.H * d.e,
-          "static + shared + saved layers 0..L-2 + one layer's activations");
+    phase("forward: last layer", base + before + full + d.T * d.H * d.e + attention_fwd_workspace(s, d),
+          "static + shared + saved layers 0..L-2 + one layer's activations (+ a reference attention tile)");
   }
   // The loss computes d(hidden) inside its forward (src/ops/chunked_lm_loss_op.cpp), so it holds that [T, H]
   // tensor while a chunk's logits are alive; its backward only scales it (one more [T, H]) and recomputes no
@@ -184,7 +214,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     const double mlp = live + 4 * d.T * d.I * d.e;
     // attention backward: the MLP's saved tensors are gone; d(x2), d(out), dq, dk, dv and the workspace.
     const double attn = live - d.e * (2 * d.T * d.H + 2 * d.T * d.I) + d.T * d.H * d.e + 2 * d.T * d.Q * d.e +
-                        2 * (d.C + d.T) * d.K * d.e + attention_bwd_workspace(s, d);
+                        2 * (d.C + d.T) * d.K * d.e + attention_workspace(s, d);
     phase("backward: layer " + std::to_string(i) + " mlp", mlp, "");
     phase("backward: layer " + std::to_string(i) + " attention", attn, "");
     grads_so_far += layer_grads;
@@ -216,8 +246,12 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     term("saved activations layer " + std::to_string(i), saved[i], ckpt[i] ? "checkpointed: input only" :
          "x, h1, q, q_rope, out, x2, h2 (T x H/Q) + k, k_rope, v ((C+T) x K) + g, u (T x I)");
   term("final norm + hidden", final_norm, "2 x T x H");
-  term("attention (O + LSE saved; backward workspace)", attention_bwd_workspace(s, d) + d.T * d.Q * d.e + 2 * (d.C + d.T) * d.K * d.e,
-       attention_bwd_how(s));
+  const std::string fused_how = attention_bwd_how(s);
+  const std::string reference_how = std::string("dq, dk, dv + one reference tile") + (d.e < d.a ? " + dK/dV accumulators" : "");
+  term("attention (O + LSE saved; backward workspace)", attention_workspace(s, d) + d.T * d.Q * d.e + 2 * (d.C + d.T) * d.K * d.e,
+       s.attention_backend == "fused" ? fused_how
+       : s.attention_backend == "reference" ? reference_how
+                                            : "the larger of fused (" + fused_how + ") and reference (" + reference_how + ")");
   term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
   return p;
 }
@@ -349,7 +383,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
                    {"block_size", s.cfg.block_size}, {"dtype_bytes", s.dtype_bytes},
                    {"checkpoint_every", s.checkpoint_every}, {"loss_chunk_rows", s.loss_chunk_rows},
                    {"kl_weight", s.kl_weight}, {"optimizer", s.optimizer}, {"master_fp32", s.master_fp32},
-                   {"device", s.device}, {"deterministic", s.deterministic}, {"params", p.params}};
+                   {"device", s.device}, {"deterministic", s.deterministic}, {"attention_backend", s.attention_backend}, {"params", p.params}};
   j["drafter_config"] = drafter_config_to_json(s.cfg);
   j["peak_bytes"] = p.peak_bytes;
   j["peak_gb"] = p.peak_bytes / 1e9;
@@ -372,13 +406,13 @@ std::string format_plan(const MemoryPlan& p) {
   if (s.cfg.draft_vocab_size > 0) o << "draft vocabulary: LM head and loss over " << s.cfg.draft_vocab_size << " rows\n";
   std::snprintf(line, sizeof line,
                 "step: batch %lld x seq %lld, %lld anchors x block %lld, %lld-byte dtype, checkpoint %s, loss chunk %lld rows, "
-                "kl_weight %g, optimizer %s%s, device %s%s\n",
+                "kl_weight %g, optimizer %s%s, device %s%s, attention %s\n",
                 (long long)s.batch, (long long)s.seq_len, (long long)s.num_anchors, (long long)s.cfg.block_size,
                 (long long)s.dtype_bytes,
                 s.checkpoint_every == 0 ? "none" : s.checkpoint_every == 1 ? "every layer" : ("every " + std::to_string(s.checkpoint_every)).c_str(),
                 (long long)s.loss_chunk_rows, s.kl_weight, s.optimizer.c_str(),
                 s.master_fp32 && s.dtype_bytes < 4 && s.optimizer != "none" ? " + fp32 master" : "", s.device.c_str(),
-                s.deterministic ? " (deterministic)" : "");
+                s.deterministic ? " (deterministic)" : "", s.attention_backend.c_str());
   o << line << "\nbreakdown:\n";
   for (auto& t : p.terms) {
     std::snprintf(line, sizeof line, "  %-48s %12s   %s\n", t.name.c_str(), human_bytes(t.bytes).c_str(), t.how.c_str());

@@ -27,6 +27,8 @@ struct PlanSettings {
   std::string device = "cuda";      // cuda | cpu (the attention backward workspace differs)
   int64_t cpu_dq_partitions = kernels::kDefaultDqPartitions;  // CPU attention backward: fp32 dQ partitions
   bool deterministic = false;  // CUDA: torch's deterministic algorithms, dQ without the fp32 accumulator
+  // fused | reference (tiles of anchor_attention_reference.h) | auto (the larger: a run may fall back)
+  std::string attention_backend = "auto";
 };
 
 struct PlanTerm {

@@ -13,6 +13,7 @@
 #include "dtype_names.h"
 #include "drafter_model.h"
 #include "input_file.h"
+#include "attention_backend_name.h"
 #include "memory_planner.h"
 #include "target_loader.h"
 
@@ -62,6 +63,8 @@ int plan_main(const std::vector<std::string>& argv) {
   a.flag("no-master", "no fp32 master weights");
   a.option("device", "NAME", "cuda", "cuda | cpu (attention backward workspace differs)");
   a.flag("deterministic", "CUDA: deterministic algorithms (train's `deterministic`): dQ without the fp32 accumulator");
+  a.option("attention-backend", "NAME", "auto",
+           "fused | reference (its tiles and dK/dV accumulators) | auto (the larger of the two: a run may fall back)");
   a.option("draft-vocab", "K", "0", "LM head restricted to a draft vocabulary of K tokens (0: the full vocabulary)");
   a.option("budget", "SIZE", "", "pick the cheapest checkpoint policy and loss chunk that fit, e.g. 90GB");
   a.flag("json", "print JSON instead of text");
@@ -97,6 +100,7 @@ int plan_main(const std::vector<std::string>& argv) {
   if (a.on("no-master")) s.master_fp32 = false;
   if (pick("device")) s.device = a.str("device");
   if (a.on("deterministic")) s.deterministic = true;
+  s.attention_backend = util::checked_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)

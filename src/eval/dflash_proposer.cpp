@@ -62,8 +62,9 @@ LoadedDrafter load_drafter(const std::string& path, const at::Device& device) {
   return d;
 }
 
-DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft)
-    : d_(d), target_(target), cache_(d_.config, d_.weights), max_draft_(max_draft) {
+DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft,
+                               ops::AttentionBackend attention)
+    : d_(d), target_(target), cache_(d_.config, d_.weights, attention), max_draft_(max_draft) {
   const auto& tc = target.config();
   const auto& c = d.config;
   auto fail = [&](const std::string& what) {

@@ -32,8 +32,9 @@ LoadedDrafter load_drafter(const std::string& path, const at::Device& device = a
 class DFlashProposer : public Proposer {
  public:
   // max_draft > 0: only slots 1..max_draft go through the LM head (the rest are never verified; on CPU the
-  // LM head over 15 rows costs more than a whole target decode step).
-  DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft = 0);
+  // LM head over 15 rows costs more than a whole target decode step). attention: Fused or Reference.
+  DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft = 0,
+                 ops::AttentionBackend attention = ops::AttentionBackend::Fused);
   int64_t block_size() const override { return d_.config.block_size; }
   std::vector<int> target_layers() const override;
   void start(const std::vector<int64_t>& prompt, const models::TargetOutput& prefill) override;

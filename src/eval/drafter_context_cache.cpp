@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "anchor_attention_op.h"
 #include "few_rows_linear.h"
 #include "norm_ops.h"
 
@@ -59,11 +60,12 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
   const auto on_device = at::TensorOptions(at::kLong).device(w_.fc.device());
   const at::Tensor pos = at::arange(a, a + B, on_device).view({1, B});
   auto [cos, sin] = rope_tables(pos, D, c_.rope_theta, dt);
+  const at::Tensor anchor = at::full({1}, a, on_device), keep = at::ones({1}, on_device.dtype(at::kBool));
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const auto& w = w_.layers[static_cast<size_t>(l)];
     const at::Tensor h1 = rms_norm(x, w[drafter::kInputNorm], c_.rms_norm_eps);
     at::Tensor q = few_rows_linear(h1, w[drafter::kQProj]).view({1, B, qh, D});
-    q = apply_rope(rms_norm(q, w[drafter::kQNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
+    q = apply_rope(rms_norm(q, w[drafter::kQNorm], c_.rms_norm_eps), cos, sin);
     at::Tensor kb = few_rows_linear(h1, w[drafter::kKProj]).view({1, B, kvh, D});
     kb = apply_rope(rms_norm(kb, w[drafter::kKNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
     const at::Tensor vb = few_rows_linear(h1, w[drafter::kVProj]).view({1, B, kvh, D}).transpose(1, 2);
@@ -72,21 +74,11 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
       K = at::cat({k_[static_cast<size_t>(l)], kb}, 2);
       V = at::cat({v_[static_cast<size_t>(l)], vb}, 2);
     }
-    // GQA: each KV head serves qh / kvh query heads (a block is small; expanding is cheap here).
-    K = K.repeat_interleave(qh / kvh, 1);
-    V = V.repeat_interleave(qh / kvh, 1);
-    std::optional<at::Tensor> mask;
-    const int64_t window = c_.window_for_layer(l);
-    if (window > 0) {
-      // Query slot j sees context c with c >= a + j - (window - 1), and block slots <= j.
-      const at::Tensor j = at::arange(B, on_device).view({B, 1});
-      const at::Tensor kv = at::arange(a + B, on_device).view({1, a + B});
-      const at::Tensor ctx_ok = (kv < a) & (kv >= a + j - (window - 1));
-      const at::Tensor blk_ok = (kv >= a) & (kv - a <= j);
-      mask = (ctx_ok | blk_ok).view({1, 1, B, a + B});
-    }
-    const at::Tensor attn = at::scaled_dot_product_attention(q, K, V, mask);
-    x = x + few_rows_linear(attn.transpose(1, 2).reshape({1, B, qh * D}), w[drafter::kOProj]);
+    // One block anchored at the context's end: all cached context (or the sliding window) plus its own keys,
+    // GQA heads never expanded. K/V go in as [1, a + B, kvh, D] views of the cache layout.
+    const at::Tensor attn = ops::anchor_block_attention(q, K.transpose(1, 2), V.transpose(1, 2), anchor, keep, B,
+                                                        c_.window_for_layer(l), std::nullopt, at::Tensor(), attention_);
+    x = x + few_rows_linear(attn.reshape({1, B, qh * D}), w[drafter::kOProj]);
     const at::Tensor h2 = rms_norm(x, w[drafter::kPostNorm], c_.rms_norm_eps);
     // Not drafter::swiglu_down: that is the training op (autograd, at::linear over many rows); here a few rows
     // without gradients go through few_rows_linear.

@@ -2,13 +2,15 @@
 // once (k_proj/k_norm/RoPE and v_proj on hidden_norm(fc(features))) and are cached; each cycle only the B
 // block tokens run through the layers, attending to all cached context (all positions < anchor) and to
 // their own block. Sliding-window layers keep SPEC.md's window and in-block causality.
-// Same numbers as drafter_hidden() with one block anchored at the context length (tests check this). Runs on
-// the device of the weights; features and block embeddings must be there too.
+// Same numbers as drafter_hidden() with one block anchored at the context length (tests check this): the same
+// anchor-block attention op, fused or reference. Runs on the device of the weights; features and block
+// embeddings must be there too.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <vector>
 
+#include "attention_backend.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
 
@@ -16,7 +18,9 @@ namespace dflash::eval {
 
 class DrafterContextCache {
  public:
-  DrafterContextCache(const drafter::DrafterConfig& c, const drafter::DrafterWeights& w) : c_(c), w_(w) {}
+  DrafterContextCache(const drafter::DrafterConfig& c, const drafter::DrafterWeights& w,
+                      ops::AttentionBackend attention = ops::AttentionBackend::Fused)
+      : c_(c), w_(w), attention_(attention) {}
 
   int64_t length() const { return length_; }
   void reset();
@@ -31,6 +35,7 @@ class DrafterContextCache {
  private:
   const drafter::DrafterConfig& c_;
   const drafter::DrafterWeights& w_;
+  ops::AttentionBackend attention_;
   int64_t length_ = 0;
   std::vector<at::Tensor> k_, v_;  // per layer [1, kv_heads, length, head_dim]
 };

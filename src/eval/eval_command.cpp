@@ -8,9 +8,11 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "args.h"
+#include "attention_selfcheck.h"
 #include "compute_settings.h"
 #include "dflash_proposer.h"
 #include "eval_commands.h"
@@ -27,6 +29,24 @@ namespace dflash::eval {
 
 using util::Args;
 namespace {
+
+// The drafter's attention backend before decoding: auto / fused run the forward self-check on the drafter's device
+// at its heads, head_dim, block size, windows and dtype, with a context of a 512-token prompt plus --max-new.
+ops::AttentionChoice choose_drafter_attention(ops::AttentionBackend requested, const LoadedDrafter& d,
+                                              const at::Device& device, int64_t max_new) {
+  ops::AttentionCheckSpec base;
+  base.device = device;
+  base.dtype = d.weights.fc.scalar_type();
+  base.context_len = 512 + std::max<int64_t>(0, max_new);
+  base.q_heads = d.config.num_attention_heads;
+  base.kv_heads = d.config.num_key_value_heads;
+  base.head_dim = d.config.head_dim;
+  base.block_size = d.config.block_size;
+  base.backward = false;
+  std::vector<int64_t> windows;
+  for (int64_t i = 0; i < d.config.num_hidden_layers; ++i) windows.push_back(d.config.window_for_layer(i));
+  return ops::choose_attention_backend(requested, ops::specs_for_windows(base, windows));
+}
 
 struct DatasetArg {
   std::string name, path;
@@ -58,6 +78,9 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
   a.option("drafter-device", "DEV", "target", "where the drafter runs: target (the target's first device), cpu, cuda:N");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
+  a.option("attention-backend", "NAME", "auto",
+           "the drafter's attention: auto (fused after a forward self-check against the reference on its device, "
+           "else reference) | fused (refuses when the check fails) | reference");
   a.option("block-size", "B", "16", "block size for the oracle / random proposers");
   a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all B-1)");
   a.option("data", "LIST", "", "datasets, comma-separated NAME=PATH (prompt JSONL, .gz ok)");
@@ -75,6 +98,8 @@ int eval_main(const std::vector<std::string>& args) {
   const int64_t repeats = a.i64("repeats");
   if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
   const bool baseline = a.i64("baseline") != 0;
+  const ops::AttentionBackend attention_request =
+      ops::parse_attention_backend(a.str("attention-backend"), "eval: --attention-backend");
 
   const models::TargetModel target = models::load_target(topt);
   auto tokenizer = models::load_target_tokenizer(topt);
@@ -83,6 +108,7 @@ int eval_main(const std::vector<std::string>& args) {
 
   std::unique_ptr<eval::LoadedDrafter> drafter;
   std::unique_ptr<eval::Proposer> proposer;
+  std::optional<ops::AttentionChoice> attention;
   const std::string kind = a.str("proposer");
   if (kind == "dflash") {
     if (a.str("drafter").empty()) throw std::invalid_argument("eval: --drafter is required with --proposer dflash");
@@ -90,7 +116,9 @@ int eval_main(const std::vector<std::string>& args) {
                                 ? target.input_device()
                                 : ops::parse_device(a.str("drafter-device"), "eval: --drafter-device");
     drafter = std::make_unique<eval::LoadedDrafter>(eval::load_drafter(a.str("drafter"), ddev));
-    proposer = std::make_unique<eval::DFlashProposer>(*drafter, target, a.i64("max-draft"));
+    attention = choose_drafter_attention(attention_request, *drafter, ddev, a.i64("max-new"));
+    std::fprintf(stderr, "%s\n", attention->line.c_str());
+    proposer = std::make_unique<eval::DFlashProposer>(*drafter, target, a.i64("max-draft"), attention->backend);
   } else if (kind == "oracle") {
     proposer = std::make_unique<eval::OracleProposer>(a.i64("block-size"));
   } else if (kind == "random") {
@@ -169,6 +197,10 @@ int eval_main(const std::vector<std::string>& args) {
                         {"max_new", gen.max_new},
                         {"max_draft", a.i64("max-draft")},
                         {"datasets", nlohmann::json::array()}};
+    if (attention)
+      j["attention_backend"] = {{"requested", ops::attention_backend_name(attention->requested)},
+                                {"backend", ops::attention_backend_name(attention->backend)},
+                                {"device", attention->device}, {"line", attention->line}};
     for (const auto& r : reports) j["datasets"].push_back(r.to_json());
     std::ofstream out(a.str("json"));
     if (!out) throw std::runtime_error(a.str("json") + ": cannot open for writing");

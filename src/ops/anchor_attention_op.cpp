@@ -10,6 +10,9 @@
 #include <torch/library.h>
 
 #include "anchor_attention_checks.h"
+#include "anchor_attention_reference.h"
+#include "attention_selfcheck.h"
+#include "fault_injection.h"
 
 namespace dflash::ops {
 namespace {
@@ -83,7 +86,13 @@ TORCH_LIBRARY_IMPL(dflash, CompositeExplicitAutograd, m) { m.impl("anchor_block_
 
 at::Tensor anchor_block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,
-                                  int64_t window, std::optional<double> scale, const at::Tensor& ctx_start) {
+                                  int64_t window, std::optional<double> scale, const at::Tensor& ctx_start,
+                                  AttentionBackend backend) {
+  if (backend == AttentionBackend::Auto)
+    backend = resolve_attention_backend(backend, q, k, block_size, window, ctx_start.defined(),
+                                        at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()));
+  if (backend == AttentionBackend::Reference)
+    return anchor_block_attention_reference(q, k, v, anchors, keep, block_size, window, scale, ctx_start);
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("dflash::anchor_block_attention", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -102,7 +111,9 @@ std::tuple<at::Tensor, at::Tensor> anchor_block_attention_fwd(const at::Tensor& 
                                                                        const at::Tensor&, const at::Tensor&,
                                                                        const at::Tensor&, int64_t, int64_t, double,
                                                                        const std::optional<at::Tensor>&)>();
-  return op.call(q, k, v, anchors, keep, block_size, window, scale, optional_of(ctx_start));
+  auto result = op.call(q, k, v, anchors, keep, block_size, window, scale, optional_of(ctx_start));
+  inject_attention_fault({std::get<0>(result)});  // test-only, off unless DFLASH_FAULT_INJECT says otherwise
+  return result;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_block_attention_bwd(
@@ -116,7 +127,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_block_attention_bwd(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
               const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, double,
               const std::optional<at::Tensor>&)>();
-  return op.call(dout, q, k, v, out, lse, anchors, keep, block_size, window, scale, optional_of(ctx_start));
+  auto result = op.call(dout, q, k, v, out, lse, anchors, keep, block_size, window, scale, optional_of(ctx_start));
+  inject_attention_fault({std::get<0>(result), std::get<1>(result), std::get<2>(result)});
+  return result;
 }
 
 }  // namespace dflash::ops

@@ -1,6 +1,7 @@
-// `dflash bench attention`: the fused op against the ways the DFlash mask is run without it (dense
-// mask, the seed's per-block SDPA, compiled flex_attention through the Python driver), on the same
-// inputs in one run: forward and forward+backward time, peak extra memory, error vs an fp64 result.
+// `dflash bench attention`: the fused op against our reference attention (LibTorch ops only, the fallback of
+// attention_backend auto) and the ways the DFlash mask is run without either (dense mask, the seed's per-block
+// SDPA, compiled flex_attention through the Python driver), on the same inputs in one run: forward and
+// forward+backward time, peak extra memory, error vs an fp64 result, and the reference's memory ratios.
 #include <time.h>
 
 #include <algorithm>
@@ -269,17 +270,46 @@ void print_row(const Row& r, const Row* fused) {
   std::fflush(stdout);
 }
 
+// The reference's peak extra memory against the fused op's (issue target: within 2x) and the seed's
+// per-block SDPA's (at least 20x below), when the rows were measured.
+void print_reference_memory(const std::string& config, const std::vector<Row>& rows, nlohmann::json& out) {
+  const auto peak = [&](const char* impl) {
+    for (const auto& r : rows)
+      if (r.impl == impl) return r.peak_extra_mb;
+    return -1.0;
+  };
+  const double fused = peak("fused"), reference = peak("reference"), seed = peak("per_block_sdpa");
+  if (reference <= 0) return;
+  nlohmann::json j = {{"name", config}, {"reference_peak_extra_mb", reference}};
+  std::string line = "  reference peak memory:";
+  char buf[96];
+  if (fused > 0) {
+    std::snprintf(buf, sizeof buf, " %.2fx the fused op's", reference / fused);
+    line += buf;
+    j["reference_over_fused"] = reference / fused;
+  }
+  if (seed > 0) {
+    std::snprintf(buf, sizeof buf, "%s 1/%.1f of the per-block SDPA's", fused > 0 ? "," : "", seed / reference);
+    line += buf;
+    j["per_block_sdpa_over_reference"] = seed / reference;
+  }
+  if (fused > 0 || seed > 0) std::printf("%s\n", line.c_str());
+  out["reference_memory"].push_back(j);
+}
+
 }  // namespace
 
 int bench_attention_main(const std::vector<std::string>& argv) {
   Args args("bench attention",
-            "Fused anchor-block attention vs the dense mask, the seed's per-block SDPA and compiled flex_attention,\n"
-            "same inputs, one run. Prints forward and forward+backward time (median), peak extra memory, error vs\n"
-            "fp64, and how many times slower each baseline is than ours.");
+            "Fused anchor-block attention vs our reference attention (LibTorch ops only), the dense mask, the seed's\n"
+            "per-block SDPA and compiled flex_attention, same inputs, one run. Prints forward and forward+backward\n"
+            "time (median), peak extra memory, error vs fp64, how many times slower each is than the fused op, and\n"
+            "the reference's peak memory against the fused op's and the per-block SDPA's.");
   args.option("configs", "LIST", "quick,seed-scaled,series-S1024,series-S4096,series-N128,series-N512",
               "configs to run: quick, seed-scaled, series-S1024, series-S4096, series-N128, series-N512, "
               "seed-scaled-window, seed-scaled-bf16, seed, qwen3.6-27b")
-      .option("impls", "LIST", "fused,dense,per_block_sdpa,flex", "implementations to compare")
+      .option("impls", "LIST", "fused,reference,dense,per_block_sdpa,flex",
+              "implementations to compare: fused, reference, dense, per_block_sdpa, flex")
       .option("device", "DEV", "cpu", "cpu or cuda[:N]")
       .option("threads", "N", "0", "CPU threads (0: every core)")
       .option("reps", "N", "3", "timed repetitions (after one warm-up that also measures memory)")
@@ -355,6 +385,13 @@ int bench_attention_main(const std::vector<std::string>& argv) {
             row.efficiency = ours1 / mm1;
           }
         }
+      } else if (impl == "reference") {
+        row = measure(c, impl,
+                      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                        return ops::anchor_block_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale,
+                                                           at::Tensor(), AttentionBackend::Reference);
+                      },
+                      in, ref, reps, true);
       } else if (impl == "dense" || impl == "per_block_sdpa") {
         const double predicted = impl == "dense" ? bench::dense_predicted_bytes(1, c.N * c.B, c.S + c.N * c.B, c.Hq, elem)
                                                  : bench::per_block_sdpa_predicted_bytes(1, c.N, c.B, c.S, c.Hq, c.D, elem);
@@ -380,7 +417,8 @@ int bench_attention_main(const std::vector<std::string>& argv) {
       } else if (impl == "flex") {
         row = run_flex(c, device.str(), at::get_num_threads(), reps);
       } else {
-        throw std::invalid_argument("bench attention: unknown impl '" + impl + "' (fused, dense, per_block_sdpa, flex)");
+        throw std::invalid_argument("bench attention: unknown impl '" + impl +
+                                    "' (fused, reference, dense, per_block_sdpa, flex)");
       }
       rows.push_back(row);
       const Row* fused = nullptr;
@@ -389,6 +427,7 @@ int bench_attention_main(const std::vector<std::string>& argv) {
       print_row(row, fused);
       out["configs"].push_back(to_json(row));
     }
+    print_reference_memory(c.name, rows, out);
     std::printf("\n");
   }
   if (!args.str("json").empty()) {

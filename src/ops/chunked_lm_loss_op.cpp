@@ -12,6 +12,7 @@
 #include <torch/library.h>
 
 #include "cross_entropy_rows.h"
+#include "fault_injection.h"
 
 namespace dflash::ops {
 namespace {
@@ -61,6 +62,7 @@ void fused_chunk(const at::Tensor& rows_hidden, const at::Tensor& lm_head, const
   a.lse = lse.data_ptr<float>(), a.ce = ce.data_ptr<float>(), a.correct = correct.data_ptr<uint8_t>();
   if (const std::string err = kernels::check_cross_entropy_rows(a); !err.empty()) throw std::invalid_argument(err);
   at::parallel_for(0, r, 8, [&](int64_t r0, int64_t r1) { kernels::cross_entropy_rows_cpu(a, r0, r1); });
+  inject_cross_entropy_fault({ce, a.write_grad ? logits : at::Tensor()});  // test-only, off by default
   row_ce.index_copy_(0, idx, ce);
   row_correct.index_copy_(0, idx, correct.to(at::kBool));
   total.add_((ce * wrow).sum());

@@ -1,5 +1,6 @@
 #include "step_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <future>
@@ -69,6 +70,63 @@ StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const Targ
 
 StepRunner::~StepRunner() = default;
 
+std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
+  const ops::AttentionBackend requested =
+      ops::parse_attention_backend(cfg_.attention_backend, "train config: 'attention_backend'");
+  ops::AttentionCheckSpec base;
+  base.dtype = run_.compute;
+  base.context_len = cfg_.max_len;
+  base.q_heads = dcfg_.num_attention_heads;
+  base.kv_heads = dcfg_.num_key_value_heads;
+  base.head_dim = dcfg_.head_dim;
+  base.block_size = dcfg_.block_size;
+  base.packed = cfg_.pack;
+  base.seed = uint64_t(cfg_.seed);
+  std::vector<int64_t> windows;
+  for (int64_t i = 0; i < dcfg_.num_hidden_layers; ++i) windows.push_back(dcfg_.window_for_layer(i));
+  std::vector<at::Device> devices;
+  std::vector<std::future<ops::AttentionChoice>> futs;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    const at::Device d = replicas_[i].device;
+    if (std::find(devices.begin(), devices.end(), d) != devices.end()) continue;
+    devices.push_back(d);
+    base.device = d;
+    const auto specs = ops::specs_for_windows(base, windows);
+    futs.push_back(workers_[i]->submit([requested, specs] { return ops::choose_attention_backend(requested, specs); }));
+  }
+  std::vector<ops::AttentionChoice> choices;
+  std::exception_ptr err;
+  for (auto& f : futs) {  // wait for every check before rethrowing
+    try {
+      choices.push_back(f.get());
+    } catch (...) {
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+  for (size_t i = 0; i < devices.size(); ++i)
+    for (auto& r : replicas_)
+      if (r.device == devices[i]) r.attention = choices[i].backend;
+  return choices;
+}
+
+std::optional<ops::LossCheckResult> StepRunner::check_loss_kernel() {
+  const bool kernel_dtype = run_.compute == at::kFloat || run_.compute == at::kBFloat16;
+  if (!loss_.chunk.fused_ce || loss_.chunk.kl_weight != 0.0 || !kernel_dtype) return std::nullopt;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    if (!replicas_[i].device.is_cpu()) continue;
+    ops::LossCheckSpec spec;
+    spec.dtype = run_.compute;
+    spec.hidden = dcfg_.hidden_size;
+    spec.vocab = ops::loss_check_vocab(replicas_[i].frozen.lm_head.size(0));
+    spec.seed = uint64_t(cfg_.seed);
+    ops::LossCheckResult r = workers_[i]->submit([spec] { return ops::check_fused_cross_entropy(spec); }).get();
+    if (!r.passed) loss_.chunk.fused_ce = false;  // every worker: the flag is shared
+    return r;
+  }
+  return std::nullopt;
+}
+
 StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const MicroBatch*>& micro) {
   Replica& r = replicas_[size_t(index)];
   if (hooks_.fail_worker == index)
@@ -91,7 +149,9 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
     }
     const at::Tensor feats = mb->features.to(r.device, run_.compute);
     const at::Tensor last = mb->last_hidden.defined() ? mb->last_hidden.to(r.device, run_.compute) : at::Tensor();
-    auto res = drafter::drafter_loss(dcfg_, r.w, r.frozen, feats, last, anchors, blocks, loss_, checkpointing_);
+    drafter::DrafterLossOptions opt = loss_;
+    opt.attention = r.attention;
+    auto res = drafter::drafter_loss(dcfg_, r.w, r.frozen, feats, last, anchors, blocks, opt, checkpointing_);
     // Unnormalised sum(w * loss_row): the step divides by the global weight after the all-reduce.
     (res.loss * mb->weight).backward();
     out.loss_sum += res.loss.item<double>() * mb->weight;

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "attention_selfcheck.h"
+#include "loss_selfcheck.h"
 #include "drafter_model.h"
 #include "master_state.h"
 #include "run_context.h"
@@ -42,6 +46,15 @@ class StepRunner {
   StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,
              const TrainHooks& hooks);
   ~StepRunner();
+  // Before the first step: each device's attention backend from cfg.attention_backend. auto and fused run the
+  // fused-vs-reference self-check at this run's shapes (max_len, heads, head_dim, block size, every distinct
+  // window, dtype, packed rows when `pack` is on; forward and backward) on the device, in the thread of its first
+  // worker, all devices at once. One choice per distinct device; `fused` failing its check throws.
+  std::vector<ops::AttentionChoice> choose_attention();
+  // Before the first step, when CPU workers would use the loss's fused cross-entropy kernel (fp32/bf16, hard
+  // labels): the kernel checked against the loss's generic path at this run's hidden size and head rows, on the
+  // first CPU worker; a failure makes every worker use the generic path. Empty when no check applies.
+  std::optional<ops::LossCheckResult> check_loss_kernel();
   // One optimizer step (0-based `step`) over `item`; `stop_here`: this process wants to stop after it.
   StepOutcome step(const StepItem& item, int64_t step, int64_t total_steps, bool stop_here);
 
@@ -51,6 +64,7 @@ class StepRunner {
     drafter::DrafterWeights w;
     std::vector<at::Tensor> params;  // w.named() order
     drafter::FrozenTarget frozen;
+    ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // set by choose_attention()
   };
   struct WorkerOut {
     std::vector<at::Tensor> grads;  // master dtype, on the gradient device, w.named() order

@@ -82,6 +82,7 @@ void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::S
   ps.master_fp32 = compute != at::kFloat && compute != at::kDouble;
   ps.device = cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? "cuda" : "cpu";
   ps.deterministic = cfg.deterministic;
+  ps.attention_backend = cfg.attention_backend;
   const double budget = drafter::parse_bytes(cfg.budget);
   const auto plan = drafter::plan_memory(ps);
   if (plan.peak_bytes <= budget) return;

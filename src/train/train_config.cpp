@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "args.h"
+#include "attention_backend_name.h"
 #include "config_yaml.h"
 #include "dtype_names.h"
 #include "input_file.h"
@@ -65,6 +66,10 @@ const std::vector<Field>& fields() {
       {{"target_devices", "str", "online target pipeline devices"}, &C::target_devices},
       {{"dist_backend", "str", "multi-process all-reduce: auto (nccl for CUDA workers, else gloo) | gloo | nccl"},
        &C::dist_backend},
+      {{"attention_backend", "str",
+        "auto (fused after a self-check against the reference on each worker's device, else reference) | fused | "
+        "reference"},
+       &C::attention_backend},
       {{"checkpoint_every", "int", "steps between checkpoints"}, &C::checkpoint_every},
       {{"keep_checkpoints", "int", "checkpoints kept"}, &C::keep_checkpoints},
       {{"log_every", "int", "steps between metrics lines"}, &C::log_every},
@@ -214,6 +219,8 @@ void TrainConfig::validate() const {
   in_range("init_from_target_layer", init_from_target_layer, -1, 2147483647, " (-1: off, else a target layer index)");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
+  require(util::is_attention_backend_name(attention_backend), "attention_backend", "auto, fused or reference",
+          "'" + attention_backend + "'");
 }
 
 nlohmann::json to_json(const TrainConfig& c) {

@@ -34,6 +34,7 @@ struct TrainConfig {
   double init_final_norm = 1.0;
   int64_t init_from_target_layer = -1;  // >= 0: drafter layer i starts as a copy of target layer N + i
   std::string dist_backend = "auto";  // auto | gloo | nccl (multi-process gradient all-reduce)
+  std::string attention_backend = "auto";  // auto | fused | reference (docs/TRAINING.md "Attention backend")
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
   bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)

@@ -93,6 +93,10 @@ void TrainLog::message(const std::string& text) {
   std::fprintf(stderr, "%s\n", text.c_str());
 }
 
+void TrainLog::event(const nlohmann::json& j) {
+  if (enabled_) std::ofstream(path_, std::ios::app) << j.dump() << "\n";
+}
+
 void TrainLog::finish(const std::string& text) { message(text); }
 
 }  // namespace dflash::train

@@ -1,11 +1,14 @@
 // What the user sees during training: a one-line bar on a terminal (step, loss, slot accuracy, tokens/s,
-// ETA, RSS), plain lines otherwise, and RUN_DIR/metrics.jsonl (one JSON object per log step).
+// ETA, RSS), plain lines otherwise, and RUN_DIR/metrics.jsonl (one JSON object per log step, plus event lines
+// such as the attention backend chosen before step 1).
 // Only the lead process (rank 0) writes.
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace dflash::train {
 
@@ -22,6 +25,8 @@ class TrainLog {
   TrainLog(const std::string& run_dir, bool enabled, int64_t start_step, int64_t total_steps, int64_t log_every);
   void step(const StepMetrics& m);
   void message(const std::string& text);
+  // A line of metrics.jsonl that is not a step's (it carries "event" and the step it applies from).
+  void event(const nlohmann::json& j);
   void finish(const std::string& text);
 
  private:

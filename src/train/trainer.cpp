@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "attention_selfcheck.h"
 #include "checkpoint.h"
 #include "master_state.h"
 #include "run_context.h"
@@ -32,12 +35,49 @@ extern "C" void on_sigint(int) {
 void describe_run(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, int64_t total_steps,
                   int64_t per_step) {
   std::string ids, devices;
-  for (auto id : side.dcfg.target_layer_ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  for (const auto& d : run.drafter_devices) devices += (devices.empty() ? "" : ",") + d.str();
+  // Appended piecewise: GCC 12 warns (-Wrestrict, a false positive) on `"," + std::string` once inlined here.
+  for (auto id : side.dcfg.target_layer_ids) (ids += ids.empty() ? "" : ",") += std::to_string(id);
+  for (const auto& d : run.drafter_devices) (devices += devices.empty() ? "" : ",") += d.str();
   std::fprintf(stderr, "data: %s\ndrafter: %lld layers, hidden %lld, target layers [%s]; %zu workers (%s); %s; %lld "
                "steps x %lld sequences\n", side.samples->describe().c_str(), (long long)side.dcfg.num_hidden_layers,
                (long long)side.dcfg.hidden_size, ids.c_str(), run.drafter_devices.size(), devices.c_str(),
                run.coll->describe().c_str(), (long long)total_steps, (long long)per_step);
+}
+
+// metrics.jsonl's record of one device's attention backend: what was asked, what runs, and the self-check's figures.
+nlohmann::json attention_event(const ops::AttentionChoice& c, int64_t step) {
+  nlohmann::json checks = nlohmann::json::array();
+  for (const auto& r : c.checks) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : r.tensors)
+      tensors.push_back({{"name", t.name}, {"error", t.error}, {"tolerance", t.tolerance}, {"low_error", t.low_error},
+                         {"magnitude", t.magnitude}});
+    nlohmann::json j = {{"shape", r.spec.describe()}, {"passed", r.passed}, {"tensors", tensors},
+                        {"fused_ms", r.fused_ms}, {"reference_ms", r.reference_ms}};
+    if (!r.exception.empty()) j["exception"] = r.exception;
+    if (!r.reference_exception.empty()) j["reference_exception"] = r.reference_exception;
+    checks.push_back(j);
+  }
+  return {{"step", step},
+          {"event", "attention_backend"},
+          {"device", c.device},
+          {"requested", ops::attention_backend_name(c.requested)},
+          {"backend", ops::attention_backend_name(c.backend)},
+          {"fell_back", c.fell_back()},
+          {"line", c.line},
+          {"checks", checks}};
+}
+
+// metrics.jsonl's record of the loss kernel's self-check.
+nlohmann::json loss_kernel_event(const ops::LossCheckResult& r, int64_t step) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : r.tensors)
+    tensors.push_back({{"name", t.name}, {"error", t.error}, {"tolerance", t.tolerance}, {"low_error", t.low_error},
+                       {"magnitude", t.magnitude}});
+  nlohmann::json j = {{"step", step}, {"event", "loss_kernel"}, {"device", "cpu"}, {"shape", r.spec.describe()},
+                      {"passed", r.passed}, {"kernel", r.passed ? "fused" : "generic"}, {"tensors", tensors}};
+  if (!r.exception.empty()) j["exception"] = r.exception;
+  return j;
 }
 
 std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, const std::string& kept) {
@@ -76,6 +116,25 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
                         side.target.get(), start_step, total_steps, start_pos);
 
   TrainLog log(cfg.out, run.lead, start_step, total_steps, cfg.log_every);
+  for (const auto& choice : runner.choose_attention()) {
+    if (run.lead) {
+      log.message(choice.line);
+      log.event(attention_event(choice, start_step));
+    } else if (choice.fell_back()) {  // only the lead writes the log: other ranks say it themselves
+      std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), choice.line.c_str());
+    }
+  }
+  if (const auto loss_check = runner.check_loss_kernel()) {
+    const std::string line = "loss: cpu: the fused cross-entropy kernel failed its self-check (" +
+                             loss_check->spec.describe() + ": " + loss_check->summary() +
+                             "); falling back to the generic cross-entropy";
+    if (run.lead) {
+      if (!loss_check->passed) log.message(line);
+      log.event(loss_kernel_event(*loss_check, start_step));
+    } else if (!loss_check->passed) {
+      std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), line.c_str());
+    }
+  }
   int64_t step = start_step, pos = start_pos, saved_step = run.resume ? run.resume->step : -1;
   auto save = [&] {
     if (!run.lead) return;

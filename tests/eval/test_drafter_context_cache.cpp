@@ -1,6 +1,7 @@
 // The inference-time drafter (cached context K/V, one block at the context's end) gives the same hidden
 // states as the training forward drafter_hidden() with one block anchored at the context length: full
-// and sliding-window layers, context appended in pieces, and after cropping a longer context.
+// and sliding-window layers, context appended in pieces, after cropping a longer context, and with the reference
+// attention backend.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -73,6 +74,12 @@ TEST(DrafterContextCache, MatchesTrainingForward) {
   longer.crop(S);
   const at::Tensor got2 = longer.block_hidden(f.embed.index({at::tensor(block, at::kLong)}).unsqueeze(0));
   EXPECT_LT((got2 - ref).abs().max().item<double>(), 1e-10);
+
+  // The reference attention backend gives the same block.
+  eval::DrafterContextCache reference(f.c, f.w, ops::AttentionBackend::Reference);
+  reference.append(feats);
+  const at::Tensor got3 = reference.block_hidden(f.embed.index({at::tensor(block, at::kLong)}).unsqueeze(0));
+  EXPECT_LT((got3 - ref).abs().max().item<double>(), 1e-10);
 
   // Sanity: the sliding layer matters (different context length -> different result).
   const at::Tensor other = f.reference(feats.narrow(1, 0, 8), block);

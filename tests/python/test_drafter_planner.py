@@ -19,18 +19,22 @@ def plan(drafter_cli, *args):
     return json.loads(r.stdout), r.returncode
 
 
-@pytest.mark.parametrize("model,seq,anchors,chunk", [
-    ("cpu-small", 512, 32, 128),
-    ("cpu-sliding", 640, 24, 256),
-    ("cpu-vocab", 384, 24, 64),
+@pytest.mark.parametrize("model,seq,anchors,chunk,backend", [
+    ("cpu-small", 512, 32, 128, "fused"),
+    ("cpu-sliding", 640, 24, 256, "fused"),
+    ("cpu-vocab", 384, 24, 64, "fused"),
+    ("cpu-sliding", 640, 24, 256, "reference"),  # the reference attention's tiles and dK/dV accumulators
 ])
-def test_planner_within_15_percent_of_measured(tmp_path, drafter_cli, model, seq, anchors, chunk):
+def test_planner_within_15_percent_of_measured(tmp_path, drafter_cli, model, seq, anchors, chunk, backend):
     out = tmp_path / "bench.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     subprocess.run([drafter_cli, "bench", "step", "--model", model, "--seq-len", str(seq), "--anchors", str(anchors),
                     "--loss-chunk", str(chunk), "--iters", "1", "--policies", "none,every:2,layer",
-                    "--json", str(out)], check=True, capture_output=True, text=True, env=env)
-    runs = json.loads(out.read_text())["runs"]
+                    "--attention-backend", backend, "--json", str(out)], check=True, capture_output=True, text=True,
+                   env=env)
+    result = json.loads(out.read_text())
+    assert result["attention_backend"] == backend
+    runs = result["runs"]
     assert [r["policy"] for r in runs] == ["none", "every:2", "layer"]
     for r in runs:
         assert r["loss"] > 0
@@ -81,6 +85,9 @@ def test_plan_rejects_bad_input(drafter_cli, tmp_path):
                                "vocab_size": 100, "dflash_config": {"mask_token_id": 5}}))
     r = subprocess.run([drafter_cli, "plan", "--config", str(bad)], capture_output=True, text=True)
     assert r.returncode != 0 and str(bad) in r.stderr and "num_key_value_heads" in r.stderr
+    r = subprocess.run([drafter_cli, "plan", "--preset", "qwen3-8b", "--attention-backend", "flash"], capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "plan: --attention-backend: expected auto, fused or reference, got 'flash'" in r.stderr
 
 
 def test_cuda_attention_workspace_is_counted_in_chunks(drafter_cli):
@@ -98,9 +105,20 @@ def test_cuda_attention_workspace_is_counted_in_chunks(drafter_cli):
         ("--device", "cpu"): grads + 4 * T * Hq + 4 * 4 * T * Hq * D,     # 4 fp32 dQ partitions
     }
     for extra, want in expected.items():
-        p, _ = plan(drafter_cli, "--preset", "qwen3.6-27b", "--batch", "8", *extra)
+        p, _ = plan(drafter_cli, "--preset", "qwen3.6-27b", "--batch", "8", "--attention-backend", "fused", *extra)
         got = {t["name"]: t for t in p["breakdown"]}[term]
         assert got["bytes"] == want, (extra, got)
         assert p["settings"]["deterministic"] == ("--deterministic" in extra)
     # Unchunked, the accumulator alone would be 3.2 GB here.
     assert 2 * batch_bytes < 4 * T * Hq * D < 4e9
+
+
+def test_auto_plans_the_larger_attention_backend(drafter_cli):
+    """auto may fall back at run time, so it plans the larger of fused and reference (term by term)."""
+    def attention_term(backend, device):
+        p, _ = plan(drafter_cli, "--preset", "qwen3-8b", "--device", device, "--attention-backend", backend)
+        assert p["settings"]["attention_backend"] == backend
+        return next(t["bytes"] for t in p["breakdown"] if t["name"].startswith("attention"))
+    for device in ("cuda", "cpu"):
+        fused, reference, auto = (attention_term(b, device) for b in ("fused", "reference", "auto"))
+        assert fused != reference and auto == max(fused, reference), (device, fused, reference, auto)

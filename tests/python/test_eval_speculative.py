@@ -1,7 +1,8 @@
 """`dflash eval` on tiny random HF Llama targets: an oracle proposer (the target's own continuation) gives
 tau = B and a lossless decode; a random proposer gives tau ~ 1 and is still lossless; a random DFlash drafter
-folder runs through the real drafter path losslessly; speculative sampling reproduces the target's own
-token distribution (chi-square over many samples against exact probabilities from transformers)."""
+folder runs through the real drafter path losslessly, with either attention backend and with auto falling back
+from a broken fused op; speculative sampling reproduces the target's own token distribution (chi-square over many
+samples against exact probabilities from transformers)."""
 import json
 import math
 import os
@@ -201,3 +202,38 @@ def test_max_draft_limits_verified_tokens(dflash_bin, target, tmp_path):
     ds = res["datasets"][0]
     assert toks[0]["accept_lengths"] == [3] * 4 and ds["tau"] == 3.0 and ds["lossless"] is True
     assert ds["slot_acceptance"][:2] == [1.0, 1.0] and ds["slot_acceptance"][2:] == [0.0] * 5
+
+
+def test_drafter_attention_backend_and_fallback(dflash_bin, target, tmp_path):
+    """--attention-backend: reference proposes what fused does; auto falls back (one line, eval.json) when the
+    fused op is broken (test-only DFLASH_FAULT_INJECT), and fused then refuses."""
+    model, d = target
+    drafter = _random_drafter(tmp_path / "drafter", model.config)
+    data = _prompts(tmp_path / "p.jsonl", 2, 300)
+    runs = {}
+    for name, backend, fault in [("fused", "fused", ""), ("reference", "reference", ""), ("auto_broken", "auto",
+                                                                                         "attention_wrong")]:
+        out = tmp_path / name
+        out.mkdir()
+        cmd = [dflash_bin, "eval", "--target", str(d), "--data", f"tiny={data}", "--drafter", str(drafter),
+               "--max-new", "16", "--threads", "1", "--json", str(out / "eval.json"), "--tokens-out",
+               str(out / "tokens.jsonl"), "--attention-backend", backend]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV, DFLASH_FAULT_INJECT=fault))
+        assert r.returncode == 0, r.stderr
+        runs[name] = (r.stderr, json.load(open(out / "eval.json")), [json.loads(l) for l in open(out / "tokens.jsonl")])
+    assert "attention: cpu: fused (self-check against the reference passed: " in runs["fused"][0]
+    assert "attention: cpu: reference (attention_backend reference, no self-check)" in runs["reference"][0]
+    stderr, res, toks = runs["auto_broken"]
+    lines = [l for l in stderr.splitlines() if "falling back to the reference attention on cpu" in l]
+    assert len(lines) == 1 and lines[0].startswith("attention: cpu: the fused op failed its self-check (cpu fp32, "
+                                                   "S 528, Hq 4, Hkv 2, D 8, B 4, window 0, forward: out max error")
+    assert res["attention_backend"] == {"requested": "auto", "backend": "reference", "device": "cpu", "line": lines[0]}
+    for name in ("fused", "reference", "auto_broken"):
+        assert runs[name][1]["datasets"][0]["lossless"] is True
+    proposals = {name: [r["accept_lengths"] for r in runs[name][2]] for name in runs}
+    assert proposals["reference"] == proposals["fused"] == proposals["auto_broken"]
+    r = subprocess.run([dflash_bin, "eval", "--target", str(d), "--data", f"tiny={data}", "--drafter", str(drafter),
+                        "--max-new", "4", "--attention-backend", "fused"], capture_output=True, text=True,
+                       env=dict(ENV, DFLASH_FAULT_INJECT="attention_throw"))
+    assert r.returncode == 1 and "attention_backend fused: the fused attention failed its self-check against the " \
+                                 "reference on cpu" in r.stderr, r.stderr

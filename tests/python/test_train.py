@@ -76,7 +76,14 @@ def train(dflash_bin, argv, env=None, check=True):
 
 
 def metrics(run):
-    return [json.loads(l) for l in (pathlib.Path(run) / "metrics.jsonl").read_text().splitlines()]
+    """The step lines of metrics.jsonl (event lines, such as the attention backend chosen, are left out)."""
+    lines = [json.loads(l) for l in (pathlib.Path(run) / "metrics.jsonl").read_text().splitlines()]
+    return [x for x in lines if "event" not in x]
+
+
+def events(run, kind):
+    return [x for x in (json.loads(l) for l in (pathlib.Path(run) / "metrics.jsonl").read_text().splitlines())
+            if x.get("event") == kind]
 
 
 def final_weights(run, step):
@@ -348,6 +355,7 @@ def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tm
     ({"yaml": "lr: 1e-3\nnum_anchor: 5\n"}, "c.yaml:2: unknown key 'num_anchor' (valid keys: target, data,"),
     ({"yaml": "lr: [1e-3\n"}, "invalid YAML"),
     ({"flags": ["--dist-backend", "nccl"]}, "'dist_backend' nccl needs every drafter device to be CUDA"),
+    ({"flags": ["--attention-backend", "flash"]}, "'attention_backend' must be auto, fused or reference, got 'flash'"),
 ])
 def test_config_errors_are_clear(dflash_bin, target_dir, offline_dir, tmp_path, setup, needle):
     argv = base_args(target_dir[0], offline_dir[0], tmp_path / "run")
@@ -449,7 +457,7 @@ def test_sigint_finishes_step_checkpoints_and_exits_130(dflash_bin, target_dir, 
                          env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     deadline = time.time() + TIMEOUT
-    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text()):
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and '"loss"' in (run / "metrics.jsonl").read_text()):
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=TIMEOUT)

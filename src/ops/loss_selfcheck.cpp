@@ -1,0 +1,73 @@
+#include "loss_selfcheck.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/autograd.h>
+
+#include "chunked_lm_loss_op.h"
+
+namespace dflash::ops {
+namespace {
+
+struct LossOutputs {
+  at::Tensor loss, dhidden;
+};
+
+LossOutputs run_loss(const at::Tensor& hidden_in, const at::Tensor& head, const at::Tensor& labels,
+                     const at::Tensor& weights, int64_t chunk_rows, bool fused) {
+  at::AutoGradMode grad(true);
+  const at::Tensor hidden = hidden_in.detach().requires_grad_();
+  ChunkedLossOptions opt;
+  opt.chunk_rows = chunk_rows;
+  opt.fused_ce = fused;
+  const at::Tensor loss = std::get<0>(chunked_lm_loss(hidden, head, labels, weights, at::Tensor(), at::Tensor(), opt));
+  return {loss.detach(), torch::autograd::grad({loss}, {hidden})[0]};
+}
+
+}  // namespace
+
+std::string LossCheckSpec::describe() const {
+  char buf[120];
+  std::snprintf(buf, sizeof buf, "cpu %s, H %lld, V %lld, %lld rows", short_dtype_name(dtype).c_str(),
+                (long long)hidden, (long long)vocab, (long long)rows);
+  return buf;
+}
+
+std::string LossCheckResult::summary() const { return exception.empty() ? worst_of(tensors) : "threw: " + exception; }
+
+int64_t loss_check_vocab(int64_t vocab) { return vocab <= 2048 ? vocab : 2048 + vocab % 64; }
+
+LossCheckResult check_fused_cross_entropy(const LossCheckSpec& s) {
+  LossCheckResult r;
+  r.spec = s;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(s.seed);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor hidden = at::randn({s.rows, s.hidden}, gen, f64).to(s.dtype);
+  const at::Tensor head = (at::randn({s.vocab, s.hidden}, gen, f64) / std::sqrt(double(s.hidden))).to(s.dtype);
+  const at::Tensor labels = at::randint(0, s.vocab, {s.rows}, gen, at::TensorOptions().dtype(at::kLong));
+  at::Tensor weights = at::rand({s.rows}, gen, f64);
+  weights.narrow(0, 0, s.rows / 8).zero_();  // rows outside the loss
+  const int64_t chunk = std::max<int64_t>(1, s.rows / 2);
+  const LossOutputs exact = run_loss(hidden.to(at::kDouble), head.to(at::kDouble), labels, weights, chunk, false);
+  const LossOutputs low = run_loss(hidden, head, labels, weights, chunk, false);
+  LossOutputs fused;
+  try {
+    fused = run_loss(hidden, head, labels, weights, chunk, true);
+  } catch (const std::exception& e) {
+    const auto* c10e = dynamic_cast<const c10::Error*>(&e);
+    r.exception = c10e ? c10e->what_without_backtrace() : e.what();
+    r.exception = r.exception.substr(0, r.exception.find('\n'));
+    return r;
+  }
+  r.tensors.push_back(compare_to_exact("loss", fused.loss, low.loss, exact.loss, s.dtype));
+  r.tensors.push_back(compare_to_exact("dhidden", fused.dhidden, low.dhidden, exact.dhidden, s.dtype));
+  r.passed = r.tensors[0].ok() && r.tensors[1].ok();
+  return r;
+}
+
+}  // namespace dflash::ops
