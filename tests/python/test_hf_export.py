@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import test_drafter_reference as tdr
-from test_train import base_args, offline_dir, target_dir, train  # noqa: F401 (fixtures)
+from test_train import base_args, final_weights, offline_dir, target_dir, train  # noqa: F401 (fixtures)
 
 HERE = pathlib.Path(__file__).resolve().parent
 REMOTE_CODE = HERE.parents[1] / "src" / "train" / "remote_code" / "dflash.py"
@@ -54,6 +54,32 @@ def write_batch(path, seed, b, S, n_feat, H, V, anchors, keep):
                "input_ids": torch.randint(3, V - 1, (b, S), generator=g),
                "loss_mask": torch.ones(b, S, dtype=torch.uint8), "anchors": anchors,
                "keep": keep.to(torch.uint8), "embed": torch.randn(V, H, generator=g, dtype=torch.float64)}, str(path))
+
+
+def export(dflash_bin, run, out, dtype):
+    r = subprocess.run([dflash_bin, "export", str(run), "--out", str(out), "--dtype", dtype], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return load_file(str(out / "model.safetensors"))
+
+
+@pytest.mark.parametrize("master", ["fp32", "fp64"])
+def test_export_writes_the_checkpoint_weights_in_the_dtype_asked_for(dflash_bin, target_dir, offline_dir,  # noqa: F811
+                                                                      tmp_path, master):
+    """fp64 export is the checkpoint bit for bit (an fp64 run's master weights, or an fp32 run's widened); bf16,
+    fp16 and fp32 are the master weights rounded once, never through float32 first."""
+    run = tmp_path / "run"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], run, steps=2, dtype=master))
+    weights = final_weights(run, 2)
+    assert {t.dtype for t in weights.values()} == {torch.float64 if master == "fp64" else torch.float32}
+    for dtype, torch_dtype in [("fp64", torch.float64), ("fp32", torch.float32), ("bf16", torch.bfloat16),
+                               ("fp16", torch.float16)]:
+        got = export(dflash_bin, run, tmp_path / f"hf_{dtype}", dtype)
+        assert got.keys() == weights.keys()
+        for name, w in weights.items():
+            assert got[name].dtype == torch_dtype and torch.equal(got[name], w.to(torch_dtype)), (dtype, name)
+    if master == "fp64":  # the test can fail: float32 rounding would change these weights
+        assert any(not torch.equal(w.float().double(), w) for w in weights.values())
 
 
 def test_exported_drafter_loads_in_transformers_and_drafts_like_dflash(dflash_bin, target_dir, offline_dir,  # noqa: F811
