@@ -6,6 +6,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "rope_config.h"
+
 namespace dflash::drafter {
 
 struct DrafterConfig {
@@ -23,7 +25,8 @@ struct DrafterConfig {
   int64_t draft_vocab_size = 0;
   int64_t mask_token_id = -1;
   double rms_norm_eps = 1e-6;
-  double rope_theta = 1e6;
+  // rope_theta and RoPE scaling (rope_config.h: config.json's rope_parameters / rope_scaling, written back as given).
+  models::RopeConfig rope{1e6};
   int64_t sliding_window = 0;               // used by layers whose type is "sliding_attention"
   int64_t max_position_embeddings = 0;      // the target's context length (0: unknown)
   std::vector<std::string> layer_types;     // "full_attention" / "sliding_attention", one per layer
