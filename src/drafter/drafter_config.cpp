@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -128,6 +129,11 @@ double default_loss_gamma(int64_t block_size) {
   if (block_size == 10) return 5.0;
   if (block_size == 8) return 4.0;
   return std::max(1.0, double(block_size) / 2.0);
+}
+
+double loss_gamma(double gamma, bool decay, int64_t block_size) {
+  if (!decay) return std::numeric_limits<double>::infinity();
+  return gamma > 0 ? gamma : default_loss_gamma(block_size);
 }
 
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where) {

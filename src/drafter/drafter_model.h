@@ -47,7 +47,7 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
                           const at::Tensor& ctx_start = at::Tensor());
 
 struct DrafterLossOptions {
-  double gamma = 0;  // 0: default_loss_gamma(block_size)
+  double gamma = 0;  // 0: default_loss_gamma(block_size); +inf: no decay
   ChunkedLossOptions chunk;
 };
 

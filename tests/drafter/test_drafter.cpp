@@ -247,6 +247,23 @@ TEST(BlockBatch, LabelsAndWeightsByHand) {
   EXPECT_DOUBLE_EQ(default_loss_gamma(8), 4.0);
 }
 
+TEST(BlockBatch, NoDecayWeighsEveryKeptLabelOne) {
+  // loss_gamma without decay is +inf: exp(-(k-1)/inf) = 1 for every slot k >= 1, slot 0 still 0.
+  const double inf = loss_gamma(0, /*decay=*/false, 16);
+  EXPECT_TRUE(std::isinf(inf) && inf > 0);
+  EXPECT_DOUBLE_EQ(loss_gamma(0, true, 16), 7.0);  // the paper's, by block size
+  EXPECT_DOUBLE_EQ(loss_gamma(3.5, true, 16), 3.5);
+  const at::Tensor w = slot_decay_weights(16, inf);
+  EXPECT_EQ(w[0].item<double>(), 0.0);
+  EXPECT_TRUE(at::equal(w.narrow(0, 1, 15), at::ones({15}, at::kDouble)));
+  // The by-hand batch of LabelsAndWeightsByHand: the same kept labels, each weighing exactly 1.
+  const at::Tensor ids = at::tensor({10, 11, 12, 13, 14, 15, 16}, at::kLong).unsqueeze(0);
+  const at::Tensor lm = at::tensor({0, 1, 1, 0, 1, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0);
+  const AnchorSample s{at::tensor({1, 4, 2}, at::kLong).unsqueeze(0), at::tensor({1, 1, 0}, at::kLong).to(at::kBool).unsqueeze(0)};
+  const BlockBatch bb = build_block_batch(ids, lm, s, 4, 99, inf);
+  EXPECT_TRUE(at::equal(bb.weights[0], at::tensor({0., 1., 0., 1., 0., 1., 1., 0., 0., 0., 0., 0.}, at::kDouble)));
+}
+
 TEST(DrafterWeights, NamesShapesAndLoadErrors) {
   const DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
   const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1);
