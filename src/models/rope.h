@@ -1,6 +1,6 @@
 // Rotary position embedding: the frequencies of a RopeConfig (default and the scaled types, computed with the
-// same tensor operations as transformers' rotary embeddings so that float32 tables match to rounding), cos/sin
-// tables and the rotation. One implementation for the target and the drafter.
+// same tensor operations as transformers' rotary embeddings, so float32 tables are transformers' bit for bit),
+// cos/sin tables and the rotation. One implementation for the target and the drafter.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -29,7 +29,6 @@ struct RopeConfig {
   // Only a GGUF target has them; they have no config.json spelling.
   std::vector<double> freq_divisors;
 
-  bool scaled() const { return type != "default" || !freq_divisors.empty(); }
   bool operator==(const RopeConfig& o) const;
 };
 
