@@ -189,8 +189,12 @@ def block_targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, args: BlockM
 
     Labels are not shifted: slot k of the block anchored at a predicts ``input_ids[a + k]``; slot 0 and
     blocks with ``keep`` False weigh 0, and so do tokens past the end (of the row, or in packed rows of the
-    anchor's document) or outside the loss mask.
+    anchor's document) or outside the loss mask. ``gamma``: the decay ``exp(-(k-1)/gamma)`` of slot k's weight;
+    None: :func:`default_gamma` (the paper's); ``math.inf``: no decay, every counted label weighs 1 (SpecForge's
+    default, ``loss_decay: none`` of ``dflash train``).
     """
+    if gamma is not None and not gamma > 0:
+        raise ValueError(f"block_targets: gamma must be > 0 (None: by block size, math.inf: no decay), got {gamma}")
     if input_ids.dim() != 2 or loss_mask.shape != input_ids.shape:
         raise ValueError(f"block_targets: input_ids and loss_mask must both be [batch, S], got "
                          f"{list(input_ids.shape)} and {list(loss_mask.shape)}")

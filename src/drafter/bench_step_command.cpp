@@ -105,7 +105,7 @@ DrafterConfig bench_config(const std::string& name) {
   c.block_size = 16;
   c.num_target_layers = 12;
   c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e6;
+  c.rope.theta = 1e6;
   if (name == "cpu-small") {
     c.hidden_size = 256, c.intermediate_size = 768, c.num_attention_heads = 4, c.num_key_value_heads = 2;
     c.head_dim = 64, c.num_hidden_layers = 2, c.vocab_size = 8192;

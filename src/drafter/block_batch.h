@@ -32,7 +32,7 @@ struct BlockBatch {
   at::Tensor teacher_index;  // [b, N*B] int64: flat index b*S + (a+k-1) into the target's last hidden state
 };
 
-// w_k = exp(-(k-1)/gamma) for k >= 1 (slot 0 gets 0).
+// w_k = exp(-(k-1)/gamma) for k >= 1 (slot 0 gets 0); gamma = +inf: no decay (w_k = 1 for k >= 1).
 at::Tensor slot_decay_weights(int64_t block_size, double gamma);
 
 // Packed rows (anchors.doc_start defined): labels past the anchor's document weigh 0.

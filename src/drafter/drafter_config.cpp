@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -75,8 +76,14 @@ void DrafterConfig::validate(const std::string& where) const {
   if (head_dim % 2 != 0) fail(where, "head_dim", "an even number (RoPE rotates pairs)", std::to_string(head_dim));
   if (!std::isfinite(rms_norm_eps) || !(rms_norm_eps > 0))
     fail(where, "rms_norm_eps", "a finite positive number", shown_double(rms_norm_eps));
-  if (!std::isfinite(rope_theta) || !(rope_theta > 0))
-    fail(where, "rope_theta", "a finite positive number", shown_double(rope_theta));
+  if (!rope.freq_divisors.empty())
+    throw std::invalid_argument(where + ": RoPE frequency divisors (a GGUF target's rope_freqs.weight) have no "
+                                "config.json spelling: give a drafter_config with the target's rope_scaling");
+  try {
+    models::check_rope_config(rope, max_position_embeddings);
+  } catch (const models::RopeConfigError& e) {
+    throw std::invalid_argument(where + ": " + e.what());
+  }
   if (mask_token_id < 0 || mask_token_id >= vocab_size)
     fail(where, "dflash_config.mask_token_id", "a token id in [0, vocab_size=" + std::to_string(vocab_size) + ")",
          std::to_string(mask_token_id));
@@ -124,6 +131,11 @@ double default_loss_gamma(int64_t block_size) {
   return std::max(1.0, double(block_size) / 2.0);
 }
 
+double loss_gamma(double gamma, bool decay, int64_t block_size) {
+  if (!decay) return std::numeric_limits<double>::infinity();
+  return gamma > 0 ? gamma : default_loss_gamma(block_size);
+}
+
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) fail(where, "(top level)", "a JSON object", j.type_name());
   DrafterConfig c;
@@ -157,12 +169,15 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   c.block_size = j.contains("block_size") ? get_int(j, "block_size", where, true, 16)
                                           : get_int(dc, "block_size", where + " dflash_config", false, 16);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", where, 1e-6);
-  // transformers >= 5 writes rope_parameters.rope_theta; older files a top-level rope_theta.
-  c.rope_theta = get_double(j, "rope_theta", where, 1e6);
-  if (j.contains("rope_parameters") && j.at("rope_parameters").is_object())
-    c.rope_theta = get_double(j.at("rope_parameters"), "rope_theta", where + " rope_parameters", c.rope_theta);
   c.sliding_window = get_int(j, "sliding_window", where, false, 0);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", where, false, 0);
+  // transformers >= 5 writes rope_parameters; older files a top-level rope_theta and rope_scaling. Strict: a key
+  // this type of scaling does not read would be lost on export, so it is refused.
+  try {
+    c.rope = models::parse_rope_config(j, DrafterConfig{}.rope.theta, c.max_position_embeddings, true);
+  } catch (const models::RopeConfigError& e) {
+    throw std::invalid_argument(where + ": " + e.what());
+  }
   if (j.contains("tie_word_embeddings")) {
     if (!j.at("tie_word_embeddings").is_boolean())
       fail(where, "tie_word_embeddings", "true or false", shown(j.at("tie_word_embeddings")));
@@ -234,8 +249,11 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   j["num_key_value_heads"] = c.num_key_value_heads;
   j["head_dim"] = c.head_dim;
   j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
+  // Both layouts, equal: transformers 4 and the engines pinned to it read rope_theta + rope_scaling (null when
+  // unscaled, as released drafters have it), transformers 5 rope_parameters (rope_scaling first when both exist).
+  j["rope_theta"] = c.rope.theta;
+  j["rope_scaling"] = models::rope_scaling_json(c.rope);
+  j["rope_parameters"] = models::rope_parameters_json(c.rope);
   j["layer_types"] = c.layer_types;
   j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
   bool any_sliding = false;

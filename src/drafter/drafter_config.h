@@ -6,6 +6,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "rope_config.h"
+
 namespace dflash::drafter {
 
 struct DrafterConfig {
@@ -23,7 +25,8 @@ struct DrafterConfig {
   int64_t draft_vocab_size = 0;
   int64_t mask_token_id = -1;
   double rms_norm_eps = 1e-6;
-  double rope_theta = 1e6;
+  // rope_theta and RoPE scaling (rope_config.h: config.json's rope_parameters / rope_scaling, written back as given).
+  models::RopeConfig rope{1e6};
   int64_t sliding_window = 0;               // used by layers whose type is "sliding_attention"
   int64_t max_position_embeddings = 0;      // the target's context length (0: unknown)
   std::vector<std::string> layer_types;     // "full_attention" / "sliding_attention", one per layer
@@ -42,6 +45,9 @@ std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t
 
 // Loss decay gamma by block size (SPEC.md: 7 for B=16, 5 for B=10, 4 for B=8); other sizes get B/2 (>= 1).
 double default_loss_gamma(int64_t block_size);
+// The gamma of the loss weights w_k = exp(-(k-1)/gamma): `gamma` when > 0, else default_loss_gamma(block_size);
+// without `decay`, +inf: every slot k >= 1 weighs exp(-0) = 1.
+double loss_gamma(double gamma, bool decay, int64_t block_size);
 
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where);
 DrafterConfig load_drafter_config(const std::string& path);

@@ -18,7 +18,7 @@ DrafterConfig drafter_config_for_target(const models::TargetConfig& t, int64_t d
   d.vocab_size = t.vocab_size;
   d.mask_token_id = mask_token_id;
   d.rms_norm_eps = t.rms_norm_eps;
-  d.rope_theta = t.rope.theta;
+  d.rope = t.rope;  // theta and scaling: the drafter reads positions of the same sequences
   d.max_position_embeddings = t.max_position_embeddings;
   d.layer_types.assign(size_t(std::max<int64_t>(drafter_layers, 0)), "full_attention");
   d.tie_word_embeddings = t.tie_word_embeddings;

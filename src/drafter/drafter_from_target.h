@@ -8,6 +8,8 @@
 //   keep their own full-attention layout. Layer types follow the newer Qwen3.6 drafter: every layer but the last
 //   slides over a 2048-token window. The mask token defaults to 248070 (the released drafters' choice) when the
 //   target has the Qwen3.5 vocabulary (248320 entries).
+// Every drafter takes the target's RoPE (theta and scaling; a GGUF target's rope_freqs divisors have no config.json
+// spelling, so such a drafter config fails validation and asks for a drafter_config).
 // Target layer ids default to SPEC.md's rule (for 64 target layers and 5 drafter layers: 1, 16, 31, 46, 61 as
 // in the released Qwen3.6-27B drafter).
 #pragma once

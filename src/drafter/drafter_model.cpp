@@ -65,8 +65,10 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
   at::Tensor x = at::embedding(t.embed, block_ids).to(dtype);                              // [b, T, H]
 
   const auto [block_pos, ctx_pos] = rope_positions(anchors, S, B, doc_start, ctx_start);
-  auto [q_cos, q_sin] = rope_tables(block_pos, c.head_dim, c.rope_theta, dtype);
-  auto [k_cos, k_sin] = rope_tables(at::cat({ctx_pos, block_pos}, 1), c.head_dim, c.rope_theta, dtype);
+  const at::Tensor key_pos = at::cat({ctx_pos, block_pos}, 1);
+  const models::RopeFrequencies rope = drafter_rope(c, key_pos);
+  auto [q_cos, q_sin] = rope_tables(block_pos, rope, dtype);
+  auto [k_cos, k_sin] = rope_tables(key_pos, rope, dtype);
   const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start};
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

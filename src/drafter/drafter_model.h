@@ -50,7 +50,7 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
                           ops::AttentionBackend attention = ops::AttentionBackend::Fused);
 
 struct DrafterLossOptions {
-  double gamma = 0;  // 0: default_loss_gamma(block_size)
+  double gamma = 0;  // 0: default_loss_gamma(block_size); +inf: no decay
   ChunkedLossOptions chunk;
   ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // Fused or Reference
 };

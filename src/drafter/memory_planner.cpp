@@ -305,7 +305,7 @@ PlanSettings plan_preset(const std::string& name) {
     c.head_dim = 256;
     c.vocab_size = 248320;
     c.num_target_layers = 64;
-    c.rope_theta = 1e7;
+    c.rope.theta = 1e7;
     c.mask_token_id = 248077;
     c.tie_word_embeddings = false;
   } else if (name == "qwen3-8b") {
@@ -316,7 +316,7 @@ PlanSettings plan_preset(const std::string& name) {
     c.head_dim = 128;
     c.vocab_size = 151936;
     c.num_target_layers = 36;
-    c.rope_theta = 1e6;
+    c.rope.theta = 1e6;
     c.mask_token_id = 151669;
     c.tie_word_embeddings = false;
   } else {

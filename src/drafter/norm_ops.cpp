@@ -77,14 +77,19 @@ at::Tensor swiglu_down(const at::Tensor& gate, const at::Tensor& up, const at::T
   return SwigluDownFunction::apply(gate, up, down_weight);
 }
 
-std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions, int64_t head_dim, double theta,
+models::RopeFrequencies drafter_rope(const DrafterConfig& c, const at::Tensor& positions) {
+  int64_t seq_len = 0;
+  if (c.rope.type == "dynamic" && positions.numel() > 0) seq_len = positions.max().item<int64_t>() + 1;
+  return models::rope_frequencies(c.rope, c.head_dim, c.max_position_embeddings, seq_len, at::kDouble);
+}
+
+std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions, const models::RopeFrequencies& f,
                                               at::ScalarType dtype) {
-  const auto opts = at::TensorOptions().dtype(at::kDouble).device(positions.device());
-  const at::Tensor inv_freq =
-      at::pow(theta, at::arange(0, head_dim, 2, opts).div_(double(head_dim)).neg_());  // [D/2]
-  const at::Tensor angles = positions.to(at::kDouble).unsqueeze(-1).mul(inv_freq);  // [b, L, D/2]
-  const at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(2);                // [b, L, 1, D]
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  const at::Tensor angles = positions.to(at::kDouble).unsqueeze(-1).mul(f.inv_freq.to(positions.device()));  // [b, L, D/2]
+  const at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(2);                                       // [b, L, 1, D]
+  at::Tensor cos = emb.cos(), sin = emb.sin();
+  if (f.attention_scaling != 1.0) cos.mul_(f.attention_scaling), sin.mul_(f.attention_scaling);
+  return {cos.to(dtype), sin.to(dtype)};
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

@@ -30,7 +30,7 @@ int selftest_main(const std::vector<std::string>& argv) {
   a.option("dtype", "DTYPE", "float64", "compute dtype");
   a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
   a.option("kl-weight", "X", "0", "soft-label weight");
-  a.option("gamma", "X", "0", "loss decay (0: by block size)");
+  a.option("gamma", "X", "0", "loss decay (0: by block size; inf: no decay)");
   a.option("chunk-rows", "N", "7", "loss chunk rows");
   if (!a.parse(argv)) return 0;
   for (const char* req : {"config", "weights", "batch", "out"})

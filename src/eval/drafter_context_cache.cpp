@@ -36,7 +36,7 @@ void DrafterContextCache::append(const at::Tensor& features) {
   const at::ScalarType dt = w_.fc.scalar_type();
   const at::Tensor ctx = rms_norm(few_rows_linear(features.to(dt), w_.fc), w_.hidden_norm, c_.rms_norm_eps);
   const at::Tensor pos = at::arange(length_, length_ + n, at::TensorOptions(at::kLong).device(w_.fc.device())).view({1, n});
-  auto [cos, sin] = rope_tables(pos, c_.head_dim, c_.rope_theta, dt);
+  auto [cos, sin] = rope_tables(pos, drafter::drafter_rope(c_, pos), dt);
   const int64_t L = c_.num_hidden_layers;
   if (k_.empty()) k_.resize(static_cast<size_t>(L)), v_.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
@@ -59,7 +59,7 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
   at::Tensor x = block_embeds.to(dt);
   const auto on_device = at::TensorOptions(at::kLong).device(w_.fc.device());
   const at::Tensor pos = at::arange(a, a + B, on_device).view({1, B});
-  auto [cos, sin] = rope_tables(pos, D, c_.rope_theta, dt);
+  auto [cos, sin] = rope_tables(pos, drafter::drafter_rope(c_, pos), dt);
   const at::Tensor anchor = at::full({1}, a, on_device), keep = at::ones({1}, on_device.dtype(at::kBool));
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const auto& w = w_.layers[static_cast<size_t>(l)];

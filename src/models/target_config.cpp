@@ -67,34 +67,13 @@ std::vector<int64_t> get_ids(const json& j, const std::string& key, const std::s
   return out;
 }
 
-// transformers >= 5 writes `rope_parameters`; older files have `rope_theta` + `rope_scaling`.
-RopeConfig parse_rope(const json& j, const std::string& what) {
-  RopeConfig r;
-  json p = json::object();
-  std::string field = "rope_parameters";
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    p = j["rope_parameters"];
-  } else {
-    field = "rope_scaling";
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) p = j["rope_scaling"];
-    if (!p.is_object()) fail(what, "field 'rope_scaling' must be an object or null");
-    if (j.contains("rope_theta")) p["rope_theta"] = j["rope_theta"];
+// transformers >= 5 writes `rope_parameters`; older files have `rope_theta` + `rope_scaling` (rope_config.h).
+RopeConfig parse_rope(const json& j, int64_t max_positions, const std::string& what) {
+  try {
+    return parse_rope_config(j, 10000.0, max_positions, /*strict=*/false);
+  } catch (const RopeConfigError& e) {
+    fail(what, e.what());
   }
-  if (!p.is_object()) fail(what, "field '" + field + "' must be an object");
-  r.theta = get_num(p, "rope_theta", what + " " + field, 10000.0);
-  if (p.contains("rope_type") && p["rope_type"].is_string()) r.type = p["rope_type"].get<std::string>();
-  else if (p.contains("type") && p["type"].is_string()) r.type = p["type"].get<std::string>();
-  if (r.type == "llama3") {
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-      if (!p.contains(k)) fail(what, "field '" + field + "." + k + "' is required for rope_type 'llama3'");
-    r.factor = get_num(p, "factor", what, 1.0);
-    r.low_freq_factor = get_num(p, "low_freq_factor", what, 1.0);
-    r.high_freq_factor = get_num(p, "high_freq_factor", what, 4.0);
-    r.original_max_position_embeddings = get_int(p, "original_max_position_embeddings", what, true, 0);
-  } else if (r.type != "default") {
-    fail(what, "field '" + field + ".rope_type' is '" + r.type + "' (supported: default, llama3)");
-  }
-  return r;
 }
 
 }  // namespace
@@ -128,12 +107,11 @@ void TargetConfig::validate(const std::string& what) const {
   finite_positive("rms_norm_eps", rms_norm_eps);
   finite_positive("rope_theta", rope.theta);
   for (double d : rope.freq_divisors) finite_positive("rope_freqs", d);
-  if (rope.type == "llama3" && (!std::isfinite(rope.factor) || !std::isfinite(rope.low_freq_factor) ||
-                                 !std::isfinite(rope.high_freq_factor) || !(rope.factor > 0) ||
-                                 !(rope.high_freq_factor > rope.low_freq_factor) ||
-                                 rope.original_max_position_embeddings <= 0))
-    fail(what, "llama3 rope parameters need factor > 0, high_freq_factor > low_freq_factor and "
-               "original_max_position_embeddings > 0");
+  try {
+    check_rope_config(rope, max_position_embeddings);
+  } catch (const RopeConfigError& e) {
+    fail(what, e.what());
+  }
   for (auto id : eos_token_ids)
     if (id < 0 || id >= vocab_size)
       fail(what, "field 'eos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -225,7 +203,7 @@ void parse_decoder_fields(const json& t, const std::string& what, TargetConfig& 
   c.attention_bias = get_bool(t, "attention_bias", what, false);
   c.mlp_bias = get_bool(t, "mlp_bias", what, false);
   c.tie_word_embeddings = get_bool(t, "tie_word_embeddings", what, false);
-  c.rope = parse_rope(t, what);
+  c.rope = parse_rope(t, c.max_position_embeddings, what);
   c.bos_token_ids = get_ids(t, "bos_token_id", what);
   c.eos_token_ids = get_ids(t, "eos_token_id", what);
   if (t.contains("hidden_act") && t["hidden_act"] != "silu")

@@ -5,17 +5,9 @@
 #include <string>
 #include <vector>
 
-namespace dflash::models {
+#include "rope_config.h"
 
-struct RopeConfig {
-  double theta = 10000.0;
-  std::string type = "default";  // "default" or "llama3"
-  // llama3 frequency scaling (only read when type == "llama3").
-  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
-  // Per-frequency divisors (llama.cpp's `rope_freqs.weight`, how GGUF stores llama3 scaling); empty: none.
-  std::vector<double> freq_divisors;
-};
+namespace dflash::models {
 
 // The Gated DeltaNet layers of a hybrid (HF `linear_*` fields; defaults as transformers' Qwen3_5TextConfig).
 struct LinearAttentionConfig {

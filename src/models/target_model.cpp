@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -156,8 +157,13 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
       l.down_bias = load_opt(name("mlp.down_proj.bias"), {H}, d, mb);
     }
   }
-  m.inv_freq_ = rope_inv_freq(config.rope, config.rotary_dim());
+  m.rope_ = rope_frequencies(config.rope, config.rotary_dim(), config.max_position_embeddings);
   return m;
+}
+
+RopeFrequencies TargetModel::rope_for(int64_t last) const {
+  if (!rope_depends_on_length(config_.rope, config_.max_position_embeddings, last)) return rope_;
+  return rope_frequencies(config_.rope, config_.rotary_dim(), config_.max_position_embeddings, last + 1);
 }
 
 TargetModel TargetModel::load_hf(const std::string& dir, const TargetLoadOptions& options) {
@@ -395,7 +401,7 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
                                 std::to_string(cache->batch()));
   if (cache) check_cache_layers(*cache, "target forward");
 
-  auto [cos_cpu, sin_cpu] = rope_cos_sin(inv_freq_, past, T);
+  auto [cos_cpu, sin_cpu] = rope_cos_sin(rope_for(past + T - 1), past, T);
   TargetOutput out;
   at::Tensor x = embed(input_ids);
   for (const auto& s : stages_) {
@@ -444,8 +450,21 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
       if (caches[e] == c) throw std::invalid_argument(who + " shares its cache with sequence " + std::to_string(e));
     positions[b] = c->length();
   }
-  auto [cos_cpu, sin_cpu] = rope_cos_sin_at(inv_freq_, at::tensor(positions, at::kLong));
-  const int64_t D = inv_freq_.size(0) * 2;  // rotated dims per head
+  at::Tensor cos_cpu, sin_cpu;
+  if (rope_depends_on_length(config_.rope, config_.max_position_embeddings,
+                             *std::max_element(positions.begin(), positions.end()))) {
+    // "dynamic" beyond max_position_embeddings: each sequence's frequencies for its own length, as it would
+    // decode alone.
+    std::vector<at::Tensor> cos_rows, sin_rows;
+    for (int64_t p : positions) {
+      auto [c, s] = rope_cos_sin(rope_for(p), p, 1);
+      cos_rows.push_back(c), sin_rows.push_back(s);
+    }
+    cos_cpu = at::cat(cos_rows), sin_cpu = at::cat(sin_rows);
+  } else {
+    std::tie(cos_cpu, sin_cpu) = rope_cos_sin_at(rope_, at::tensor(positions, at::kLong));
+  }
+  const int64_t D = cos_cpu.size(1);  // rotated dims per head
   at::Tensor x = embed(at::tensor(tokens, at::kLong).view({B, 1}));  // [B, 1, hidden]
   for (const auto& s : stages_) {
     x = x.to(s.device);

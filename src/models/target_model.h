@@ -14,6 +14,7 @@
 
 #include "deltanet_layer.h"
 #include "kv_cache.h"
+#include "rope.h"
 #include "target_config.h"
 
 namespace dflash::models {
@@ -142,7 +143,11 @@ class TargetModel {
   std::vector<PipelineStage> stages_;
   std::vector<Layer> layers_;
   at::Tensor embed_tokens_, final_norm_, lm_head_, lm_head_onednn_;
-  at::Tensor inv_freq_;
+  // The frequencies of a forward whose largest position is `last` (rope_ unless "dynamic" scales beyond
+  // max_position_embeddings).
+  RopeFrequencies rope_for(int64_t last) const;
+
+  RopeFrequencies rope_;
 };
 
 }  // namespace dflash::models

@@ -18,8 +18,11 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const st
   std::string path;
   const TrainState st = load_latest_checkpoint(run_dir, &path);
   const auto dcfg = drafter::load_drafter_config((fs::path(run_dir) / "drafter_config.json").string());
+  const at::ScalarType dt = ops::parse_dtype(dtype.empty() ? dcfg.torch_dtype : dtype, "export: --dtype");
   std::vector<std::string> names;
   for (const auto& [n, t] : st.master) names.push_back(n);
+  // Straight from the master weights (fp32, or fp64 for fp64 runs) to `dt`: exact for fp64, rounded once for
+  // bf16/fp16, never through an intermediate dtype.
   const auto w = drafter::drafter_weights_from(
       dcfg, names,
       [&](const std::string& n) {
@@ -27,8 +30,7 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const st
           if (k == n) return t;
         throw std::invalid_argument(path + ": missing " + n);
       },
-      at::kFloat, path);
-  const at::ScalarType dt = ops::parse_dtype(dtype.empty() ? dcfg.torch_dtype : dtype, "export: --dtype");
+      dt, path);
   DraftVocabFile draft;
   if (dcfg.draft_vocab_size > 0) {  // the head rows come from the run's draft_vocab.safetensors, the mapping from both
     draft = load_draft_vocab(run_dir);

@@ -1,6 +1,7 @@
 // The folder `dflash export` writes: what transformers and inference engines load a DFlash drafter from.
 //   config.json        the drafter config with transformers 5 field names (dtype, rope_parameters,
-//                      max_position_embeddings) and an auto_map to dflash.py
+//                      max_position_embeddings; rope_theta + rope_scaling too, for transformers 4 readers) and an
+//                      auto_map to dflash.py
 //   dflash.py          our modelling code, so AutoModel.from_pretrained(dir, trust_remote_code=True) builds
 //                      the DFlash drafter (fc, hidden_norm, KV-injecting layers, norm) and loads every tensor
 //   model.safetensors  the weights, unprefixed names, in `dtype`; a draft vocabulary adds lm_head.weight [K, H]

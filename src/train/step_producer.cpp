@@ -27,7 +27,7 @@ ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::Drafte
   ps.num_anchors = cfg.num_anchors;
   ps.seed = cfg.seed;
   ps.pack = cfg.pack;
-  ps.gamma = cfg.gamma > 0 ? cfg.gamma : drafter::default_loss_gamma(d.block_size);
+  ps.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay != "none", d.block_size);
   ps.want_last_hidden = cfg.kl_weight > 0;
   ps.queue_depth = cfg.queue_depth;
   return ps;

@@ -34,7 +34,7 @@ DivergedError::DivergedError(int64_t step_, double loss, double grad_norm)
 StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,
                        const TrainHooks& hooks)
     : cfg_(cfg), run_(run), dcfg_(side.dcfg), master_(master), hooks_(hooks) {
-  loss_.gamma = cfg.gamma > 0 ? cfg.gamma : drafter::default_loss_gamma(dcfg_.block_size);
+  loss_.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay != "none", dcfg_.block_size);
   loss_.chunk.chunk_rows = cfg.loss_chunk_rows;
   loss_.chunk.kl_weight = cfg.kl_weight;
   checkpointing_ = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint);

@@ -54,7 +54,9 @@ const std::vector<Field>& fields() {
       {{"clip", "float", "global gradient-norm clip (0: off)"}, &C::clip},
       {{"seed", "int", "seed: init, data order, anchors"}, &C::seed},
       {{"num_anchors", "int", "anchors per sequence"}, &C::num_anchors},
-      {{"gamma", "float", "loss decay (0: by block size)"}, &C::gamma},
+      {{"gamma", "float", "loss decay exp(-(k-1)/gamma) (0: by block size: 7 for B=16)"}, &C::gamma},
+      {{"loss_decay", "str", "exp: decay by gamma | none: every block slot weighs 1 (SpecForge's default)"},
+       &C::loss_decay},
       {{"kl_weight", "float", "soft-label weight"}, &C::kl_weight},
       {{"dtype", "str", "drafter compute dtype: bf16 | fp32 | fp64"}, &C::dtype},
       {{"target_dtype", "str", "online target dtype: fp32 | bf16 | fp16 | fp64"}, &C::target_dtype},
@@ -199,6 +201,9 @@ void TrainConfig::validate() const {
   require(eps > 0, "eps", "> 0", shown(eps));
   require(clip >= 0, "clip", ">= 0", shown(clip));
   require(gamma >= 0, "gamma", ">= 0", shown(gamma));
+  require(loss_decay == "exp" || loss_decay == "none", "loss_decay", "exp or none", "'" + loss_decay + "'");
+  require(loss_decay == "exp" || gamma == 0, "gamma", "0 (unset) with loss_decay none (no decay, no gamma)",
+          shown(gamma));
   require(kl_weight >= 0 && kl_weight <= 1, "kl_weight", "in [0, 1]", shown(kl_weight));
   util::canonical_dtype(target_dtype, "train config: 'target_dtype'");
   require(util::canonical_dtype(dtype, "train config: 'dtype'") != "fp16", "dtype", "bf16, fp32 or fp64", "'fp16'");

@@ -23,6 +23,7 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
   int64_t seed = 0, num_anchors = 512;
   double gamma = 0.0, kl_weight = 0.0;
+  std::string loss_decay = "exp";  // "exp": w_k = exp(-(k-1)/gamma); "none": every slot k >= 1 weighs 1
   std::string dtype = "bf16", target_dtype = "fp32", activation_checkpoint = "none";
   int64_t loss_chunk_rows = 1024;
   int64_t draft_vocab = 0;  // K > 0: LM head restricted to the K most frequent answer tokens (+ EOS ids)

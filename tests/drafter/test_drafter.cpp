@@ -78,7 +78,59 @@ TEST(DrafterConfig, DefaultsWhenOptionalFieldsAreAbsent) {
   const DrafterConfig c = parse_drafter_config(j, "cfg.json");
   EXPECT_EQ(c.target_layer_ids, default_target_layer_ids(8, 2));
   EXPECT_EQ(c.layer_types, (std::vector<std::string>{"full_attention", "full_attention"}));
-  EXPECT_DOUBLE_EQ(c.rope_theta, 5e5);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 5e5);
+}
+
+TEST(DrafterConfig, RopeScalingIsReadFromEitherLayoutAndWrittenBackInBoth) {
+  auto legacy = tiny_drafter_config_json();  // transformers 4: top-level rope_theta + rope_scaling (`type` key)
+  legacy["max_position_embeddings"] = 4096;
+  legacy["rope_scaling"] = {{"type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 1024},
+                            {"mscale", 0.5}, {"truncate", false}};
+  const DrafterConfig c = parse_drafter_config(legacy, "cfg.json");
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_EQ(*c.rope.factor, 4.0);
+  EXPECT_EQ(*c.rope.original_max_position_embeddings, 1024);
+  EXPECT_FALSE(c.rope.beta_fast.has_value()) << "absent stays absent";
+  const auto j = drafter_config_to_json(c);
+  const nlohmann::json params = {{"rope_theta", 10000.0}, {"rope_type", "yarn"}, {"factor", 4.0},
+                                 {"original_max_position_embeddings", 1024}, {"mscale", 0.5}, {"truncate", false}};
+  EXPECT_EQ(j["rope_parameters"], params);
+  auto scaling = params;
+  scaling.erase("rope_theta");
+  EXPECT_EQ(j["rope_scaling"], scaling);
+  EXPECT_EQ(j["rope_theta"], 10000.0);
+  EXPECT_TRUE(parse_drafter_config(j, "exported.json").rope == c.rope);  // both layouts present and agreeing
+  auto modern = tiny_drafter_config_json();  // transformers 5: rope_parameters only
+  modern.erase("rope_theta");
+  modern["max_position_embeddings"] = 4096;
+  modern["rope_parameters"] = params;
+  EXPECT_TRUE(parse_drafter_config(modern, "cfg.json").rope == c.rope);
+  // Unscaled: rope_scaling null, as released drafters write it.
+  const auto plain = drafter_config_to_json(parse_drafter_config(tiny_drafter_config_json(), "cfg.json"));
+  EXPECT_TRUE(plain["rope_scaling"].is_null());
+  EXPECT_EQ(plain["rope_parameters"], (nlohmann::json{{"rope_theta", 10000.0}, {"rope_type", "default"}}));
+}
+
+TEST(DrafterConfig, RopeScalingThatWouldBeLostIsRefused) {
+  auto j = tiny_drafter_config_json();
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"original_max_position_embeddings", 64}};
+  EXPECT_NE(error_of(j).find("cfg.json: field 'rope_scaling.original_max_position_embeddings': expected no such key "
+                             "for rope_type \"linear\""),
+            std::string::npos)
+      << error_of(j);
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
+  EXPECT_NE(error_of(j).find("cfg.json: field 'rope_scaling.rope_type': expected one of"), std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};  // no max_position_embeddings to scale beyond
+  EXPECT_NE(error_of(j).find("field 'max_position_embeddings': expected a positive integer"), std::string::npos);
+  DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
+  c.rope.freq_divisors = {1.0, 2.0};  // a GGUF target's llama3 scaling, copied by drafter_config_for_target
+  try {
+    c.validate("drafter");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_freqs.weight) have no config.json spelling"), std::string::npos);
+  }
 }
 
 TEST(DrafterConfig, ErrorsNameFileFieldAndExpectation) {
@@ -195,6 +247,23 @@ TEST(BlockBatch, LabelsAndWeightsByHand) {
   EXPECT_DOUBLE_EQ(default_loss_gamma(8), 4.0);
 }
 
+TEST(BlockBatch, NoDecayWeighsEveryKeptLabelOne) {
+  // loss_gamma without decay is +inf: exp(-(k-1)/inf) = 1 for every slot k >= 1, slot 0 still 0.
+  const double inf = loss_gamma(0, /*decay=*/false, 16);
+  EXPECT_TRUE(std::isinf(inf) && inf > 0);
+  EXPECT_DOUBLE_EQ(loss_gamma(0, true, 16), 7.0);  // the paper's, by block size
+  EXPECT_DOUBLE_EQ(loss_gamma(3.5, true, 16), 3.5);
+  const at::Tensor w = slot_decay_weights(16, inf);
+  EXPECT_EQ(w[0].item<double>(), 0.0);
+  EXPECT_TRUE(at::equal(w.narrow(0, 1, 15), at::ones({15}, at::kDouble)));
+  // The by-hand batch of LabelsAndWeightsByHand: the same kept labels, each weighing exactly 1.
+  const at::Tensor ids = at::tensor({10, 11, 12, 13, 14, 15, 16}, at::kLong).unsqueeze(0);
+  const at::Tensor lm = at::tensor({0, 1, 1, 0, 1, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0);
+  const AnchorSample s{at::tensor({1, 4, 2}, at::kLong).unsqueeze(0), at::tensor({1, 1, 0}, at::kLong).to(at::kBool).unsqueeze(0)};
+  const BlockBatch bb = build_block_batch(ids, lm, s, 4, 99, inf);
+  EXPECT_TRUE(at::equal(bb.weights[0], at::tensor({0., 1., 0., 1., 0., 1., 1., 0., 0., 0., 0., 0.}, at::kDouble)));
+}
+
 TEST(DrafterWeights, NamesShapesAndLoadErrors) {
   const DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
   const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1);
@@ -309,7 +378,7 @@ TEST(DrafterConfig, RepeatedTargetLayersAndHugeOrNonFiniteValuesAreErrors) {
             std::string::npos)
       << error_of(j);
   DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "cfg.json");
-  c.rope_theta = std::numeric_limits<double>::infinity();
+  c.rope.theta = std::numeric_limits<double>::infinity();
   try {
     c.validate("cfg.json");
     FAIL();

@@ -47,6 +47,18 @@ TEST(DrafterFromTarget, DenseTargetKeepsItsLayoutAndFullAttention) {
   EXPECT_EQ(d.sliding_window, 0);
 }
 
+TEST(DrafterFromTarget, TakesTheTargetsRopeScaling) {
+  auto t = dense(4096, 36);
+  t.max_position_embeddings = 131072;
+  t.rope.type = "yarn";
+  t.rope.factor = 4.0;
+  t.rope.original_max_position_embeddings = 32768;
+  const auto d = drafter::drafter_config_for_target(t, 5, 16, 7, {});
+  EXPECT_TRUE(d.rope == t.rope);
+  EXPECT_EQ(d.max_position_embeddings, 131072);
+  d.validate("drafter");
+}
+
 TEST(DrafterFromTarget, LargeQwen35TargetGetsTheReleasedDrafterLayout) {
   auto d = drafter::drafter_config_for_target(hybrid(5120, 64, 248320), 5, 16, -1, {});
   EXPECT_EQ(d.hidden_size, 5120);
@@ -54,7 +66,7 @@ TEST(DrafterFromTarget, LargeQwen35TargetGetsTheReleasedDrafterLayout) {
   EXPECT_EQ(d.num_attention_heads, 32);
   EXPECT_EQ(d.num_key_value_heads, 8);
   EXPECT_EQ(d.head_dim, 128);
-  EXPECT_DOUBLE_EQ(d.rope_theta, 1e7);
+  EXPECT_DOUBLE_EQ(d.rope.theta, 1e7);
   EXPECT_EQ(d.layer_types, (std::vector<std::string>{"sliding_attention", "sliding_attention", "sliding_attention",
                                                      "sliding_attention", "full_attention"}));
   EXPECT_EQ(d.sliding_window, 2048);

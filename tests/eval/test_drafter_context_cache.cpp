@@ -26,7 +26,7 @@ drafter::DrafterConfig tiny_config() {
   c.block_size = 4;
   c.vocab_size = 50;
   c.mask_token_id = 49;
-  c.rope_theta = 10000;
+  c.rope.theta = 10000;
   c.sliding_window = 5;
   c.layer_types = {"full_attention", "sliding_attention", "full_attention"};
   c.target_layer_ids = {1, 6};

@@ -128,6 +128,18 @@ TEST_P(BatchedDecodeTest, OneDnnMatmuls) {
   check_batched(m, ragged_sequences(c.vocab_size));
 }
 
+TEST(BatchedDecode, DynamicRopePastItsLengthUsesEachSequencesOwnLength) {
+  // Sequences reach position 22 with max_position_embeddings 8: every row's frequencies are those of its own
+  // length, so the batch equals each sequence decoded alone (forward takes a step's length the same way).
+  TargetConfig c = tiny_config("qwen3");
+  c.max_position_embeddings = 8;
+  c.rope.type = "dynamic";
+  c.rope.factor = 2.0;
+  auto w = random_weights(c, 23);
+  TargetModel m = make_model(c, w);
+  check_batched(m, ragged_sequences(c.vocab_size));
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, BatchedDecodeTest, ::testing::Values("llama", "qwen3"));
 
 TEST(BatchedDecode, RefusesBadInputsWithoutTouchingCaches) {

@@ -280,7 +280,10 @@ TEST(HybridConfig, ParsesBothLayoutsAndRejectsBadFields) {
             std::string::npos);
   EXPECT_NE(edit(text, "\"linear_num_value_heads\":4", "\"linear_num_value_heads\":3").find("linear_num_key_heads"),
             std::string::npos);
-  EXPECT_NE(edit(text, "\"rope_type\":\"default\"", "\"rope_type\":\"yarn\"").find("yarn"), std::string::npos);
+  EXPECT_NE(edit(text, "\"rope_type\":\"default\"", "\"rope_type\":\"longrope\"")
+                .find("field 'rope_parameters.rope_type': expected one of \"default\", \"linear\", \"dynamic\", \"yarn\", "
+                      "\"llama3\""),
+            std::string::npos);
   EXPECT_NE(error(R"({"model_type":"qwen3_5","vision_config":{}})").find("missing field 'text_config'"),
             std::string::npos);
   EXPECT_NE(edit(nested, "\"model_type\":\"qwen3_5_text\"", "\"model_type\":\"qwen3_5_moe_text\"").find("text_config"),

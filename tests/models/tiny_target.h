@@ -34,6 +34,8 @@ inline TargetConfig tiny_config(const std::string& type) {
     c.rope.type = "llama3";
     c.rope.theta = 500000;
     c.rope.factor = 8;
+    c.rope.low_freq_factor = 1;
+    c.rope.high_freq_factor = 4;
     c.rope.original_max_position_embeddings = 16;
   }
   return c;

@@ -84,12 +84,12 @@ def run_reference(cfg, weights, batch, dtype, kl_weight):
             "block_ids": block_ids, **{"grad." + k: v.grad for k, v in W.items()}}
 
 
-def run_ours(build_dir, tmp_path, dtype, kl_weight, checkpoint, chunk_rows=7):
-    out = tmp_path / f"out_{dtype}_{checkpoint}_{kl_weight}.safetensors"
+def run_ours(build_dir, tmp_path, dtype, kl_weight, checkpoint, chunk_rows=7, gamma=0):
+    out = tmp_path / f"out_{dtype}_{checkpoint}_{kl_weight}_{gamma}.safetensors"
     subprocess.run([str(build_dir / "drafter_cli"), "drafter", "selftest", "--config", str(tmp_path / "config.json"),
                     "--weights", str(tmp_path / "model.safetensors"), "--batch", str(tmp_path / "batch.safetensors"),
                     "--out", str(out), "--dtype", dtype, "--kl-weight", str(kl_weight), "--checkpoint", checkpoint,
-                    "--chunk-rows", str(chunk_rows)], check=True, capture_output=True, text=True)
+                    "--chunk-rows", str(chunk_rows), "--gamma", str(gamma)], check=True, capture_output=True, text=True)
     return load_file(str(out))
 
 
@@ -145,3 +145,18 @@ def test_bf16_error_is_within_twice_the_reference_bf16_error(tmp_path, build_dir
         ours_err = (got[name].double().reshape(truth.shape) - truth).norm().item() / truth.norm().item()
         ref_err = (low[name].double() - truth).norm().item() / truth.norm().item()
         assert ours_err <= 2 * ref_err + 1e-3, f"{name}: bf16 relative error {ours_err:.3g} vs reference bf16 {ref_err:.3g}"
+
+
+def test_no_decay_loss_is_the_plain_mean_ce_over_kept_labels(tmp_path, build_dir):
+    """gamma = inf (`loss_decay: none`): every counted label weighs 1, and the loss is the unweighted mean of the
+    reference's cross-entropy over exactly the labels the decayed loss counts."""
+    cfg = make_config()
+    weights, batch = make_case(tmp_path, cfg)
+    got = run_ours(build_dir, tmp_path, "float64", 0.0, "none", gamma="inf")
+    decayed = run_reference(cfg, weights, batch, torch.float64, 0.0)
+    counted = decayed["weights"] > 0
+    assert torch.equal(got["weights"], counted.double())
+    logp = torch.log_softmax(decayed["logits"], -1)
+    ce = -logp.gather(-1, decayed["labels"][..., None]).squeeze(-1)
+    assert_close("loss", got["loss"].reshape(()), ce[counted].mean(), 1e-12)
+    assert abs(got["loss"].item() - decayed["loss"].item()) > 1e-6  # the decay mattered: the test can fail

@@ -144,6 +144,19 @@ def test_block_targets_match_the_loop_reference():
     assert torch.equal(t.teacher_index.view(b, -1)[counted], (tpos + S * torch.arange(b)[:, None])[counted])
 
 
+def test_block_targets_without_decay_weigh_every_kept_label_one():
+    """gamma=math.inf: no decay (SpecForge's default): weight 1 exactly where the decayed weights are > 0."""
+    ids = torch.randint(0, 60, (2, 23), generator=torch.Generator().manual_seed(4))
+    loss_mask = torch.ones(2, 23, dtype=torch.bool)
+    loss_mask[:, :4] = False
+    anchors = torch.tensor([[4, 9, 21, 0], [5, 11, 13, 20]])
+    keep = torch.tensor([[True, True, True, False], [True, False, True, True]])
+    m = dflash.block_mask_args(anchors, keep, 4, 23)
+    decayed = dflash.block_targets(ids, loss_mask, m, 61).weights
+    flat = dflash.block_targets(ids, loss_mask, m, 61, gamma=math.inf).weights
+    assert torch.equal(flat, (decayed > 0).float()) and (decayed[decayed > 0] < 1).any()
+
+
 def test_packed_rows_with_document_ids():
     """document_ids -> ctx_start for the op (the reference mask with it), positions that restart per document,
     and labels that stop at the document's end; a block's attention output equals the same document alone."""

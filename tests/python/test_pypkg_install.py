@@ -1,6 +1,7 @@
 """The pip package from this checkout: `pip wheel .` and `pip install --target` (scikit-build-core, offline,
 against the .venv's torch, CPU-only), then a fresh interpreter that sees only the installed folder imports
-`dflash` and checks both ops against dense fp64 references, forward and gradients.
+`dflash` and checks both ops against dense fp64 references, forward and gradients, and that `dflash.integrations`
+is shipped and imports without transformers.
 
 The CMake build directory is kept in the build tree (<build>/pypkg), so only the first run compiles the
 kernels and ops (about 2 CPU-minutes without ccache: 4 min wall on the loaded 2-core machine); later runs
@@ -57,6 +58,9 @@ hd = h.detach().clone().requires_grad_()
 dense = ((-torch.log_softmax(hd @ lm_head.T, -1).gather(1, labels[:, None]).squeeze(1)) * w).sum() / w.sum()
 (gd,) = torch.autograd.grad(dense, hd)
 assert abs(loss.item() - dense.item()) <= 1e-12 and (gh - gd).abs().max() <= 1e-12
+import dflash.integrations as di
+assert "transformers" not in sys.modules  # dflash and its integrations import without it
+assert di.register() == "anchor_block"   # which imports transformers (present in this environment)
 print("installed dflash ok")
 """
 
@@ -74,7 +78,8 @@ def test_pip_wheel_and_install_then_import_in_a_fresh_interpreter(tmp_path):
     (wheel,) = (tmp_path / "wheels").glob("dflash-*.whl")
     assert "-py3-none-linux_" in wheel.name, wheel.name
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"dflash/__init__.py", "dflash/libdflash_ops.so", "dflash/_build_info.py", "dflash/py.typed"} <= names
+    assert {"dflash/__init__.py", "dflash/integrations.py", "dflash/libdflash_ops.so", "dflash/_build_info.py",
+            "dflash/py.typed"} <= names
     assert not any(n.endswith(".in") or "dflash_py" in n for n in names), sorted(names)
 
     site = tmp_path / "site"

@@ -315,6 +315,25 @@ def test_pack_setting_is_checked(dflash_bin, target_dir, offline_dir, tmp_path):
     assert r.returncode != 0 and "key 'pack' expects true or false" in r.stderr, r.stderr
 
 
+def test_loss_decay_none_and_older_runs_saved_settings(dflash_bin, target_dir, offline_dir, tmp_path):
+    """`loss_decay: none` reaches the loss (another first loss than the decayed one) and is saved; a run whose saved
+    settings predate the key (no loss_decay in train_config.json) resumes with the decay it was started with."""
+    decayed, flat, old = tmp_path / "decayed", tmp_path / "flat", tmp_path / "old"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], decayed, steps=2))
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], flat, steps=1, loss_decay="none"))
+    assert json.loads((flat / "train_config.json").read_text())["loss_decay"] == "none"
+    assert metrics(flat)[0]["loss"] != metrics(decayed)[0]["loss"]
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], old, steps=2, stop_after=1))
+    saved = json.loads((old / "train_config.json").read_text())
+    del saved["loss_decay"]
+    (old / "train_config.json").write_text(json.dumps(saved))
+    train(dflash_bin, ["--out", str(old), "--resume"])
+    assert [m["loss"] for m in metrics(old)] == [m["loss"] for m in metrics(decayed)]
+    r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "bad", loss_decay="none", gamma=7),
+              check=False)
+    assert r.returncode == 1 and "'gamma' must be 0 (unset) with loss_decay none" in r.stderr, r.stderr
+
+
 def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tmp_path):
     run, out = tmp_path / "run", tmp_path / "hf"
     train(dflash_bin, base_args(target_dir[0], offline_dir[0], run, steps=2))

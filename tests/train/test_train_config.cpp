@@ -72,6 +72,7 @@ TrainConfig all_fields_changed() {
   c.seed = 7;
   c.num_anchors = 256;
   c.gamma = 5.5;
+  c.loss_decay = "none";  // (validate() would refuse it with gamma 5.5; this only checks the readers)
   c.kl_weight = 0.25;
   c.dtype = "fp32";
   c.target_dtype = "bf16";
@@ -264,6 +265,10 @@ TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
   EXPECT_EQ(err([](TrainConfig& c) { c.target_layer_ids = "1,9,1"; }),
             "train config: 'target_layer_ids' must be a list without repeats, got '1,9,1' (layer 1 twice)");
   EXPECT_NE(err([](TrainConfig& c) { c.target_layer_ids = "1,x"; }).find("comma list of layer indices"), std::string::npos);
+  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = "off"; }), "train config: 'loss_decay' must be exp or none, got 'off'");
+  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = "none", c.gamma = 7; }),
+            "train config: 'gamma' must be 0 (unset) with loss_decay none (no decay, no gamma), got 7.0");
+  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = "none"; }), "");
   // A flag that says inf is refused by validate() the same way.
   TrainConfig c;
   ASSERT_TRUE(parse_train_args({"--target", "t", "--data", "d", "--out", "o", "--lr", "inf"}, c));

@@ -48,13 +48,32 @@ def _rope_theta(config) -> float:
     return float(getattr(config, "rope_theta", 1e6))
 
 
-def _apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """x [b, L, heads, D] rotated (first half / second half pairs) at integer positions [b, L]."""
+def _rope_frequencies(config, dim: int, seq_len: int) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies [dim / 2] (float64) and the cos/sin scaling of config's RoPE for a forward whose largest
+    position is seq_len - 1. Scaled types (linear, dynamic, yarn, llama3) come from transformers' own
+    ROPE_INIT_FUNCTIONS, as its Qwen3 rotary embedding computes them (float32); the default type in float64."""
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        return _rope_theta(config) ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim), 1.0
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"config.json: rope_type {rope_type!r} is not a RoPE type transformers knows")
+    grown = None
+    if rope_type == "dynamic" and seq_len > config.max_position_embeddings:
+        grown = torch.tensor(seq_len)  # transformers' rotary forward passes the length as a tensor
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, None, seq_len=grown)
+    return inv_freq.to(torch.float64), float(scaling)
+
+
+def _apply_rope(x: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, float]) -> torch.Tensor:
+    """x [b, L, heads, D] rotated (first half / second half pairs) at integer positions [b, L]; rope from
+    _rope_frequencies."""
+    inv_freq, scaling = rope
     half = x.size(-1) // 2
-    freq = theta ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / x.size(-1))
-    angle = positions.to(torch.float64).unsqueeze(-1) * freq
-    cos = angle.cos().repeat(1, 1, 2).unsqueeze(2).to(x.dtype)
-    sin = angle.sin().repeat(1, 1, 2).unsqueeze(2).to(x.dtype)
+    angle = positions.to(torch.float64).unsqueeze(-1) * inv_freq.to(x.device)
+    cos = (angle.cos() * scaling).repeat(1, 1, 2).unsqueeze(2).to(x.dtype)
+    sin = (angle.sin() * scaling).repeat(1, 1, 2).unsqueeze(2).to(x.dtype)
     lo, hi = x[..., :half], x[..., half:]
     return x * cos + torch.cat([-hi, lo], -1) * sin
 
@@ -92,16 +111,15 @@ class DFlashAttention(nn.Module):
         self.o_proj = nn.Linear(self.heads * d, h, bias=False)
         self.q_norm = DFlashRMSNorm(d, config.rms_norm_eps)
         self.k_norm = DFlashRMSNorm(d, config.rms_norm_eps)
-        self.theta = _rope_theta(config)
 
-    def forward(self, x, context, q_pos, k_pos, mask):
+    def forward(self, x, context, q_pos, k_pos, mask, rope):
         b, t, _ = x.shape
         s = context.size(1)
         q = self.q_norm(self.q_proj(x).view(b, t, self.heads, self.head_dim))
-        q = _apply_rope(q, q_pos, self.theta)
+        q = _apply_rope(q, q_pos, rope)
         kv_in = torch.cat([context, x], 1)  # context features are keys/values of every layer
         k = self.k_norm(self.k_proj(kv_in).view(b, s + t, self.kv_heads, self.head_dim))
-        k = _apply_rope(k, k_pos, self.theta)
+        k = _apply_rope(k, k_pos, rope)
         v = self.v_proj(kv_in).view(b, s + t, self.kv_heads, self.head_dim)
         group = self.heads // self.kv_heads
         k = k.repeat_interleave(group, dim=2)
@@ -141,8 +159,8 @@ class DFlashDecoderLayer(nn.Module):
         self.post_attention_layernorm = DFlashRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = DFlashMLP(config)
 
-    def forward(self, x, context, q_pos, k_pos, masks):
-        x = x + self.self_attn(self.input_layernorm(x), context, q_pos, k_pos, masks[self.window])
+    def forward(self, x, context, q_pos, k_pos, masks, rope):
+        x = x + self.self_attn(self.input_layernorm(x), context, q_pos, k_pos, masks[self.window], rope)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -202,8 +220,9 @@ class DFlashDraftModel(PreTrainedModel):
         masks = {w: _block_mask(anchors, keep.bool(), s, self.block_size, w) for w in windows}
         context = self.hidden_norm(self.fc(target_hidden.to(self.fc.weight.dtype)))
         x = block_embeds.to(self.fc.weight.dtype)
+        rope = _rope_frequencies(self.config, self.layers[0].self_attn.head_dim, int(k_pos.max()) + 1)
         for layer in self.layers:
-            x = layer(x, context, q_pos, k_pos, masks)
+            x = layer(x, context, q_pos, k_pos, masks, rope)
         return BaseModelOutput(last_hidden_state=self.norm(x))
 
     @torch.no_grad()
