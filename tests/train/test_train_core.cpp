@@ -36,6 +36,7 @@
 
 namespace fs = std::filesystem;
 using namespace dflash::train;
+using dflash::util::BoundedQueue;
 
 TEST(AdamW, MatchesLibTorch) {
   at::manual_seed(0);
@@ -396,7 +397,7 @@ TEST(MiniTraining, NonFiniteStepStopsBeforeTheUpdate) {
   const TargetSide side = load_target_side(c, run);
   MasterState master = build_master_state(c, run, side);
   StepRunner runner(c, run, side, master, {});
-  StepProducer producer(producer_settings(c, side.dcfg, 1, 0, 1), *side.samples, nullptr, 0, 3, 0);
+  StepProducer producer(producer_settings(c, side.dcfg, 1, 0, 1), *side.samples, {}, 0, 3, 0);
   auto first = producer.next();
   ASSERT_TRUE(first);
   const StepOutcome good = runner.step(*first, 0, 3, false);
