@@ -439,3 +439,103 @@ TEST(LocalDevices, EachProcessTakesItsShare) {
   }
   EXPECT_THROW(local_devices(four, 2, 2, "d", false), std::invalid_argument);
 }
+
+// The same rule on a target layout: replicas are divided among the processes; one replica slices as a flat list.
+TEST(LocalDevices, TargetReplicasAreDividedAmongProcesses) {
+  using dflash::models::DeviceLayout;
+  auto cuda = [](int i) { return at::Device(at::kCUDA, c10::DeviceIndex(i)); };
+  DeviceLayout four;  // cuda:0,cuda:1;cuda:2,cuda:3;cuda:4,cuda:5;cuda:6,cuda:7 (built by hand: no GPU needed)
+  for (int r = 0; r < 4; ++r) four.replicas.push_back({cuda(2 * r), cuda(2 * r + 1)});
+  EXPECT_EQ(local_target_layout(four, 0, 1, "t").str(), four.str());
+  EXPECT_EQ(local_target_layout(four, 1, 2, "t").str(), "cuda:4,cuda:5;cuda:6,cuda:7");
+  EXPECT_EQ(local_target_layout(four, 3, 4, "t").str(), "cuda:6,cuda:7");
+  DeviceLayout one;
+  one.replicas.push_back({cuda(0), cuda(1), cuda(2), cuda(3)});
+  EXPECT_EQ(local_target_layout(one, 1, 2, "t").str(), "cuda:2,cuda:3");  // as before: the stages are divided
+  EXPECT_EQ(local_target_layout(dflash::models::cpu_layout(1), 1, 2, "t").str(), "cpu");  // a CPU target is shared
+  try {
+    local_target_layout(four, 0, 3, "train config: 'target_devices'");
+    ADD_FAILURE() << "4 replicas for 3 processes were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("train config: 'target_devices' '" + four.str() +
+                                         "' lists 4 replicas for LOCAL_WORLD_SIZE=3"),
+              std::string::npos)
+        << e.what();
+  }
+  // A GPU runs the target or drafter workers, not both.
+  try {
+    check_target_and_drafter_apart(four, {cuda(8), cuda(5)}, "T", "D");
+    ADD_FAILURE() << "cuda:5 in both lists was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:5 is in 'target_devices' ('T') and in 'drafter_devices' ('D')"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_target_and_drafter_apart(dflash::models::cpu_layout(2), {at::kCPU, at::kCPU}, "T", "D"));
+}
+
+namespace {
+
+// Every micro-batch of a 3-step online run (2 workers, grad_accum 2) made with target_devices `layout`
+// (`pipeline`: a thread per stage), plus the producer's busy seconds.
+std::vector<MicroBatch> online_micro_batches(const fs::path& root, const std::string& layout, bool pipeline,
+                                             double* busy = nullptr) {
+  TrainConfig c = mini_config(root, "run_" + std::to_string(std::hash<std::string>{}(layout + (pipeline ? "p" : "s"))),
+                              6, 3);
+  c.data = (root / "tokens.jsonl").string();
+  if (!fs::exists(c.data)) {
+    std::ofstream f(c.data);
+    at::manual_seed(4);
+    for (int i = 0; i < 9; ++i) {
+      const at::Tensor ids = at::randint(3, 60, {14 + 3 * i}, at::kLong);
+      f << "{\"input_ids\": [";
+      for (int64_t j = 0; j < ids.numel(); ++j) f << (j ? "," : "") << ids[j].item<int64_t>();
+      f << "], \"loss_mask\": [";
+      for (int64_t j = 0; j < ids.numel(); ++j) f << (j ? "," : "") << (j >= 4 ? 1 : 0);
+      f << "]}\n";
+    }
+  }
+  c.target_devices = layout;
+  c.kl_weight = 0.15;  // the last hidden state travels through the stages too
+  c.grad_accum = 2;
+  c.queue_depth = 1;
+  const RunContext run = open_run(c);
+  const TargetSide side = load_target_side(c, run);
+  const auto targets = target_replicas(side);
+  ProducerSettings ps = producer_settings(c, side.dcfg, 2, 0, 1, int64_t(targets.size()), run.target_layout.num_stages());
+  ps.pipeline = pipeline;
+  StepProducer producer(ps, *side.samples, targets, 0, 3, 0);
+  std::vector<MicroBatch> out;
+  while (auto item = producer.next())
+    for (auto& mb : item->micro) out.push_back(std::move(mb));
+  if (busy) *busy = producer.busy_seconds();
+  return out;
+}
+
+}  // namespace
+
+// Micro-batch k from replica k % R, through a pipeline of a thread per stage or the stages in turn: the same bits.
+TEST(MiniTraining, ReplicasAndPipelinedStagesMakeTheSameMicroBatches) {
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_replicas_" + std::to_string(::getpid()));
+  remove_tree(root);
+  double busy = 0;
+  const std::vector<MicroBatch> ref = online_micro_batches(root, "cpu", false, &busy);
+  ASSERT_EQ(ref.size(), 3u * 2 * 2);
+  EXPECT_GT(busy, 0.0);
+  for (const auto& [layout, pipeline] : std::vector<std::pair<std::string, bool>>{
+           {"cpu,cpu", true}, {"cpu,cpu", false}, {"cpu;cpu", true}, {"cpu;cpu;cpu", true}, {"cpu,cpu;cpu,cpu", true}}) {
+    const std::vector<MicroBatch> got = online_micro_batches(root, layout, pipeline);
+    ASSERT_EQ(got.size(), ref.size()) << layout;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const std::string at = layout + (pipeline ? " pipelined" : " in turn") + ", micro-batch " + std::to_string(i);
+      EXPECT_EQ(got[i].index, ref[i].index) << at;
+      EXPECT_EQ(got[i].worker, ref[i].worker) << at;
+      EXPECT_TRUE(at::equal(got[i].input_ids, ref[i].input_ids)) << at;
+      EXPECT_TRUE(at::equal(got[i].features, ref[i].features)) << at;
+      EXPECT_TRUE(at::equal(got[i].last_hidden, ref[i].last_hidden)) << at;
+      EXPECT_TRUE(at::equal(got[i].anchors.anchors, ref[i].anchors.anchors)) << at;
+      EXPECT_TRUE(at::equal(got[i].blocks.labels, ref[i].blocks.labels)) << at;
+    }
+  }
+  remove_tree(root);
+}
