@@ -119,25 +119,34 @@ std::string layout_memory_problem(const TargetConfig& c, int64_t dtype_bytes, co
   return "";
 }
 
-TargetFlops target_forward_flops(const TargetConfig& c, int64_t seq_len, bool with_lm_head) {
+TargetFlops target_layer_forward_flops(const TargetConfig& c, int64_t i, int64_t seq_len) {
   if (seq_len < 1) throw std::invalid_argument("target_forward_flops: seq_len must be >= 1");
   const LayerShape sh = shape_of(c);
   const double S = double(seq_len);
   TargetFlops f;
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    f.linear += 2 * S * layer_matrix_params(c, i);
-    if (c.is_linear_layer(i)) {
-      const LinearAttentionConfig& l = c.linear;
-      const double C = double(std::min<int64_t>(kDeltaNetChunk, seq_len));
-      const double Dk = double(l.key_head_dim), Dv = double(l.value_head_dim), Hv = double(l.num_value_heads);
-      // per value head and token: k k^T and q k^T (2 C Dk each), the unit-triangular solve over Dv + Dk columns
-      // (C (Dv + Dk)), the intra-chunk output (2 C Dv), and three [Dk, Dv] state products (read, output, write)
-      f.deltanet += S * Hv * (C * (5 * Dk + 3 * Dv) + 6 * Dk * Dv) + 2 * S * double(l.conv_dim() * l.conv_kernel);
-    } else {
-      f.attention += 2 * sh.D * S * (S + 1) * sh.Hq;
-    }
+  f.linear = 2 * S * layer_matrix_params(c, i);
+  if (c.is_linear_layer(i)) {
+    const LinearAttentionConfig& l = c.linear;
+    const double C = double(std::min<int64_t>(kDeltaNetChunk, seq_len));
+    const double Dk = double(l.key_head_dim), Dv = double(l.value_head_dim), Hv = double(l.num_value_heads);
+    // per value head and token: k k^T and q k^T (2 C Dk each), the unit-triangular solve over Dv + Dk columns
+    // (C (Dv + Dk)), the intra-chunk output (2 C Dv), and three [Dk, Dv] state products (read, output, write)
+    f.deltanet = S * Hv * (C * (5 * Dk + 3 * Dv) + 6 * Dk * Dv) + 2 * S * double(l.conv_dim() * l.conv_kernel);
+  } else {
+    f.attention = 2 * sh.D * S * (S + 1) * sh.Hq;
   }
-  if (with_lm_head) f.lm_head = 2 * S * double(c.vocab_size) * sh.H;
+  return f;
+}
+
+TargetFlops target_forward_flops(const TargetConfig& c, int64_t seq_len, bool with_lm_head) {
+  TargetFlops f;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const TargetFlops l = target_layer_forward_flops(c, i, seq_len);
+    f.linear += l.linear;
+    f.attention += l.attention;
+    f.deltanet += l.deltanet;
+  }
+  if (with_lm_head) f.lm_head = 2 * double(seq_len) * double(c.vocab_size) * double(c.hidden_size);
   return f;
 }
 

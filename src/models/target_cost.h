@@ -52,5 +52,7 @@ struct TargetFlops {
   double total() const { return linear + attention + deltanet + lm_head; }
 };
 TargetFlops target_forward_flops(const TargetConfig& c, int64_t seq_len, bool with_lm_head);
+// The same for decoder layer i alone (no LM head): what a pipeline stage of a set of layers computes.
+TargetFlops target_layer_forward_flops(const TargetConfig& c, int64_t i, int64_t seq_len);
 
 }  // namespace dflash::models
