@@ -10,6 +10,7 @@
 
 #include "dtype_names.h"
 #include "memory_probe.h"
+#include "parallel_threads.h"
 
 namespace dflash::ops {
 
@@ -84,7 +85,10 @@ int64_t set_threads(int64_t n, const std::string& where) {
 }
 
 void set_thread_local_threads(int64_t n) {
-  at::internal::lazy_init_num_threads();  // first: it would later reset this thread to the process-wide value
+  // First the lazy initialisations that would later reset this thread to the process-wide value
+  // (parallel_threads.h): libtorch's (inside get_num_threads) and libdflash_ops's.
+  (void)at::get_num_threads();
+  init_parallel_threads_here();
   at::set_num_threads(static_cast<int>(std::max<int64_t>(1, n)));
 }
 

@@ -30,7 +30,8 @@ int64_t resolve_threads(int64_t n, const std::string& where);
 int64_t set_threads(int64_t n, const std::string& where);
 // Intra-op threads of the calling thread only (n >= 1), for threads that compute side by side (target replicas,
 // pipeline stages, drafter workers). LibTorch's OpenMP pool size is per thread, but a thread takes the
-// process-wide value last set by any thread on its first parallel op; this runs that first so `n` stays.
+// process-wide value last set by any thread on its first parallel op (once per library: parallel_threads.h);
+// this runs those first, so `n` stays whatever other threads set.
 void set_thread_local_threads(int64_t n);
 
 // Total memory of a device in bytes: the GPU's (CUDA) or the machine's RAM (CPU).

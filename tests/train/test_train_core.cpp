@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,9 +13,12 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
 #include "block_batch.h"
+#include "chunked_lm_loss_op.h"
+#include "compute_settings.h"
 #include "bounded_queue.h"
 #include "checkpoint.h"
 #include "distributed.h"
@@ -538,4 +542,27 @@ TEST(MiniTraining, ReplicasAndPipelinedStagesMakeTheSameMicroBatches) {
     }
   }
   remove_tree(root);
+}
+
+// Each compute thread keeps its own intra-op thread count (target replicas and stages, drafter workers), even
+// when another thread sets a different one before this thread's first parallel op (LibTorch would otherwise take
+// the process-wide value last set by anyone on that first op).
+TEST(Threads, EachThreadKeepsItsOwnIntraOpCount) {
+  std::atomic<int> ready{0};
+  int seen[2] = {0, 0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 2; ++i)
+    ts.emplace_back([&, i] {
+      dflash::ops::set_thread_local_threads(i + 1);
+      ++ready;
+      while (ready < 2) std::this_thread::yield();  // both have set theirs before either runs an op
+      (void)at::randn({256, 256}).sum();           // libtorch's first parallel op on this thread
+      // ... and libdflash_ops's (its own lazy initialisation: the fused CPU cross-entropy runs parallel_for)
+      const at::Tensor h = at::randn({64, 16}), head = at::randn({32, 16});
+      (void)dflash::ops::chunked_lm_loss(h, head, at::randint(0, 32, {64}, at::kLong), at::ones({64}), {}, {}, {});
+      seen[i] = at::get_num_threads();
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(seen[0], 1);
+  EXPECT_EQ(seen[1], 2);
 }
