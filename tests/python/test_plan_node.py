@@ -44,3 +44,16 @@ def test_bad_flags(dflash_bin):
         r = _plan(dflash_bin, *argv)
         assert r.returncode == 1, (argv, r.stderr)
         assert needle in r.stderr, (argv, r.stderr)
+
+
+def test_bench_flops_reports_model_and_measured_time(dflash_bin, tmp_path):
+    out = tmp_path / "flops.json"
+    r = subprocess.run([dflash_bin, "bench", "flops", "--target-config", str(ROOT / "configs/small-hybrid-target.json"),
+                        "--seq-len", "64", "--anchors", "8", "--repeats", "1", "--gemm-size", "128", "--threads", "1",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(out.read_text())
+    for part in ("target forward", "drafter step"):
+        assert j[part]["flops"] > 0 and j[part]["measured_seconds"] > 0, j
+        assert j[part]["efficiency"] == j[part]["predicted_seconds"] / j[part]["measured_seconds"]
+        assert part in r.stdout

@@ -164,3 +164,13 @@ def test_commands_that_time_one_copy_refuse_replicas(dflash_bin, target, tmp_pat
     r = _run(dflash_bin, "data", "regenerate", "--target", target, "--input", prompts, "--output",
              tmp_path / "o.jsonl", "--devices", "cpu;", check=False)
     assert r.returncode == 1 and "data regenerate: --devices: an empty replica in 'cpu;'" in r.stderr, r.stderr
+
+
+def test_bench_producer_prints_its_three_ratios(dflash_bin, target, tmp_path):
+    r = _run(dflash_bin, "bench", "producer", "--target", target, "--seq-len", 32, "--micro-batches", 4, "--steps", 3,
+             "--work-dir", tmp_path / "runs")
+    for row in ("2 replicas / 1", "pipelined / in turn", "target_devices cpu;cpu"):
+        assert row in r.stdout, r.stdout
+    assert r.stdout.count("x\n") == 3, r.stdout  # three ratios
+    r = _run(dflash_bin, "bench", "producer", "--target", target, "--work-dir", tmp_path / "runs", check=False)
+    assert r.returncode == 1 and "--work-dir '" in r.stderr and "exists; give a new folder" in r.stderr, r.stderr
