@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -90,6 +91,22 @@ ProducerRun time_producer(const SampleSource& source, const std::vector<const mo
   return {double(micro) / secs, producer.busy_seconds() / secs};
 }
 
+// The combined GEMM rate of `k` threads of one intra-op thread each doing the same products at once: what the
+// machine allows two replicas or stages at best (on a machine shared with other work, less than 2x).
+double gemm_rate(int k, int64_t size, int iters) {
+  const at::Tensor x = at::randn({size, size}), y = at::randn({size, size});
+  std::vector<std::thread> ts;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < k; ++i)
+    ts.emplace_back([&] {
+      ops::set_thread_local_threads(1);
+      for (int it = 0; it < iters; ++it) (void)at::mm(x, y);
+    });
+  for (auto& t : ts) t.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * double(size) * double(size) * double(size) * double(k) * double(iters) / secs;
+}
+
 struct WholeRun {
   double steps_per_s = 0, producer_busy = 0, drafter_busy = 0;
 };
@@ -148,7 +165,11 @@ int bench_producer_main(const std::vector<std::string>& argv) {
               "%lld intra-op thread(s) per target thread\n",
               a.str("target").c_str(), (long long)tc.num_hidden_layers, (long long)tc.hidden_size,
               a.str("dtype").c_str(), (long long)len, (long long)micro, (long long)threads);
-  time_producer(source, {&target}, dc, 2, len, threads, true);  // warm-up: thread pools, lazily built kernels
+  gemm_rate(1, 512, 4);  // warm-up: thread pools, lazily built kernels
+  const double g1 = gemm_rate(1, 1024, 20), g2 = gemm_rate(2, 1024, 20);
+  std::printf("\nthis machine now: GEMM 1024^3 on 1 thread %.1f GFLOP/s, 2 threads at once %.1f GFLOP/s: %.2fx is the "
+              "ceiling of the ratios below\n", g1 / 1e9, g2 / 1e9, g2 / g1);
+  time_producer(source, {&target}, dc, 2, len, threads, true);
   const ProducerRun r1 = time_producer(source, {&target}, dc, micro, len, threads, true);
   const ProducerRun r2 = time_producer(source, {&target, &second}, dc, micro, len, threads, true);
   std::printf("\n%-44s %12s %10s\n", "producer", "samples/s", "busy");
