@@ -73,7 +73,7 @@ class OrderedLanes {
 
   // The next item in index order; nullopt after the last one or after stop(). Rethrows a stage's exception.
   std::optional<T> next() {
-    if (next_ >= count_) return std::nullopt;
+    if (next_ >= count_ || stopping_) return std::nullopt;
     auto got = queue(int(next_ % lanes_), stages_ - 1).pop();
     if (!got) return std::nullopt;
     if (got->first != next_) throw std::logic_error("OrderedLanes: items out of order");
