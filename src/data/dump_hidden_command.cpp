@@ -2,7 +2,8 @@
 // by `dflash data regenerate` (input_ids + loss_mask per line) and each sample's target-layer outputs are
 // stored as bf16 [S, n*H] in dflash-hidden-v1 shards, part "dump" of the output folder (hidden_shard_writer.h),
 // keyed by line number. Resumable: a rerun with the same settings computes only the samples no complete shard
-// holds.
+// holds. Several replicas in --devices compute samples side by side (the k-th sample to do on replica k % R, a
+// thread per pipeline stage), and the samples are stored in the same order as with one: the same shards.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "args.h"
@@ -19,6 +21,7 @@
 #include "hidden_features.h"
 #include "hidden_shard_writer.h"
 #include "hidden_shards.h"
+#include "ordered_lanes.h"
 #include "progress.h"
 #include "prompt_sources.h"
 #include "settings_file.h"
@@ -33,7 +36,8 @@ namespace dflash::data {
 using util::Args;
 int dump_hidden_main(const std::vector<std::string>& args) {
   Args a("data dump-hidden", "target hidden states of training samples as dflash-hidden-v1 shards (offline mode)");
-  models::add_target_options(a, {.tokenizer = false, .eos = false});
+  const models::TargetOptionSet target_set{.tokenizer = false, .eos = false, .replicas = true};
+  models::add_target_options(a, target_set);
   a.alias("target-dtype", "dtype");
   a.option("data", "PATH", "", "samples JSONL from `dflash data regenerate` (input_ids + loss_mask per line)");
   a.option("out", "DIR", "", "output folder: shard-NNNNN.safetensors + index.json (rerun to resume)");
@@ -46,7 +50,7 @@ int dump_hidden_main(const std::vector<std::string>& args) {
   if (!a.parse(args)) return 0;
   a.require("data");
   a.require("out");
-  const models::TargetOptions topt = models::read_target_options(a);
+  const models::TargetOptions topt = models::read_target_options(a, target_set);
   const int64_t max_len = a.i64("max-len"), per_shard = a.i64("samples-per-shard");
   if (max_len < 2) throw std::invalid_argument("--max-len must be >= 2");
   if (per_shard < 1) throw std::invalid_argument("--samples-per-shard must be >= 1");
@@ -86,31 +90,53 @@ int dump_hidden_main(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s: resuming with %lld samples already in %lld complete shards\n", a.str("out").c_str(),
                  (long long)already, (long long)shards.shards());
 
-  const models::TargetModel model = models::load_target(topt);
+  const std::vector<models::TargetModel> replicas = models::load_target_replicas(topt);
   const std::vector<int> capture(layer_ids.begin(), layer_ids.end());
-  at::NoGradGuard no_grad;
+  const bool want_last = a.on("last-hidden");
+  struct Job {
+    HiddenSample s;
+    models::StagedForward fwd;
+    bool finite = true;
+  };
+  const int lanes = int(replicas.size()), stages = int(topt.layout.num_stages());
+  const int64_t threads = models::threads_per_thread(topt.threads, int64_t(lanes) * stages);
+  util::OrderedLanes<Job> work(
+      lanes, stages, int64_t(todo.size()), 2,
+      [&](int lane, int stage, int64_t k, Job& job) {
+        at::NoGradGuard no_grad;
+        const models::TargetModel& model = replicas[size_t(lane)];
+        if (stage == 0) {
+          const TokenRecord& rec = records[size_t(todo[size_t(k)])];
+          const int64_t S = std::min<int64_t>(max_len, int64_t(rec.ids.size()));
+          const std::vector<int64_t> ids(rec.ids.begin(), rec.ids.begin() + S);
+          job.s.input_ids = at::tensor(ids, at::kLong);
+          job.s.loss_mask = at::tensor(std::vector<int64_t>(rec.mask.begin(), rec.mask.begin() + S), at::kLong).ne(0);
+          job.fwd = model.begin_forward(job.s.input_ids.unsqueeze(0), nullptr, capture, false, want_last);
+        }
+        model.forward_stage(size_t(stage), job.fwd);
+        if (stage + 1 < stages) return;
+        at::Tensor last;
+        job.s.hidden_states = features_of(job.fwd.out, capture, want_last ? &last : nullptr).to(at::kBFloat16);
+        if (last.defined()) job.s.last_hidden = last.to(at::kBFloat16);
+        job.fwd = {};
+        job.finite = at::isfinite(job.s.hidden_states).all().item<bool>() &&
+                     (!job.s.last_hidden.defined() || at::isfinite(job.s.last_hidden).all().item<bool>());
+      },
+      [&](int, int) { ops::set_thread_local_threads(threads); });
 
   Progress bar("dump-hidden", int64_t(records.size()), already, "samples");
   int64_t done = already, tokens = 0, nonfinite = 0;
   for (const int64_t r : todo) {
-    const TokenRecord& rec = records[size_t(r)];
-    const int64_t S = std::min<int64_t>(max_len, int64_t(rec.ids.size()));
-    const std::vector<int64_t> ids(rec.ids.begin(), rec.ids.begin() + S);
-    HiddenSample s;
-    s.input_ids = at::tensor(ids, at::kLong);
-    s.loss_mask = at::tensor(std::vector<int64_t>(rec.mask.begin(), rec.mask.begin() + S), at::kLong).ne(0);
-    at::Tensor last;
-    s.hidden_states = sample_features(model, ids, capture, a.on("last-hidden") ? &last : nullptr).to(at::kBFloat16);
-    if (last.defined()) s.last_hidden = last.to(at::kBFloat16);
-    bar.update(++done, tokens += S);
-    if (!at::isfinite(s.hidden_states).all().item<bool>() ||
-        (s.last_hidden.defined() && !at::isfinite(s.last_hidden).all().item<bool>())) {
+    std::optional<Job> job = work.next();
+    if (!job) throw std::logic_error("dump-hidden: a sample went missing");
+    bar.update(++done, tokens += job->s.input_ids.size(0));
+    if (!job->finite) {
       ++nonfinite;  // the reader would skip it anyway; leaving it out keeps the shards clean
       std::fprintf(stderr, "\nwarning: %s: sample %lld: the target's hidden states hold NaN/Inf (in bf16); not stored\n",
                    data_path.c_str(), (long long)r);
       continue;
     }
-    shards.add(r, std::move(s));
+    shards.add(r, std::move(job->s));
   }
   shards.flush();
   bar.finish();

@@ -39,7 +39,11 @@ HiddenMeta feature_meta(const std::string& target_path, const models::TargetConf
 at::Tensor sample_features(const models::TargetModel& model, const std::vector<int64_t>& ids,
                            const std::vector<int>& layers, at::Tensor* last_hidden) {
   at::NoGradGuard no_grad;
-  const auto o = model.forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, layers, false, last_hidden != nullptr);
+  return features_of(model.forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, layers, false, last_hidden != nullptr),
+                     layers, last_hidden);
+}
+
+at::Tensor features_of(const models::TargetOutput& o, const std::vector<int>& layers, at::Tensor* last_hidden) {
   std::vector<at::Tensor> parts;
   for (int id : layers) parts.push_back(o.hidden.at(id)[0].to(at::kCPU));
   if (last_hidden) *last_hidden = o.last_hidden[0].to(at::kCPU);

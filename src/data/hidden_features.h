@@ -25,5 +25,7 @@ HiddenMeta feature_meta(const std::string& target_path, const models::TargetConf
 // model's dtype. `last_hidden` (optional) receives the final-normed last hidden state [S, H].
 at::Tensor sample_features(const models::TargetModel& model, const std::vector<int64_t>& ids,
                            const std::vector<int>& layers, at::Tensor* last_hidden = nullptr);
+// The same from a finished forward of one sequence (o.hidden holds `layers`), e.g. one that ran in pipeline stages.
+at::Tensor features_of(const models::TargetOutput& o, const std::vector<int>& layers, at::Tensor* last_hidden = nullptr);
 
 }  // namespace dflash::data

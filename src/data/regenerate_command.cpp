@@ -2,14 +2,19 @@
 // prompt plus the reply as input_ids, with loss_mask = 1 on the reply only. Output is resumable JSONL
 // (sample_store.h) with a sidecar <output>.meta.json that pins the settings a resume must share. With
 // --hidden-out the target's layer outputs of each sample are kept from the same pass (hidden_shard_writer.h).
+// Several replicas in --devices decode side by side, each its own continuous batch over the prompts k, k + R, ...
+// of the ones to do (k its index); replies are still written in prompt order (OrderedSampleWriter).
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
 
 #include "args.h"
 #include "atomic_file.h"
@@ -34,7 +39,8 @@ using util::Args;
 
 int regenerate_main(const std::vector<std::string>& args) {
   Args a("data regenerate", "the target's own replies to prompts, as training samples (resumable JSONL)");
-  models::add_target_options(a);
+  const models::TargetOptionSet target_set{.replicas = true};
+  models::add_target_options(a, target_set);
   a.option("input", "PATH", "", "prompts JSONL(.gz): messages / prompt_ids / turns / question / prompt per line");
   a.option("output", "PATH", "", "samples JSONL (appended to; rerun to resume)");
   a.option("split", "NAME", "train", "train (refuses evaluation sets) or eval");
@@ -58,7 +64,7 @@ int regenerate_main(const std::vector<std::string>& args) {
   if (!a.parse(args)) return 0;
   a.require("input");
   a.require("output");
-  const models::TargetOptions topt = models::read_target_options(a);
+  const models::TargetOptions topt = models::read_target_options(a, target_set);
   const std::string input = a.str("input"), output = a.str("output"), split = a.str("split");
   check_split_allowed(input, split);
   if (a.f64("temperature") < 0) throw std::invalid_argument("--temperature must be >= 0");
@@ -127,6 +133,9 @@ int regenerate_main(const std::vector<std::string>& args) {
     repair_missing_features(model, output, capture, *features);
   }
   if (a.i64("batch") > 1 && a.i64("onednn") != 0) model.enable_onednn_decode();
+  std::vector<models::TargetModel> more;  // replicas 1..: copies of the loaded one (oneDNN copies shared on the CPU)
+  for (size_t r = 1; r < topt.layout.replicas.size(); ++r) more.push_back(model.replicate(topt.layout.replicas[r]));
+  auto replica = [&](size_t r) -> const models::TargetModel& { return r == 0 ? model : more[r - 1]; };
   auto tokenizer = models::load_target_tokenizer(topt);
   std::unique_ptr<tok::ChatFormat> chat;
   if (tokenizer) chat = std::make_unique<tok::ChatFormat>(tok::ChatFormat::from_tokenizer(*tokenizer));
@@ -139,26 +148,62 @@ int regenerate_main(const std::vector<std::string>& args) {
 
   PromptQueue queue(std::move(prompts), store, std::move(held));
   OrderedSampleWriter writer(store, features.get(), std::filesystem::path(input).filename().string(), split);
+  // The prompts to do, in order, tokenized up front (the writer learns them in prompt order).
+  std::vector<BatchPrompt> todo;
+  for (const Prompt* p = queue.next(); p; p = queue.next()) {
+    BatchPrompt b;
+    b.id = p->index;
+    b.stream = static_cast<uint64_t>(p->index);
+    b.tokens = prompt_token_ids(*p, tokenizer.get(), chat.get(), input + ": prompt " + std::to_string(p->index),
+                                model.config());
+    writer.started(p->index, b.tokens);
+    todo.push_back(std::move(b));
+  }
   Progress bar("regenerate", queue.size(), queue.already_done());
   int64_t finished = 0, new_tokens = 0;
-  auto next = [&](BatchPrompt& out) {
-    const Prompt* p = queue.next();
-    if (!p) return false;
-    out.id = p->index;
-    out.stream = static_cast<uint64_t>(p->index);
-    out.tokens = prompt_token_ids(*p, tokenizer.get(), chat.get(), input + ": prompt " + std::to_string(p->index),
-                                  model.config());
-    writer.started(p->index, out.tokens);
-    return true;
-  };
+  std::mutex done_mutex;  // the writer, the store and the progress bar: one replica at a time
   // Progress counts replies as they finish, not as they are written: with --batch 64 the reply of the first
   // prompt may finish last, and an in-order count would show an ETA of hours for the first minute.
   auto reply_done = [&](int64_t index, GenerationResult&& r) {
+    std::lock_guard<std::mutex> l(done_mutex);
     new_tokens += static_cast<int64_t>(r.tokens.size());
     bar.update(queue.already_done() + queue.dropped() + ++finished, new_tokens);
     writer.finished(index, std::move(r));
   };
-  const BatchStats stats = generate_batched(model, gen, a.i64("batch"), next, reply_done);
+  const size_t R = topt.layout.replicas.size();
+  const int64_t threads = models::threads_per_thread(topt.threads, int64_t(R));
+  std::vector<BatchStats> per_replica(R);
+  std::vector<std::exception_ptr> errors(R);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads_of;
+  for (size_t r = 0; r < R; ++r)
+    threads_of.emplace_back([&, r] {
+      try {
+        ops::set_thread_local_threads(threads);
+        size_t next_k = r;
+        auto next = [&](BatchPrompt& out) {
+          if (failed || next_k >= todo.size()) return false;
+          out = std::move(todo[next_k]);
+          next_k += R;
+          return true;
+        };
+        per_replica[r] = generate_batched(replica(r), gen, a.i64("batch"), next, reply_done);
+      } catch (...) {
+        errors[r] = std::current_exception();
+        failed = true;
+      }
+    });
+  for (auto& t : threads_of) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  BatchStats stats;
+  for (const BatchStats& s : per_replica) {
+    stats.prefill_tokens += s.prefill_tokens;
+    stats.decode_steps += s.decode_steps;
+    stats.decode_tokens += s.decode_tokens;
+    stats.prefill_seconds += s.prefill_seconds;  // thread-seconds: summed over the replicas
+    stats.decode_seconds += s.decode_seconds;
+  }
   if (writer.unwritten() != 0) throw std::logic_error("data regenerate: replies left unwritten");
   if (features) features->flush();
   bar.update(queue.already_done() + queue.dropped() + finished, new_tokens, /*force=*/true);
@@ -166,17 +211,22 @@ int regenerate_main(const std::vector<std::string>& args) {
   const double el = bar.seconds();
   std::fprintf(stderr,
                "regenerated %lld new samples (%lld already present, %lld dropped as held-out overlaps): "
-               "%lld tokens in %.1f s = %.1f tokens/s overall, decode %.1f tokens/s (batch %lld, %.2f rows/step)\n",
+               "%lld tokens in %.1f s = %.1f tokens/s overall, decode %.1f tokens/s%s (batch %lld, %.2f rows/step)\n",
                static_cast<long long>(finished), static_cast<long long>(queue.already_done()),
                static_cast<long long>(queue.dropped()), static_cast<long long>(new_tokens), el,
                el > 0 ? new_tokens / el : 0.0, stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0.0,
+               R > 1 ? " per replica" : "",
                static_cast<long long>(a.i64("batch")),
                stats.decode_steps > 0 ? static_cast<double>(stats.decode_tokens) / stats.decode_steps : 0.0);
   // Where the rest of the wall time went: prompts are prefilled one at a time while the batch waits.
-  std::fprintf(stderr, "time: prefill %.1f s (%lld prompt tokens, %.0f tokens/s), batched decode %.1f s, other %.1f s\n",
-               stats.prefill_seconds, static_cast<long long>(stats.prefill_tokens),
-               stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0.0, stats.decode_seconds,
-               std::max(0.0, el - stats.prefill_seconds - stats.decode_seconds));
+  if (R == 1)
+    std::fprintf(stderr, "time: prefill %.1f s (%lld prompt tokens, %.0f tokens/s), batched decode %.1f s, other %.1f s\n",
+                 stats.prefill_seconds, static_cast<long long>(stats.prefill_tokens),
+                 stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0.0, stats.decode_seconds,
+                 std::max(0.0, el - stats.prefill_seconds - stats.decode_seconds));
+  else
+    std::fprintf(stderr, "time, summed over %zu replicas: prefill %.1f s (%lld prompt tokens), batched decode %.1f s\n", R,
+                 stats.prefill_seconds, static_cast<long long>(stats.prefill_tokens), stats.decode_seconds);
   if (features)
     std::fprintf(stderr, "features: %lld samples of this part in %s (target layers %s)\n",
                  static_cast<long long>(features->samples()), a.str("hidden-out").c_str(),

@@ -9,6 +9,7 @@ namespace dflash::drafter {
 
 int plan_main(const std::vector<std::string>& args);
 int bench_step_main(const std::vector<std::string>& args);
+int bench_flops_main(const std::vector<std::string>& args);
 int selftest_main(const std::vector<std::string>& args);
 
 inline std::vector<util::Subcommand> commands() {
@@ -16,6 +17,8 @@ inline std::vector<util::Subcommand> commands() {
       {{"plan"}, "predicted peak training memory of the drafter (breakdown, --budget, presets)", &plan_main},
       {{"bench", "step"}, "drafter forward+backward per checkpoint policy: time, measured vs planned memory",
        &bench_step_main},
+      {{"bench", "flops"}, "the FLOP model of plan --node vs measured time: target forward, drafter step, GEMM rate",
+       &bench_flops_main},
       {{"drafter", "selftest"}, "internal: one drafter training step on a saved batch (tests)", &selftest_main},
   };
 }

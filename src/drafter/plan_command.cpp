@@ -15,6 +15,7 @@
 #include "input_file.h"
 #include "attention_backend_name.h"
 #include "memory_planner.h"
+#include "node_planner.h"
 #include "target_loader.h"
 
 namespace dflash::drafter {
@@ -44,8 +45,55 @@ models::TargetConfig read_target(const std::string& path) {
 
 }  // namespace
 
+// --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
+int plan_node_main(const Args& a) {
+  NodeSettings ns;
+  if (!a.str("preset").empty() == !a.str("target-config").empty())
+    throw std::invalid_argument("plan --node: give the target as --preset qwen3-8b|qwen3.6-27b or --target-config FILE");
+  if (!a.str("preset").empty()) {
+    ns.target = target_preset(a.str("preset"));
+    ns.drafter = plan_preset(a.str("preset"));
+  } else {
+    ns.target = read_target(a.str("target-config"));
+    ns.drafter.cfg = a.str("config").empty()
+                         ? drafter_config_for_target(ns.target, a.i64("drafter-layers"), 16, a.i64("mask-token-id"), {})
+                         : load_drafter_config(a.str("config"));
+    if (ns.drafter.cfg.mask_token_id < 0) ns.drafter.cfg.mask_token_id = ns.target.vocab_size - 1;  // plans the same
+    ns.drafter.cfg.validate(a.str("config").empty() ? "drafter config for target " + a.str("target-config") : a.str("config"));
+    if (ns.drafter.cfg.hidden_size != ns.target.hidden_size || ns.drafter.cfg.vocab_size != ns.target.vocab_size)
+      throw std::invalid_argument("plan --node: the drafter config's hidden_size/vocab_size (" +
+                                  std::to_string(ns.drafter.cfg.hidden_size) + "/" +
+                                  std::to_string(ns.drafter.cfg.vocab_size) + ") must equal the target's (" +
+                                  std::to_string(ns.target.hidden_size) + "/" + std::to_string(ns.target.vocab_size) + ")");
+    ns.drafter.seq_len = 8000;  // the SPEC scale, as the presets
+    ns.drafter.num_anchors = 1024;
+    ns.drafter.kl_weight = 0.15;
+  }
+  if (a.given("seq-len")) ns.drafter.seq_len = a.i64("seq-len");
+  if (a.given("anchors")) ns.drafter.num_anchors = a.i64("anchors");
+  if (a.given("batch")) ns.drafter.batch = a.i64("batch");
+  if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
+  if (a.given("dtype")) ns.drafter.dtype_bytes = dtype_bytes_of(a.str("dtype"));
+  ns.drafter.device = "cuda";
+  ns.gpu = gpu_preset(a.str("gpu"));
+  if (a.given("gpu-memory")) ns.gpu.memory_bytes = parse_bytes(a.str("gpu-memory"));
+  if (a.given("gpu-tflops")) ns.gpu.bf16_flops = a.f64("gpu-tflops") * 1e12;
+  if (a.given("gpu-memory") || a.given("gpu-tflops")) ns.gpu.name += " (given)";
+  ns.gpus = a.i64("gpus");
+  ns.target_efficiency = a.f64("target-efficiency");
+  ns.drafter_efficiency = a.f64("drafter-efficiency");
+  ns.usable_memory = a.f64("usable-memory");
+  if (!(ns.usable_memory > 0 && ns.usable_memory <= 1))
+    throw std::invalid_argument("plan: --usable-memory must be in (0, 1], got " + a.str("usable-memory"));
+  const NodePlan p = plan_node(ns);
+  if (a.on("json")) std::cout << node_plan_to_json(p).dump(2) << "\n";
+  else std::cout << format_node_plan(p);
+  return p.splits.empty() ? 3 : 0;
+}
+
 int plan_main(const std::vector<std::string>& argv) {
-  Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget)");
+  Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget); with --node, "
+                 "split a node's GPUs between the target and the drafter workers");
   a.option("config", "FILE", "", "drafter config.json (or use --preset)");
   a.option("preset", "NAME", "", "qwen3-8b | qwen3.6-27b (SPEC.md scale: seq 8000, 1024 anchors, bf16, AdamW)");
   a.option("target-config", "FILE", "", "a target's config.json: plan the drafter `dflash train` would build for it");
@@ -68,7 +116,17 @@ int plan_main(const std::vector<std::string>& argv) {
   a.option("draft-vocab", "K", "0", "LM head restricted to a draft vocabulary of K tokens (0: the full vocabulary)");
   a.option("budget", "SIZE", "", "pick the cheapest checkpoint policy and loss chunk that fit, e.g. 90GB");
   a.flag("json", "print JSON instead of text");
+  a.flag("node", "throughput of a node: the split of --gpus GPUs into target replicas x pipeline stages and drafter "
+                 "workers with the most samples/s that fits (target from --preset or --target-config)");
+  a.option("gpus", "N", "8", "with --node: GPUs of the node");
+  a.option("gpu", "KIND", "rtx-pro-6000", "with --node: h100 | h200 | b200 | rtx-pro-6000 (memory, dense bf16 rate)");
+  a.option("gpu-memory", "SIZE", "", "with --node: memory of a GPU instead of --gpu's, e.g. 96GB");
+  a.option("gpu-tflops", "X", "", "with --node: dense bf16 TFLOP/s of a GPU instead of --gpu's");
+  a.option("target-efficiency", "X", "0.5", "with --node: achieved share of peak FLOP/s of the target forward");
+  a.option("drafter-efficiency", "X", "0.4", "with --node: achieved share of peak FLOP/s of a drafter step");
+  a.option("usable-memory", "X", "0.9", "with --node: share of a GPU's memory a plan may fill");
   if (!a.parse(argv)) return 0;
+  if (a.on("node")) return plan_node_main(a);
 
   using namespace dflash::drafter;
   PlanSettings s;

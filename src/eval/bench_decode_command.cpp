@@ -159,7 +159,9 @@ nlohmann::json bench_prefill(const models::TargetModel& model, const std::string
 
 int bench_decode_main(const std::vector<std::string>& args) {
   Args a("bench decode", "target greedy decode tokens/s: dflash (C++) vs Hugging Face transformers");
-  models::add_target_options(a, {.tokenizer = false, .eos = false});
+  const models::TargetOptionSet target_set{
+      .tokenizer = false, .eos = false, .single_replica_why = "bench decode times one copy of the target"};
+  models::add_target_options(a, target_set);
   a.option("prompt-ids", "IDS", "1,9690,198,2683,359,253,5356", "comma-separated prompt token ids");
   a.option("new-tokens", "N", "64", "tokens to decode (no early stop)");
   a.option("skip-hf", "0|1", "0", "1: only the C++ side");
@@ -168,7 +170,7 @@ int bench_decode_main(const std::vector<std::string>& args) {
   a.option("prefill-lengths", "LIST", "", "also time the prefill of T-token prompts for each T (e.g. 512,2048,8192)");
   a.option("json", "FILE", "", "write the results as JSON");
   if (!a.parse(args)) return 0;
-  const models::TargetOptions topt = models::read_target_options(a);  // --threads applies to both sides
+  const models::TargetOptions topt = models::read_target_options(a, target_set);  // --threads applies to both sides
   const int64_t threads = topt.threads, n = a.i64("new-tokens");
   models::TargetModel model = models::load_target(topt);
   data::GenerationOptions gen;

@@ -74,7 +74,9 @@ std::vector<DatasetArg> parse_datasets(const std::vector<std::string>& items) {
 
 int eval_main(const std::vector<std::string>& args) {
   Args a("eval", "speculative decoding with a drafter vs the target alone: tau, speedup, lossless check");
-  models::add_target_options(a);
+  const models::TargetOptionSet target_set{
+      .single_replica_why = "eval times one decode at a time (tokens/s and speedup of a single sequence)"};
+  models::add_target_options(a, target_set);
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
   a.option("drafter-device", "DEV", "target", "where the drafter runs: target (the target's first device), cpu, cuda:N");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
@@ -93,7 +95,7 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("json", "FILE", "", "write the results as JSON");
   a.option("tokens-out", "FILE", "", "write the generated tokens per prompt and repeat as JSONL");
   if (!a.parse(args)) return 0;
-  const models::TargetOptions topt = models::read_target_options(a);
+  const models::TargetOptions topt = models::read_target_options(a, target_set);
   const auto datasets = parse_datasets(a.str_list("data"));
   const int64_t repeats = a.i64("repeats");
   if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");

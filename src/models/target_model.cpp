@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "batched_decode_attention.h"
 #include "few_rows_linear.h"
@@ -373,8 +374,9 @@ std::vector<bool> TargetModel::capture_flags(const std::vector<int>& layers, con
   return capture;
 }
 
-TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
-                                  bool want_logits, bool want_last_hidden) const {
+StagedForward TargetModel::begin_forward(const at::Tensor& input_ids, KVCache* cache,
+                                        const std::vector<int>& capture_layers, bool want_logits,
+                                        bool want_last_hidden) const {
   if (input_ids.dim() != 2)
     throw std::invalid_argument("target forward: input_ids must be [batch, T], got " +
                                 std::to_string(input_ids.dim()) + " dims");
@@ -389,9 +391,11 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
                                   " outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
   }
   const int L = static_cast<int>(layers_.size());
-  const std::vector<bool> capture = capture_flags(capture_layers, "target forward");
+  StagedForward f;
+  f.capture = capture_flags(capture_layers, "target forward");
   const int64_t T = input_ids.size(1);
-  const int64_t past = cache ? cache->length() : 0;
+  f.cache = cache;
+  f.past = cache ? cache->length() : 0;
   if (cache && cache->length() + T > cache->capacity())
     throw std::length_error("target forward: " + std::to_string(cache->length()) + " cached + " + std::to_string(T) +
                             " new tokens exceed the KV cache capacity " + std::to_string(cache->capacity()));
@@ -400,27 +404,79 @@ TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, c
     throw std::invalid_argument("target forward: " + std::to_string(input_ids.size(0)) + " rows for a cache of batch " +
                                 std::to_string(cache->batch()));
   if (cache) check_cache_layers(*cache, "target forward");
+  f.want_logits = want_logits;
+  f.want_last_hidden = want_last_hidden;
+  std::tie(f.cos, f.sin) = rope_cos_sin(rope_for(f.past + T - 1), f.past, T);
+  f.x = embed(input_ids);
+  return f;
+}
 
-  auto [cos_cpu, sin_cpu] = rope_cos_sin(rope_for(past + T - 1), past, T);
-  TargetOutput out;
-  at::Tensor x = embed(input_ids);
-  for (const auto& s : stages_) {
-    x = x.to(s.device);
-    at::Tensor cos = cos_cpu.to(s.device, dtype_), sin = sin_cpu.to(s.device, dtype_);
-    for (int i = s.begin; i < s.end; ++i) {
-      x = layer_forward(i, x, cos, sin, cache, past);
-      if (capture[i]) out.hidden[i] = x;
+void TargetModel::forward_stage(size_t stage, StagedForward& f) const {
+  if (stage >= stages_.size())
+    throw std::out_of_range("target forward: stage " + std::to_string(stage) + " of " + std::to_string(stages_.size()));
+  const PipelineStage& s = stages_[stage];
+  const int L = static_cast<int>(layers_.size());
+  f.x = f.x.to(s.device);
+  const at::Tensor cos = f.cos.to(s.device, dtype_), sin = f.sin.to(s.device, dtype_);
+  for (int i = s.begin; i < s.end; ++i) {
+    f.x = layer_forward(i, f.x, cos, sin, f.cache, f.past);
+    if (f.capture[size_t(i)]) f.out.hidden[i] = f.x;
+  }
+  if (stage + 1 < stages_.size()) return;
+  if (f.cache) f.cache->advance(f.x.size(1));
+  if (f.want_logits || f.want_last_hidden || f.capture[size_t(L - 1)]) {
+    at::Tensor last = rms_norm(f.x.to(final_norm_.device()), final_norm_);
+    // HF's hidden_states[L] is the final-normed output, not the raw output of the last layer.
+    if (f.capture[size_t(L - 1)]) f.out.hidden[L - 1] = last;
+    if (f.want_logits) f.out.logits = lm_head(last);
+    if (f.want_last_hidden) f.out.last_hidden = last;
+  }
+}
+
+TargetOutput TargetModel::forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
+                                  bool want_logits, bool want_last_hidden) const {
+  StagedForward f = begin_forward(input_ids, cache, capture_layers, want_logits, want_last_hidden);
+  for (size_t s = 0; s < stages_.size(); ++s) forward_stage(s, f);
+  return std::move(f.out);
+}
+
+TargetModel TargetModel::replicate(const std::vector<at::Device>& devices) const {
+  if (devices.size() != stages_.size())
+    throw std::invalid_argument("replicate: " + std::to_string(devices.size()) + " devices for a model of " +
+                                std::to_string(stages_.size()) + " pipeline stages");
+  auto moved = [](const at::Tensor& t, at::Device d) { return !t.defined() || t.device() == d ? t : t.to(d); };
+  TargetModel m;
+  m.config_ = config_;
+  m.dtype_ = dtype_;
+  m.stages_ = stages_;
+  for (size_t s = 0; s < stages_.size(); ++s) m.stages_[s].device = devices[s];
+  m.layers_.resize(layers_.size());
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const at::Device d = devices[s];
+    for (int i = stages_[s].begin; i < stages_[s].end; ++i) {
+      const Layer& a = layers_[size_t(i)];
+      Layer& b = m.layers_[size_t(i)];
+      b.device = d;
+      b.linear_attn = a.linear_attn;
+      const std::pair<const at::Tensor*, at::Tensor*> tensors[] = {
+          {&a.in_norm, &b.in_norm}, {&a.q, &b.q}, {&a.k, &b.k}, {&a.v, &b.v}, {&a.o, &b.o}, {&a.q_bias, &b.q_bias},
+          {&a.k_bias, &b.k_bias}, {&a.v_bias, &b.v_bias}, {&a.o_bias, &b.o_bias}, {&a.q_norm, &b.q_norm},
+          {&a.k_norm, &b.k_norm}, {&a.post_norm, &b.post_norm}, {&a.gate, &b.gate}, {&a.up, &b.up},
+          {&a.down, &b.down}, {&a.gate_bias, &b.gate_bias}, {&a.up_bias, &b.up_bias}, {&a.down_bias, &b.down_bias},
+          {&a.dn.in_qkv, &b.dn.in_qkv}, {&a.dn.in_z, &b.dn.in_z}, {&a.dn.in_b, &b.dn.in_b}, {&a.dn.in_a, &b.dn.in_a},
+          {&a.dn.out, &b.dn.out}, {&a.dn.conv, &b.dn.conv}, {&a.dn.neg_A, &b.dn.neg_A},
+          {&a.dn.dt_bias, &b.dn.dt_bias}, {&a.dn.norm, &b.dn.norm}};
+      for (const auto& [from, to] : tensors) *to = moved(*from, d);
+      if (a.device == d) b.onednn = a.onednn;  // oneDNN copies are CPU-only: kept only where the layer stays
     }
   }
-  if (cache) cache->advance(T);
-  if (want_logits || want_last_hidden || capture[L - 1]) {
-    at::Tensor last = rms_norm(x.to(final_norm_.device()), final_norm_);
-    // HF's hidden_states[L] is the final-normed output, not the raw output of the last layer.
-    if (capture[L - 1]) out.hidden[L - 1] = last;
-    if (want_logits) out.logits = lm_head(last);
-    if (want_last_hidden) out.last_hidden = last;
-  }
-  return out;
+  const at::Device first = devices.front(), last = devices.back();
+  m.embed_tokens_ = moved(embed_tokens_, first);
+  m.final_norm_ = moved(final_norm_, last);
+  m.lm_head_ = lm_head_.is_same(embed_tokens_) && first == last ? m.embed_tokens_ : moved(lm_head_, last);
+  if (lm_head_.device() == last) m.lm_head_onednn_ = lm_head_onednn_;
+  m.rope_ = rope_;
+  return m;
 }
 
 at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const std::vector<KVCache*>& caches,

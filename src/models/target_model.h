@@ -41,6 +41,18 @@ struct TargetLoadOptions {
   std::vector<PipelineStage> stages;  // empty: every layer on CPU
 };
 
+// One forward on its way through the pipeline stages (TargetModel::begin_forward, then forward_stage for every
+// stage in order): a pipeline runs each stage on its own thread and hands this on between them.
+struct StagedForward {
+  at::Tensor x;                   // the hidden state after the stages run so far (on the last one's device)
+  at::Tensor cos, sin;            // RoPE tables of the positions (CPU; each stage moves them to its device)
+  TargetOutput out;
+  std::vector<bool> capture;      // per layer
+  bool want_logits = false, want_last_hidden = false;
+  KVCache* cache = nullptr;
+  int64_t past = 0;               // tokens cached before this forward
+};
+
 struct GenerateStats {
   int64_t prompt_tokens = 0, new_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
@@ -68,6 +80,17 @@ class TargetModel {
   // by T; without, positions start at 0. capture_layers: the layers whose outputs to return.
   TargetOutput forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
                        bool want_logits, bool want_last_hidden) const;
+  // forward() in pieces, for pipelines: begin_forward checks the inputs and embeds them (first stage's device);
+  // forward_stage(s, f) runs stage s's layers, and on the last stage the final norm / logits (and advances the
+  // cache). forward() is exactly these calls in order, so a pipelined forward gives the same bits.
+  StagedForward begin_forward(const at::Tensor& input_ids, KVCache* cache, const std::vector<int>& capture_layers,
+                              bool want_logits, bool want_last_hidden) const;
+  void forward_stage(size_t stage, StagedForward& f) const;
+
+  // A copy of this model with stage s on devices[s] (one device per stage, the same layer split), made from this
+  // copy's weights, not from disk. A tensor whose device does not change is shared, not copied: replicas on the
+  // CPU hold one set of weights (read-only during forwards, so any threads may run them at once).
+  TargetModel replicate(const std::vector<at::Device>& devices) const;
 
   // The frozen matrices the drafter borrows: [vocab, hidden] in dtype(); the LM head is the same tensor as the
   // embedding when tie_word_embeddings (and both stages share a device).
@@ -108,7 +131,7 @@ class TargetModel {
   void check_cache_layers(const KVCache& cache, const char* who) const;
   // capture_layers as one flag per layer; an id outside the model is an error naming `who`.
   std::vector<bool> capture_flags(const std::vector<int>& layers, const char* who) const;
-  struct Layer {
+  struct Layer {  // (replicate() lists every tensor: add a new one there too)
     at::Device device = at::kCPU;
     // Hybrid: the norms hold their effective scale 1 + w (hybrid_norms.h); q (and q_bias) has 2 Hq D rows,
     // query and output gate interleaved per head.

@@ -1,12 +1,16 @@
 #include "compute_settings.h"
 
 #include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <thread>
 
 #include "dtype_names.h"
+#include "memory_probe.h"
+#include "parallel_threads.h"
 
 namespace dflash::ops {
 
@@ -25,7 +29,7 @@ std::string dtype_name(at::ScalarType t) {
   }
 }
 
-at::Device parse_device(const std::string& name, const std::string& where) {
+at::Device parse_device_name(const std::string& name, const std::string& where) {
   // Checked by hand first: c10's own parser reports a bad string with a C++ stack trace.
   const auto colon = name.find(':');
   const std::string type = name.substr(0, colon), index = colon == std::string::npos ? "" : name.substr(colon + 1);
@@ -34,15 +38,24 @@ at::Device parse_device(const std::string& name, const std::string& where) {
   if ((type != "cpu" && type != "cuda") || !index_ok || (type == "cpu" && colon != std::string::npos && index != "0"))
     throw std::invalid_argument(where + ": expected a device like cpu, cuda or cuda:1, got '" + name + "'");
   if (type == "cpu") return at::Device(at::kCPU);
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index.empty() ? 0 : std::stoll(index)));
+}
+
+void check_device_available(at::Device d, const std::string& name, const std::string& where) {
+  if (d.is_cpu()) return;
   const int64_t count = at::hasCUDA() ? int64_t(at::getNumGPUs()) : 0;
-  const int64_t i = index.empty() ? 0 : std::stoll(index);
   if (count == 0)
     throw std::invalid_argument(where + ": '" + name + "' asks for a CUDA device, but this " +
                                 (at::hasCUDA() ? "machine has no GPU" : "build or machine has no CUDA"));
-  if (i >= count)
+  if (d.index() >= count)
     throw std::invalid_argument(where + ": '" + name + "' but this machine has " + std::to_string(count) +
                                 " CUDA device(s) (cuda:0..cuda:" + std::to_string(count - 1) + ")");
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i));
+}
+
+at::Device parse_device(const std::string& name, const std::string& where) {
+  const at::Device d = parse_device_name(name, where);
+  check_device_available(d, name, where);
+  return d;
 }
 
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where) {
@@ -69,6 +82,19 @@ int64_t set_threads(int64_t n, const std::string& where) {
   const int64_t t = resolve_threads(n, where);
   at::set_num_threads(static_cast<int>(t));
   return t;
+}
+
+void set_thread_local_threads(int64_t n) {
+  // First the lazy initialisations that would later reset this thread to the process-wide value
+  // (parallel_threads.h): libtorch's (inside get_num_threads) and libdflash_ops's.
+  (void)at::get_num_threads();
+  init_parallel_threads_here();
+  at::set_num_threads(static_cast<int>(std::max<int64_t>(1, n)));
+}
+
+int64_t device_memory_bytes(at::Device d) {
+  if (d.is_cpu()) return util::total_memory_bytes();
+  return int64_t(at::accelerator::getMemoryInfo(d.index()).second);
 }
 
 }  // namespace dflash::ops

@@ -16,6 +16,9 @@ at::ScalarType parse_dtype(const std::string& name, const std::string& where);
 std::string dtype_name(at::ScalarType t);
 
 at::Device parse_device(const std::string& name, const std::string& where);
+// parse_device in two halves: the spelling only ("cpu", "cuda", "cuda:N"), then whether this machine has it.
+at::Device parse_device_name(const std::string& name, const std::string& where);
+void check_device_available(at::Device d, const std::string& name, const std::string& where);
 // A comma list of devices; at least one.
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where);
 
@@ -25,5 +28,13 @@ inline constexpr int64_t kMaxThreads = 1024;
 int64_t resolve_threads(int64_t n, const std::string& where);
 // resolve_threads() and apply it to LibTorch's pool; returns the count set.
 int64_t set_threads(int64_t n, const std::string& where);
+// Intra-op threads of the calling thread only (n >= 1), for threads that compute side by side (target replicas,
+// pipeline stages, drafter workers). LibTorch's OpenMP pool size is per thread, but a thread takes the
+// process-wide value last set by any thread on its first parallel op (once per library: parallel_threads.h);
+// this runs those first, so `n` stays whatever other threads set.
+void set_thread_local_threads(int64_t n);
+
+// Total memory of a device in bytes: the GPU's (CUDA) or the machine's RAM (CPU).
+int64_t device_memory_bytes(at::Device d);
 
 }  // namespace dflash::ops

@@ -1,5 +1,6 @@
 #include "run_context.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,6 +43,37 @@ std::vector<at::Device> local_devices(const std::vector<at::Device>& node, int64
   return std::vector<at::Device>(node.begin() + local_rank * k, node.begin() + (local_rank + 1) * k);
 }
 
+models::DeviceLayout local_target_layout(const models::DeviceLayout& node, int64_t local_rank, int64_t local_world,
+                                         const std::string& what) {
+  models::DeviceLayout out;
+  if (node.num_replicas() == 1) {
+    out.replicas.push_back(local_devices(node.replicas.front(), local_rank, local_world, what, true));
+    return out;
+  }
+  const int64_t R = node.num_replicas();
+  if (local_world < 1 || local_rank >= local_world)
+    throw std::invalid_argument("environment: LOCAL_RANK " + std::to_string(local_rank) + " is not below LOCAL_WORLD_SIZE " +
+                                std::to_string(local_world));
+  if (R % local_world != 0)
+    throw std::invalid_argument(what + " '" + node.str() + "' lists " + std::to_string(R) +
+                                " replicas for LOCAL_WORLD_SIZE=" + std::to_string(local_world) +
+                                " processes on this node; list a multiple of " + std::to_string(local_world) +
+                                " (each process takes an equal share of the replicas, in order)");
+  const int64_t k = R / local_world;
+  out.replicas.assign(node.replicas.begin() + local_rank * k, node.replicas.begin() + (local_rank + 1) * k);
+  return out;
+}
+
+void check_target_and_drafter_apart(const models::DeviceLayout& target, const std::vector<at::Device>& drafter,
+                                    const std::string& target_spec, const std::string& drafter_spec) {
+  for (const auto& replica : target.replicas)
+    for (const at::Device& d : replica)
+      if (d.is_cuda() && std::find(drafter.begin(), drafter.end(), d) != drafter.end())
+        throw std::invalid_argument("train config: " + d.str() + " is in 'target_devices' ('" + target_spec +
+                                    "') and in 'drafter_devices' ('" + drafter_spec +
+                                    "'); a GPU runs the target or drafter workers, not both");
+}
+
 RunContext open_run(const TrainConfig& cfg) {
   RunContext run;
   // `deterministic`: every op takes its deterministic implementation or refuses (torch's own switch, which the
@@ -49,10 +81,11 @@ RunContext open_run(const TrainConfig& cfg) {
   if (cfg.deterministic) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   at::globalContext().setDeterministicAlgorithms(cfg.deterministic, /*warn_only=*/false);
   const int64_t local_world = env_int("LOCAL_WORLD_SIZE", 1), local_rank = env_int("LOCAL_RANK", 0);
-  run.drafter_devices = local_devices(ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'"),
-                                      local_rank, local_world, "train config: 'drafter_devices'", false);
-  run.target_devices = local_devices(ops::parse_devices(cfg.target_devices, "train config: 'target_devices'"),
-                                     local_rank, local_world, "train config: 'target_devices'", true);
+  const std::vector<at::Device> node_drafter = ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'");
+  const models::DeviceLayout node_target = models::parse_device_layout(cfg.target_devices, "train config: 'target_devices'");
+  check_target_and_drafter_apart(node_target, node_drafter, cfg.target_devices, cfg.drafter_devices);
+  run.drafter_devices = local_devices(node_drafter, local_rank, local_world, "train config: 'drafter_devices'", false);
+  run.target_layout = local_target_layout(node_target, local_rank, local_world, "train config: 'target_devices'");
   bool all_cuda = true;
   for (const auto& d : run.drafter_devices) all_cuda = all_cuda && d.is_cuda();
   run.grad_device = all_cuda ? run.drafter_devices.front() : at::Device(at::kCPU);

@@ -8,6 +8,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "checkpoint.h"
+#include "device_layout.h"
 #include "distributed.h"
 #include "train_config.h"
 
@@ -15,7 +16,7 @@ namespace dflash::train {
 
 struct RunContext {
   std::vector<at::Device> drafter_devices;  // this process's: one worker thread each
-  std::vector<at::Device> target_devices;   // this process's pipeline stages of the online target
+  models::DeviceLayout target_layout;       // this process's replicas x pipeline stages of the online target
   // Where gradients are summed, clipped and applied (master weights, AdamW state): the first drafter device
   // when every worker is on CUDA (no host round trip; NCCL reduces there), else the CPU.
   at::Device grad_device = at::kCPU;
@@ -35,5 +36,14 @@ RunContext open_run(const TrainConfig& cfg);
 // CPU); any other length that does not divide evenly is an error naming `what`.
 std::vector<at::Device> local_devices(const std::vector<at::Device>& node, int64_t local_rank, int64_t local_world,
                                       const std::string& what, bool share_single_cpu);
+// The same for a target layout: several replicas are divided among the processes (each takes R / P consecutive
+// replicas; R must be a multiple of P); a single replica's stages are divided as a flat list is (a single cpu
+// shared), so a layout without ';' slices as it always did.
+models::DeviceLayout local_target_layout(const models::DeviceLayout& node, int64_t local_rank, int64_t local_world,
+                                         const std::string& what);
+// A CUDA device may not run the target and a drafter worker at once (both would need its memory); the error
+// names both keys and the device.
+void check_target_and_drafter_apart(const models::DeviceLayout& target, const std::vector<at::Device>& drafter,
+                                    const std::string& target_spec, const std::string& drafter_spec);
 
 }  // namespace dflash::train

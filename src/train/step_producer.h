@@ -1,7 +1,13 @@
-// Prepares training steps ahead of the workers on its own thread: takes the next samples of the seeded
+// Prepares training steps ahead of the workers on its own threads: takes the next samples of the seeded
 // epoch order, collates micro-batches, runs the target for online data (hidden states of the drafter's
-// target layers + last hidden), samples anchors and builds the block batches. Items go through a bounded
-// queue (back-pressure); any failure is rethrown to the consumer.
+// target layers + last hidden), samples anchors and builds the block batches. Items wait in bounded queues
+// (back-pressure); any failure is rethrown to the consumer.
+//
+// Online data with R target replicas (target_devices "a;b;c"): this rank's k-th micro-batch is made by replica
+// k % R, each replica on its own thread(s), and the micro-batches are consumed in k order
+// (util/ordered_lanes.h). A replica of P pipeline stages runs a thread per stage, so up to P micro-batches are
+// in flight in it, one per stage. Since a micro-batch depends only on (step, m), the steps are the same bits
+// for any R and P (with equal intra-op threads per thread: a CPU GEMM's rounding may depend on its thread count).
 //
 // Step s covers samples [pos, pos + G) of the endless sample stream (stream index p -> epoch p / N,
 // permutation of epoch e seeded by (seed, e)), G = batch_size * grad_accum * workers * ranks. Micro-batch
@@ -9,23 +15,20 @@
 // local worker g % workers. Anchors of micro-batch m use an RNG seeded by (seed, s, m), so results do not
 // depend on how the step is split, and a resumed run sees exactly the same batches.
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <thread>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "block_batch.h"
-#include "bounded_queue.h"
 #include "drafter_config.h"
+#include "ordered_lanes.h"
 #include "sample_source.h"
+#include "target_model.h"
 #include "train_config.h"
-
-namespace dflash::models {
-class TargetModel;
-}
 
 namespace dflash::train {
 
@@ -56,40 +59,58 @@ struct ProducerSettings {
   bool pack = false;  // several samples per row (sequence_packing.h)
   double gamma = 7;
   bool want_last_hidden = false;
-  int64_t queue_depth = 2;
+  int64_t queue_depth = 2;     // prepared steps buffered ahead of the workers (split over the replicas)
+  int64_t threads = 1;         // intra-op threads of each producer thread (each replica's stage thread)
+  bool pipeline = true;        // a thread per pipeline stage; false: a replica runs its stages in turn (bench)
 };
 
-// The producer's settings for a run of `cfg` with `workers` local worker threads, as rank `rank` of `world`.
+// The producer's settings for a run of `cfg` with `workers` local worker threads, as rank `rank` of `world`, whose
+// target has `replicas` x `stages` (online) threads computing at once.
 ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, int64_t workers, int rank,
-                                   int world);
+                                   int world, int64_t replicas = 1, int64_t stages = 1);
 
 class StepProducer {
  public:
-  // `target` is used for sources without features (online); it must outlive the producer.
-  StepProducer(ProducerSettings s, const SampleSource& source, const models::TargetModel* target,
+  // `targets`: the target's replicas, used for sources without features (online); they must outlive the
+  // producer. Offline data needs none and is read by one thread.
+  StepProducer(ProducerSettings s, const SampleSource& source, std::vector<const models::TargetModel*> targets,
                int64_t first_step, int64_t last_step, int64_t start_pos);
   ~StepProducer();  // stops and joins
   // Next step (rethrows producer errors); nullopt after the last step.
-  std::optional<StepItem> next() { return queue_.pop(); }
+  std::optional<StepItem> next();
   void stop();
 
   int64_t samples_per_step() const;
+  int64_t replicas() const { return lanes_->lanes(); }
+  // Seconds the producer has computed so far: per replica the busiest of its threads (a pipeline runs as fast
+  // as its slowest stage), averaged over the replicas. Divided by the wall time: the producer's busy fraction.
+  double busy_seconds() const;
 
  private:
-  void run();
-  StepItem make_step(int64_t step, int64_t pos);
-  MicroBatch make_micro(int64_t step, int64_t m, int64_t first_sample);
-  int64_t sample_at(int64_t stream_pos);
+  struct Job {
+    MicroBatch mb;
+    models::StagedForward fwd;  // online, between pipeline stages
+  };
+  // Stage `stage` of this rank's k-th micro-batch on replica `lane`.
+  void run_stage(int lane, int stage, int64_t k, Job& job);
+  void start_micro(int lane, int64_t k, Job& job);  // samples, collate, (online) start the target forward
+  void finish_micro(int64_t k, Job& job);           // features to the CPU, packing, anchors, blocks
+  int64_t sample_at(int lane, int64_t stream_pos);
 
   ProducerSettings s_;
   const SampleSource& source_;
-  const models::TargetModel* target_;
+  std::vector<const models::TargetModel*> targets_;
   int64_t first_step_, last_step_, start_pos_;
-  int64_t perm_epoch_ = -1;
-  std::vector<int64_t> perm_;
-  BoundedQueue<StepItem> queue_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  int64_t micro_per_step_;  // this rank's micro-batches per step
+  int64_t stage_threads_;   // threads per replica
+  struct EpochOrder {       // the permutation of the epoch last asked for, per replica (no sharing)
+    int64_t epoch = -1;
+    std::vector<int64_t> perm;
+  };
+  std::vector<EpochOrder> orders_;
+  std::mutex source_mutex_;  // sample sources are read by one thread at a time
+  std::unique_ptr<util::OrderedLanes<Job>> lanes_;
+  int64_t next_step_;
 };
 
 // Pads samples to the longest (input 0, loss_mask false, features 0) after truncating to max_len, then to

@@ -1,6 +1,7 @@
 #include "step_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <future>
@@ -8,7 +9,6 @@
 #include <thread>
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
@@ -64,7 +64,7 @@ StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const Targ
     r.frozen.lm_head = !draft_table_.defined() && (dcfg_.tie_word_embeddings || side.frozen.lm_head.is_same(side.frozen.embed))
                            ? r.frozen.embed
                            : side.frozen.lm_head.to(r.device, run.compute);
-    workers_.push_back(std::make_unique<WorkerThread>([threads] { at::set_num_threads(int(threads)); }));
+    workers_.push_back(std::make_unique<WorkerThread>([threads] { ops::set_thread_local_threads(threads); }));
   }
 }
 
@@ -167,13 +167,24 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
   return out;
 }
 
+double StepRunner::busy_seconds() const {
+  double sum = 0;
+  for (double b : busy_) sum += b;
+  return busy_.empty() ? 0.0 : sum / double(busy_.size());
+}
+
 StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_steps, bool stop_here) {
   std::vector<std::future<WorkerOut>> futs;
   for (size_t wi = 0; wi < workers_.size(); ++wi) {
     std::vector<const MicroBatch*> mine;
     for (const auto& mb : item.micro)
       if (mb.worker == int(wi)) mine.push_back(&mb);
-    futs.push_back(workers_[wi]->submit([this, wi, mine] { return run_worker(int(wi), mine); }));
+    futs.push_back(workers_[wi]->submit([this, wi, mine] {
+      const auto t0 = std::chrono::steady_clock::now();
+      WorkerOut out = run_worker(int(wi), mine);
+      out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return out;
+    }));
   }
   std::vector<WorkerOut> outs;
   std::exception_ptr err;
@@ -185,6 +196,8 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
     }
   }
   if (err) std::rethrow_exception(err);
+  busy_.resize(outs.size());
+  for (size_t w = 0; w < outs.size(); ++w) busy_[w] += outs[w].seconds;
 
   // Sum gradients in worker order (deterministic) on the gradient device, then across processes.
   std::vector<at::Tensor> flat_parts;

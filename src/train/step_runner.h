@@ -57,6 +57,8 @@ class StepRunner {
   std::optional<ops::LossCheckResult> check_loss_kernel();
   // One optimizer step (0-based `step`) over `item`; `stop_here`: this process wants to stop after it.
   StepOutcome step(const StepItem& item, int64_t step, int64_t total_steps, bool stop_here);
+  // Seconds the workers have spent computing so far (forward + backward), averaged over the workers.
+  double busy_seconds() const;
 
  private:
   struct Replica {
@@ -71,6 +73,7 @@ class StepRunner {
     double loss_sum = 0;            // sum over micro-batches of loss_mb * weight_mb
     at::Tensor slot_correct, slot_count;
     double out_of_vocab = 0, label_rows = 0;  // loss rows whose target is outside the draft vocabulary / all
+    double seconds = 0;                        // wall time of the worker's share of the step
   };
   WorkerOut run_worker(int index, const std::vector<const MicroBatch*>& micro);
 
@@ -83,6 +86,7 @@ class StepRunner {
   drafter::CheckpointPolicy checkpointing_;
   std::vector<Replica> replicas_;
   std::vector<std::unique_ptr<WorkerThread>> workers_;
+  std::vector<double> busy_;  // per worker, seconds computed so far
   at::Tensor draft_table_;  // draft vocabulary: target id -> draft id or -1 ([V] int64, CPU); undefined: full
 };
 

@@ -13,6 +13,7 @@
 #include "hidden_shards.h"
 #include "memory_planner.h"
 #include "safetensors.h"
+#include "target_cost.h"
 #include "target_loader.h"
 
 namespace fs = std::filesystem;
@@ -110,7 +111,28 @@ void check_features_match(const SampleSource& samples, const drafter::DrafterCon
                                 " layers, the drafter config's target has " + std::to_string(d.num_target_layers));
 }
 
+// Online: every CUDA stage device must hold its stage of the target (weights + a micro-batch's activations).
+void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig& tcfg, const drafter::DrafterConfig& d,
+                              const models::DeviceLayout& layout, at::ScalarType dtype) {
+  if (layout.all_cpu()) return;  // CPU replicas share one set of weights; RAM is the OS's to refuse
+  std::vector<int64_t> captured(d.target_layer_ids.begin(), d.target_layer_ids.end());
+  if (cfg.kl_weight > 0) captured.push_back(tcfg.num_hidden_layers - 1);  // the last hidden state is kept too
+  const std::string problem = models::layout_memory_problem(
+      tcfg, int64_t(c10::elementSize(dtype)), layout, cfg.batch_size * cfg.max_len, captured,
+      [](at::Device dev) { return dev.is_cuda() ? double(ops::device_memory_bytes(dev)) : -1.0; },
+      "train config: 'target_devices' '" + cfg.target_devices + "'");
+  if (!problem.empty()) throw std::invalid_argument(problem);
+}
+
 }  // namespace
+
+std::vector<const models::TargetModel*> target_replicas(const TargetSide& side) {
+  std::vector<const models::TargetModel*> out;
+  if (!side.target) return out;
+  out.push_back(side.target.get());
+  for (const auto& r : side.more_replicas) out.push_back(r.get());
+  return out;
+}
 
 // Drafter layer i <- target layer first + i, tensor by tensor (the drafter's q/k norms stay at 1 when the target
 // has none; target biases have no drafter counterpart). Meant as a trained start for runs with little data; on
@@ -187,12 +209,22 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
     check_budget(cfg, t.dcfg, compute);
     models::TargetLoadOptions topt;
     topt.dtype = ops::parse_dtype(cfg.target_dtype, "train config: 'target_dtype'");
-    if (!t.samples->has_features()) {  // online: the target's layers over target_devices (pipeline stages)
-      const auto& tdev = run.target_devices;
-      if (tdev.size() > 1 || tdev.front() != at::Device(at::kCPU))
-        topt.stages = models::split_layers(int(tcfg.num_hidden_layers), tdev);
+    const bool online = !t.samples->has_features();
+    const models::DeviceLayout& layout = run.target_layout;
+    if (online) {  // the target's layers over target_devices: replicas x pipeline stages
+      if (layout.num_stages() > tcfg.num_hidden_layers)
+        throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices + "' has " +
+                                    std::to_string(layout.num_stages()) + " pipeline stages per replica for a target of " +
+                                    std::to_string(tcfg.num_hidden_layers) + " layers (at most one stage per layer)");
+      check_target_layout_fits(cfg, tcfg, t.dcfg, layout, topt.dtype);
+      const auto& first = layout.replicas.front();
+      if (first.size() > 1 || first.front() != at::Device(at::kCPU))
+        topt.stages = models::split_layers(int(tcfg.num_hidden_layers), first);
     }
     t.target = std::make_unique<models::TargetModel>(models::load_target(cfg.target, topt));
+    if (online)  // read from disk once: the other replicas are copies of the first
+      for (size_t r = 1; r < layout.replicas.size(); ++r)
+        t.more_replicas.push_back(std::make_unique<models::TargetModel>(t.target->replicate(layout.replicas[r])));
     t.frozen = frozen_from_model(*t.target);
   }
   check_features_match(*t.samples, t.dcfg, cfg.data);

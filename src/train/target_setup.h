@@ -18,6 +18,8 @@ namespace dflash::train {
 struct TargetSide {
   std::unique_ptr<SampleSource> samples;
   std::unique_ptr<models::TargetModel> target;  // null when only the frozen matrices are read (offline data)
+  // Online data with several replicas in target_devices: replicas 1.. (target is replica 0), copied from it.
+  std::vector<std::unique_ptr<models::TargetModel>> more_replicas;
   drafter::FrozenTarget frozen;                 // CPU copies
   drafter::DrafterConfig dcfg;
   // draft_vocab > 0 (draft_vocab.h): the draft vocabulary's target ids [K] (CPU); frozen.lm_head is then the
@@ -25,7 +27,12 @@ struct TargetSide {
   at::Tensor draft_ids;
 };
 
-// The drafter's dtype (run.compute) sizes the budget check; the online target runs on run.target_devices.
+// The target's replicas for the producer: target, then more_replicas (empty without a target).
+std::vector<const models::TargetModel*> target_replicas(const TargetSide& side);
+
+// The drafter's dtype (run.compute) sizes the budget check; the online target runs on run.target_layout, whose
+// CUDA devices must each hold their stage (models::target_stage_memory for a batch_size x max_len micro-batch),
+// checked before any weight is read.
 TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run);
 
 // draft_vocab > 0: the draft vocabulary of a fresh run (counted over the training answers, the target's EOS ids kept;

@@ -65,7 +65,8 @@ const std::vector<Field>& fields() {
       {{"draft_vocab", "int", "draft vocabulary: the K most frequent answer tokens + EOS ids (0: full vocabulary)"},
        &C::draft_vocab},
       {{"drafter_devices", "str", "one worker thread per device, e.g. cpu,cpu"}, &C::drafter_devices},
-      {{"target_devices", "str", "online target pipeline devices"}, &C::target_devices},
+      {{"target_devices", "str", "online target: stages separated by ',', replicas by ';' (cuda:0,cuda:1;cuda:2,cuda:3)"},
+       &C::target_devices},
       {{"dist_backend", "str", "multi-process all-reduce: auto (nccl for CUDA workers, else gloo) | gloo | nccl"},
        &C::dist_backend},
       {{"attention_backend", "str",
@@ -75,7 +76,8 @@ const std::vector<Field>& fields() {
       {{"checkpoint_every", "int", "steps between checkpoints"}, &C::checkpoint_every},
       {{"keep_checkpoints", "int", "checkpoints kept"}, &C::keep_checkpoints},
       {{"log_every", "int", "steps between metrics lines"}, &C::log_every},
-      {{"threads", "int", "CPU threads per worker (0: cores / workers)"}, &C::threads},
+      {{"threads", "int", "CPU threads per worker and per target thread (0: cores / workers, cores / target threads)"},
+       &C::threads},
       {{"budget", "str", "refuse configs whose planned peak exceeds this (e.g. 90GB)"}, &C::budget},
       {{"queue_depth", "int", "prepared steps buffered ahead of the workers"}, &C::queue_depth},
       {{"init_std", "float", "std of initial linear weights"}, &C::init_std},
@@ -212,7 +214,8 @@ void TrainConfig::validate() const {
   in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
   in_range("draft_vocab", draft_vocab, 0, 16777216, " (0: the full vocabulary; at most the target's vocabulary size)");
   require(!drafter_device_list().empty(), "drafter_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
-  require(!target_device_list().empty(), "target_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
+  require(!target_device_list().empty(), "target_devices",
+          "devices (cpu, cuda:N): stages separated by ',', replicas by ';'", "nothing");
   in_range("checkpoint_every", checkpoint_every, 1, std::numeric_limits<int64_t>::max());
   in_range("keep_checkpoints", keep_checkpoints, 1, 1000000);
   in_range("log_every", log_every, 1, std::numeric_limits<int64_t>::max());

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,26 @@ std::string duration(double s) {
 }
 
 }  // namespace
+
+BusyReport busy_report(double samples, double seconds, double producer_busy_seconds, double drafter_busy_seconds) {
+  BusyReport b;
+  if (seconds <= 0) return b;
+  auto fraction = [&](double busy) { return std::clamp(busy / seconds, 0.0, 1.0); };
+  b.samples_per_s = samples / seconds;
+  b.producer_busy = fraction(producer_busy_seconds);
+  b.drafter_busy = fraction(drafter_busy_seconds);
+  b.producer_max_samples_per_s = b.producer_busy > 0 ? b.samples_per_s / b.producer_busy : 0;
+  b.drafter_max_samples_per_s = b.drafter_busy > 0 ? b.samples_per_s / b.drafter_busy : 0;
+  return b;
+}
+
+std::string busy_line(const BusyReport& b, const std::string& producer) {
+  char line[128];
+  std::snprintf(line, sizeof line, "%s %.0f%% busy, drafters %.0f%% busy: %s-bound", producer.c_str(),
+                100 * b.producer_busy, 100 * b.drafter_busy,
+                b.producer_busy >= b.drafter_busy ? producer.c_str() : "drafter");
+  return line;
+}
 
 TrainLog::TrainLog(const std::string& run_dir, bool enabled, int64_t start_step, int64_t total_steps, int64_t log_every)
     : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()), enabled_(enabled),
@@ -55,6 +76,10 @@ void TrainLog::step(const StepMetrics& m) {
   if (!enabled_) return;
   window_tokens_ += m.tokens;
   window_seconds_ += m.step_seconds;
+  window_samples_ += m.samples;
+  window_producer_busy_ += m.producer_busy_seconds;
+  window_drafter_busy_ += m.drafter_busy_seconds;
+  const BusyReport busy = busy_report(window_samples_, window_seconds_, window_producer_busy_, window_drafter_busy_);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done_here = m.step - start_step_;
   const double eta = done_here > 0 ? elapsed / double(done_here) * double(total_ - m.step) : 0;
@@ -66,14 +91,21 @@ void TrainLog::step(const StepMetrics& m) {
                         {"lr", m.lr}, {"grad_norm", m.grad_norm}, {"tokens_per_s", tps},
                         {"rss_bytes", rss}, {"elapsed_s", elapsed}};
     if (m.out_of_vocab >= 0) j["out_of_vocab"] = m.out_of_vocab;
+    j["samples_per_s"] = busy.samples_per_s;
+    j["producer_busy"] = busy.producer_busy;
+    j["drafter_busy"] = busy.drafter_busy;
+    j["producer_max_samples_per_s"] = busy.producer_max_samples_per_s;
+    j["drafter_max_samples_per_s"] = busy.drafter_max_samples_per_s;
     std::ofstream(path_, std::ios::app) << j.dump() << "\n";
   }
-  char line[320];
+  char line[448];
   int used = std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  acc %.3f  lr %.2e  %.0f tok/s  ETA %s  RSS %.0f MB",
                            (long long)m.step, (long long)total_, m.loss, m.acc, m.lr, tps, duration(eta).c_str(),
                            double(rss) / 1e6);
   if (m.out_of_vocab >= 0 && used > 0 && size_t(used) < sizeof line)  // targets the draft vocabulary lacks
-    std::snprintf(line + used, sizeof line - size_t(used), "  oov %.2f%%", 100.0 * m.out_of_vocab);
+    used += std::snprintf(line + used, sizeof line - size_t(used), "  oov %.2f%%", 100.0 * m.out_of_vocab);
+  if (used > 0 && size_t(used) < sizeof line)
+    std::snprintf(line + used, sizeof line - size_t(used), "  %s", busy_line(busy, producer_name_).c_str());
   if (tty_) {
     const int width = 24;
     const int fill = total_ > 0 ? int(width * m.step / total_) : width;
@@ -84,7 +116,7 @@ void TrainLog::step(const StepMetrics& m) {
   } else if (log_step) {
     std::fprintf(stderr, "%s\n", line);
   }
-  if (log_step) window_tokens_ = window_seconds_ = 0;
+  if (log_step) window_tokens_ = window_seconds_ = window_samples_ = window_producer_busy_ = window_drafter_busy_ = 0;
 }
 
 void TrainLog::message(const std::string& text) {

@@ -42,6 +42,10 @@ void describe_run(const TrainConfig& cfg, const RunContext& run, const TargetSid
                "steps x %lld sequences\n", side.samples->describe().c_str(), (long long)side.dcfg.num_hidden_layers,
                (long long)side.dcfg.hidden_size, ids.c_str(), run.drafter_devices.size(), devices.c_str(),
                run.coll->describe().c_str(), (long long)total_steps, (long long)per_step);
+  if (!side.samples->has_features())
+    std::fprintf(stderr, "target: %lld replica(s) x %lld pipeline stage(s) on %s\n",
+                 (long long)run.target_layout.num_replicas(), (long long)run.target_layout.num_stages(),
+                 run.target_layout.str().c_str());
 }
 
 // metrics.jsonl's record of one device's attention backend: what was asked, what runs, and the self-check's figures.
@@ -112,8 +116,13 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   const int64_t start_step = run.resume ? run.resume->step : 0;
   const int64_t start_pos = run.resume ? run.resume->data_pos : 0;
   const int64_t workers = int64_t(run.drafter_devices.size());
-  StepProducer producer(producer_settings(cfg, side.dcfg, workers, run.coll->rank(), run.coll->world()), *side.samples,
-                        side.target.get(), start_step, total_steps, start_pos);
+  const bool online = !side.samples->has_features();
+  const auto targets = online ? target_replicas(side) : std::vector<const models::TargetModel*>{};
+  const int64_t replicas = std::max<int64_t>(1, int64_t(targets.size()));
+  const int64_t stages = online ? run.target_layout.num_stages() : 1;
+  StepProducer producer(
+      producer_settings(cfg, side.dcfg, workers, run.coll->rank(), run.coll->world(), replicas, stages),
+      *side.samples, targets, start_step, total_steps, start_pos);
 
   TrainLog log(cfg.out, run.lead, start_step, total_steps, cfg.log_every);
   for (const auto& choice : runner.choose_attention()) {
@@ -135,6 +144,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), line.c_str());
     }
   }
+  log.set_producer_name(online ? "target" : "data");
   int64_t step = start_step, pos = start_pos, saved_step = run.resume ? run.resume->step : -1;
   auto save = [&] {
     if (!run.lead) return;
@@ -157,6 +167,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   bool stopped = false;
   double real_tokens = 0, positions = 0, kept_blocks = 0, block_slots = 0;  // this process's, for the summary
   auto t0 = std::chrono::steady_clock::now();  // wall time per step includes waiting for the producer
+  double producer_busy = producer.busy_seconds(), drafter_busy = runner.busy_seconds();
   try {
     while (step < total_steps) {
       auto item = producer.next();
@@ -170,6 +181,11 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       const auto t1 = std::chrono::steady_clock::now();
       o.metrics.step_seconds = std::chrono::duration<double>(t1 - t0).count();
       t0 = t1;
+      o.metrics.samples = double(per_step);
+      const double pb = producer.busy_seconds(), db = runner.busy_seconds();
+      o.metrics.producer_busy_seconds = pb - producer_busy;
+      o.metrics.drafter_busy_seconds = db - drafter_busy;
+      producer_busy = pb, drafter_busy = db;
       log.step(o.metrics);
       stopped = o.stop;
       const bool pause = cfg.stop_after > 0 && step - start_step >= cfg.stop_after;

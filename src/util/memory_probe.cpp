@@ -44,5 +44,6 @@ int64_t PeakRss::peak_extra_bytes() const {
 
 int64_t current_rss_bytes() { return proc_kb_field("/proc/self/status", "VmRSS"); }
 int64_t available_memory_bytes() { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
+int64_t total_memory_bytes() { return proc_kb_field("/proc/meminfo", "MemTotal"); }
 
 }  // namespace dflash::util

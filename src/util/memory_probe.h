@@ -21,5 +21,6 @@ class PeakRss {
 
 int64_t current_rss_bytes();
 int64_t available_memory_bytes();  // MemAvailable from /proc/meminfo
+int64_t total_memory_bytes();      // MemTotal from /proc/meminfo
 
 }  // namespace dflash::util

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,9 +13,12 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
 #include "block_batch.h"
+#include "chunked_lm_loss_op.h"
+#include "compute_settings.h"
 #include "bounded_queue.h"
 #include "checkpoint.h"
 #include "distributed.h"
@@ -36,6 +40,7 @@
 
 namespace fs = std::filesystem;
 using namespace dflash::train;
+using dflash::util::BoundedQueue;
 
 TEST(AdamW, MatchesLibTorch) {
   at::manual_seed(0);
@@ -423,7 +428,7 @@ TEST(MiniTraining, NonFiniteStepStopsBeforeTheUpdate) {
   const TargetSide side = load_target_side(c, run);
   MasterState master = build_master_state(c, run, side);
   StepRunner runner(c, run, side, master, {});
-  StepProducer producer(producer_settings(c, side.dcfg, 1, 0, 1), *side.samples, nullptr, 0, 3, 0);
+  StepProducer producer(producer_settings(c, side.dcfg, 1, 0, 1), *side.samples, {}, 0, 3, 0);
   auto first = producer.next();
   ASSERT_TRUE(first);
   const StepOutcome good = runner.step(*first, 0, 3, false);
@@ -464,4 +469,127 @@ TEST(LocalDevices, EachProcessTakesItsShare) {
     EXPECT_NE(std::string(e.what()).find("'drafter_devices' lists 1 devices for LOCAL_WORLD_SIZE=2"), std::string::npos);
   }
   EXPECT_THROW(local_devices(four, 2, 2, "d", false), std::invalid_argument);
+}
+
+// The same rule on a target layout: replicas are divided among the processes; one replica slices as a flat list.
+TEST(LocalDevices, TargetReplicasAreDividedAmongProcesses) {
+  using dflash::models::DeviceLayout;
+  auto cuda = [](int i) { return at::Device(at::kCUDA, c10::DeviceIndex(i)); };
+  DeviceLayout four;  // cuda:0,cuda:1;cuda:2,cuda:3;cuda:4,cuda:5;cuda:6,cuda:7 (built by hand: no GPU needed)
+  for (int r = 0; r < 4; ++r) four.replicas.push_back({cuda(2 * r), cuda(2 * r + 1)});
+  EXPECT_EQ(local_target_layout(four, 0, 1, "t").str(), four.str());
+  EXPECT_EQ(local_target_layout(four, 1, 2, "t").str(), "cuda:4,cuda:5;cuda:6,cuda:7");
+  EXPECT_EQ(local_target_layout(four, 3, 4, "t").str(), "cuda:6,cuda:7");
+  DeviceLayout one;
+  one.replicas.push_back({cuda(0), cuda(1), cuda(2), cuda(3)});
+  EXPECT_EQ(local_target_layout(one, 1, 2, "t").str(), "cuda:2,cuda:3");  // as before: the stages are divided
+  EXPECT_EQ(local_target_layout(dflash::models::cpu_layout(1), 1, 2, "t").str(), "cpu");  // a CPU target is shared
+  try {
+    local_target_layout(four, 0, 3, "train config: 'target_devices'");
+    ADD_FAILURE() << "4 replicas for 3 processes were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("train config: 'target_devices' '" + four.str() +
+                                         "' lists 4 replicas for LOCAL_WORLD_SIZE=3"),
+              std::string::npos)
+        << e.what();
+  }
+  // A GPU runs the target or drafter workers, not both.
+  try {
+    check_target_and_drafter_apart(four, {cuda(8), cuda(5)}, "T", "D");
+    ADD_FAILURE() << "cuda:5 in both lists was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:5 is in 'target_devices' ('T') and in 'drafter_devices' ('D')"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_target_and_drafter_apart(dflash::models::cpu_layout(2), {at::kCPU, at::kCPU}, "T", "D"));
+}
+
+namespace {
+
+// Every micro-batch of a 3-step online run (2 workers, grad_accum 2) made with target_devices `layout`
+// (`pipeline`: a thread per stage), plus the producer's busy seconds.
+std::vector<MicroBatch> online_micro_batches(const fs::path& root, const std::string& layout, bool pipeline,
+                                             double* busy = nullptr) {
+  TrainConfig c = mini_config(root, "run_" + std::to_string(std::hash<std::string>{}(layout + (pipeline ? "p" : "s"))),
+                              6, 3);
+  c.data = (root / "tokens.jsonl").string();
+  if (!fs::exists(c.data)) {
+    std::ofstream f(c.data);
+    at::manual_seed(4);
+    for (int i = 0; i < 9; ++i) {
+      const at::Tensor ids = at::randint(3, 60, {14 + 3 * i}, at::kLong);
+      f << "{\"input_ids\": [";
+      for (int64_t j = 0; j < ids.numel(); ++j) f << (j ? "," : "") << ids[j].item<int64_t>();
+      f << "], \"loss_mask\": [";
+      for (int64_t j = 0; j < ids.numel(); ++j) f << (j ? "," : "") << (j >= 4 ? 1 : 0);
+      f << "]}\n";
+    }
+  }
+  c.target_devices = layout;
+  c.kl_weight = 0.15;  // the last hidden state travels through the stages too
+  c.grad_accum = 2;
+  c.queue_depth = 1;
+  const RunContext run = open_run(c);
+  const TargetSide side = load_target_side(c, run);
+  const auto targets = target_replicas(side);
+  ProducerSettings ps = producer_settings(c, side.dcfg, 2, 0, 1, int64_t(targets.size()), run.target_layout.num_stages());
+  ps.pipeline = pipeline;
+  StepProducer producer(ps, *side.samples, targets, 0, 3, 0);
+  std::vector<MicroBatch> out;
+  while (auto item = producer.next())
+    for (auto& mb : item->micro) out.push_back(std::move(mb));
+  if (busy) *busy = producer.busy_seconds();
+  return out;
+}
+
+}  // namespace
+
+// Micro-batch k from replica k % R, through a pipeline of a thread per stage or the stages in turn: the same bits.
+TEST(MiniTraining, ReplicasAndPipelinedStagesMakeTheSameMicroBatches) {
+  const fs::path root = fs::temp_directory_path() / ("dflash_train_replicas_" + std::to_string(::getpid()));
+  remove_tree(root);
+  double busy = 0;
+  const std::vector<MicroBatch> ref = online_micro_batches(root, "cpu", false, &busy);
+  ASSERT_EQ(ref.size(), 3u * 2 * 2);
+  EXPECT_GT(busy, 0.0);
+  for (const auto& [layout, pipeline] : std::vector<std::pair<std::string, bool>>{
+           {"cpu,cpu", true}, {"cpu,cpu", false}, {"cpu;cpu", true}, {"cpu;cpu;cpu", true}, {"cpu,cpu;cpu,cpu", true}}) {
+    const std::vector<MicroBatch> got = online_micro_batches(root, layout, pipeline);
+    ASSERT_EQ(got.size(), ref.size()) << layout;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const std::string at = layout + (pipeline ? " pipelined" : " in turn") + ", micro-batch " + std::to_string(i);
+      EXPECT_EQ(got[i].index, ref[i].index) << at;
+      EXPECT_EQ(got[i].worker, ref[i].worker) << at;
+      EXPECT_TRUE(at::equal(got[i].input_ids, ref[i].input_ids)) << at;
+      EXPECT_TRUE(at::equal(got[i].features, ref[i].features)) << at;
+      EXPECT_TRUE(at::equal(got[i].last_hidden, ref[i].last_hidden)) << at;
+      EXPECT_TRUE(at::equal(got[i].anchors.anchors, ref[i].anchors.anchors)) << at;
+      EXPECT_TRUE(at::equal(got[i].blocks.labels, ref[i].blocks.labels)) << at;
+    }
+  }
+  remove_tree(root);
+}
+
+// Each compute thread keeps its own intra-op thread count (target replicas and stages, drafter workers), even
+// when another thread sets a different one before this thread's first parallel op (LibTorch would otherwise take
+// the process-wide value last set by anyone on that first op).
+TEST(Threads, EachThreadKeepsItsOwnIntraOpCount) {
+  std::atomic<int> ready{0};
+  int seen[2] = {0, 0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 2; ++i)
+    ts.emplace_back([&, i] {
+      dflash::ops::set_thread_local_threads(i + 1);
+      ++ready;
+      while (ready < 2) std::this_thread::yield();  // both have set theirs before either runs an op
+      (void)at::randn({256, 256}).sum();           // libtorch's first parallel op on this thread
+      // ... and libdflash_ops's (its own lazy initialisation: the fused CPU cross-entropy runs parallel_for)
+      const at::Tensor h = at::randn({64, 16}), head = at::randn({32, 16});
+      (void)dflash::ops::chunked_lm_loss(h, head, at::randint(0, 32, {64}, at::kLong), at::ones({64}), {}, {}, {});
+      seen[i] = at::get_num_threads();
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(seen[0], 1);
+  EXPECT_EQ(seen[1], 2);
 }

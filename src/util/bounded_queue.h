@@ -8,7 +8,7 @@
 #include <mutex>
 #include <optional>
 
-namespace dflash::train {
+namespace dflash::util {
 
 template <typename T>
 class BoundedQueue {
@@ -66,4 +66,4 @@ class BoundedQueue {
   std::exception_ptr error_;
 };
 
-}  // namespace dflash::train
+}  // namespace dflash::util

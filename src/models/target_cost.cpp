@@ -1,0 +1,153 @@
+#include "target_cost.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace dflash::models {
+namespace {
+
+constexpr int64_t kDeltaNetChunk = 64;  // gated_deltanet.cpp's chunk for prefill
+
+struct LayerShape {
+  double H, I, D, Hq, Hkv, q_rows, q_out, kv_out;
+};
+
+LayerShape shape_of(const TargetConfig& c) {
+  LayerShape s{};
+  s.H = double(c.hidden_size);
+  s.I = double(c.intermediate_size);
+  s.D = double(c.head_dim);
+  s.Hq = double(c.num_attention_heads);
+  s.Hkv = double(c.num_key_value_heads);
+  s.q_out = s.Hq * s.D;
+  s.kv_out = s.Hkv * s.D;
+  s.q_rows = c.hybrid ? 2 * s.q_out : s.q_out;  // hybrid: query and output gate
+  return s;
+}
+
+// Weights of the layer's projections that multiply every token, as (in x out) products.
+double layer_matrix_params(const TargetConfig& c, int64_t i) {
+  const LayerShape s = shape_of(c);
+  const double mlp = 3 * s.H * s.I;
+  if (c.is_linear_layer(i)) {
+    const LinearAttentionConfig& l = c.linear;
+    return s.H * double(l.conv_dim() + l.value_dim() + 2 * l.num_value_heads) + double(l.value_dim()) * s.H + mlp;
+  }
+  return s.H * (s.q_rows + 2 * s.kv_out) + s.q_out * s.H + mlp;
+}
+
+}  // namespace
+
+int64_t target_layer_params(const TargetConfig& c, int64_t i) {
+  if (i < 0 || i >= c.num_hidden_layers) throw std::out_of_range("target_layer_params: no layer " + std::to_string(i));
+  const LayerShape s = shape_of(c);
+  double n = layer_matrix_params(c, i) + 2 * s.H;  // + input and post-attention norms
+  if (c.mlp_bias) n += 2 * s.I + s.H;
+  if (c.is_linear_layer(i)) {
+    const LinearAttentionConfig& l = c.linear;
+    n += double(l.conv_dim() * l.conv_kernel + 2 * l.num_value_heads + l.value_head_dim);  // conv, A_log, dt_bias, norm
+  } else {
+    if (c.attention_bias) n += s.q_rows + 2 * s.kv_out + s.H;
+    if (c.qk_norm) n += 2 * s.D;
+  }
+  return int64_t(n);
+}
+
+int64_t target_params(const TargetConfig& c) {
+  int64_t n = c.vocab_size * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) n += target_layer_params(c, i);
+  return n;
+}
+
+std::vector<StageMemory> target_stage_memory(const TargetConfig& c, int64_t dtype_bytes, int64_t num_stages,
+                                             int64_t tokens, const std::vector<int64_t>& captured_layers) {
+  const int64_t L = c.num_hidden_layers;
+  if (num_stages < 1 || num_stages > L)
+    throw std::invalid_argument("target_stage_memory: " + std::to_string(num_stages) + " stages for " +
+                                std::to_string(L) + " layers");
+  const LayerShape sh = shape_of(c);
+  const double e = double(dtype_bytes), T = double(tokens), vh = double(c.vocab_size) * sh.H;
+  std::vector<StageMemory> out(static_cast<size_t>(num_stages));
+  for (int64_t s = 0; s < num_stages; ++s) {
+    StageMemory& m = out[size_t(s)];
+    const int64_t begin = L * s / num_stages, end = L * (s + 1) / num_stages;
+    double working = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      m.weights += double(target_layer_params(c, i)) * e;
+      // hidden in/out + normed input, the layer's projections of every token, the MLP's gate, up and product
+      double w = e * T * (3 * sh.H + 3 * sh.I);
+      if (c.is_linear_layer(i)) {
+        const LinearAttentionConfig& l = c.linear;
+        const double C = double(std::min(kDeltaNetChunk, std::max<int64_t>(1, tokens)));
+        w += e * T * double(l.conv_dim() + 2 * l.value_dim()) +
+             4.0 * T * C * double(l.num_value_heads) * 4;  // decay, kkT, A, QK in float32
+      } else {
+        w += e * T * (sh.q_rows + 2 * sh.kv_out + sh.q_out);
+      }
+      working = std::max(working, w);
+    }
+    m.activations = working;
+    for (int64_t id : captured_layers)
+      if (id >= begin && id < end) m.activations += e * T * sh.H;
+  }
+  out.front().weights += vh * e;                         // embedding
+  out.back().weights += sh.H * e;                        // final norm
+  if (!c.tie_word_embeddings || num_stages > 1) out.back().weights += vh * e;  // LM head (a tied one copied over)
+  return out;
+}
+
+std::string layout_memory_problem(const TargetConfig& c, int64_t dtype_bytes, const DeviceLayout& layout,
+                                  int64_t tokens, const std::vector<int64_t>& captured_layers,
+                                  const std::function<double(at::Device)>& memory_of, const std::string& where) {
+  const std::vector<StageMemory> stages = target_stage_memory(c, dtype_bytes, layout.num_stages(), tokens, captured_layers);
+  auto gb = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+    return std::string(buf);
+  };
+  for (size_t r = 0; r < layout.replicas.size(); ++r)
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const at::Device d = layout.replicas[r][s];
+      const double have = memory_of(d);
+      if (have < 0 || stages[s].total() <= have) continue;
+      return where + ": replica " + std::to_string(r) + " cannot hold the target: its stage " + std::to_string(s) +
+             " on " + d.str() + " needs at least " + gb(stages[s].total()) + " (weights " + gb(stages[s].weights) +
+             " + activations " + gb(stages[s].activations) + " for " + std::to_string(tokens) + " tokens), the device has " +
+             gb(have) + "; split each replica into more pipeline stages (more devices per replica, separated by ',')";
+    }
+  return "";
+}
+
+TargetFlops target_layer_forward_flops(const TargetConfig& c, int64_t i, int64_t seq_len) {
+  if (seq_len < 1) throw std::invalid_argument("target_forward_flops: seq_len must be >= 1");
+  const LayerShape sh = shape_of(c);
+  const double S = double(seq_len);
+  TargetFlops f;
+  f.linear = 2 * S * layer_matrix_params(c, i);
+  if (c.is_linear_layer(i)) {
+    const LinearAttentionConfig& l = c.linear;
+    const double C = double(std::min<int64_t>(kDeltaNetChunk, seq_len));
+    const double Dk = double(l.key_head_dim), Dv = double(l.value_head_dim), Hv = double(l.num_value_heads);
+    // per value head and token: k k^T and q k^T (2 C Dk each), the unit-triangular solve over Dv + Dk columns
+    // (C (Dv + Dk)), the intra-chunk output (2 C Dv), and three [Dk, Dv] state products (read, output, write)
+    f.deltanet = S * Hv * (C * (5 * Dk + 3 * Dv) + 6 * Dk * Dv) + 2 * S * double(l.conv_dim() * l.conv_kernel);
+  } else {
+    f.attention = 2 * sh.D * S * (S + 1) * sh.Hq;
+  }
+  return f;
+}
+
+TargetFlops target_forward_flops(const TargetConfig& c, int64_t seq_len, bool with_lm_head) {
+  TargetFlops f;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const TargetFlops l = target_layer_forward_flops(c, i, seq_len);
+    f.linear += l.linear;
+    f.attention += l.attention;
+    f.deltanet += l.deltanet;
+  }
+  if (with_lm_head) f.lm_head = 2 * double(seq_len) * double(c.vocab_size) * double(c.hidden_size);
+  return f;
+}
+
+}  // namespace dflash::models
