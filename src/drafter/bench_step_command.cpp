@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -177,7 +178,7 @@ Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, 
 StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, int64_t anchors, double kl,
                       int64_t chunk, CheckpointPolicy policy, int64_t iters, uint64_t seed, const MemoryProbe& probe,
                       bool fused_ce = true, int64_t workers = 1,
-                      ops::AttentionBackend attention = ops::AttentionBackend::Fused) {
+                      ops::AttentionBackend attention = ops::AttentionBackend::Fused, int threads_each = 0) {
   StepResult r;
   const int64_t baseline = probe.reset();
   const at::Device dev = probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
@@ -203,7 +204,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     if (std::getenv("DFLASH_BENCH_TRACE"))
       std::fprintf(stderr, "  before forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
                    (probe.peak() - baseline) / 1e6);
-    const int threads_each = std::max(1, at::get_num_threads() / int(workers));
+    if (threads_each <= 0) threads_each = std::max(1, at::get_num_threads() / int(workers));
     for (int64_t it = 0; it < iters; ++it) {
       const bool last_iter = it + 1 == iters;
       const auto t0 = std::chrono::steady_clock::now();
@@ -223,7 +224,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
         if (probe.cuda) c10::cuda::device_synchronize();
 #endif
       };
-      if (workers == 1) {
+      if (workers == 1 && threads_each == at::get_num_threads()) {
         work(reps[0]);
       } else {
         std::vector<std::thread> pool;
@@ -231,7 +232,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
         for (int64_t w = 0; w < workers; ++w)
           pool.emplace_back([&, w] {
             try {
-              at::set_num_threads(threads_each);
+              ops::set_thread_local_threads(threads_each);
               c10::OptionalDeviceGuard guard;
               if (probe.cuda) guard.reset_device(dev);
               work(reps[size_t(w)]);
@@ -370,15 +371,22 @@ int bench_step_main(const std::vector<std::string>& argv) {
     // W workers on one device: W of everything the plan counts, but one frozen embedding + LM head.
     const double frozen = double(c.vocab_size) * double(c.hidden_size) * double(ps.dtype_bytes) *
                           (c.tie_word_embeddings ? 1.0 : 2.0);
-    std::optional<StepResult> single;
+    // A lone worker per intra-op thread count: W workers share the cores (threads / W each), and a GEMM's rounding
+    // may depend on its thread count, so each W is compared with a lone worker at the same count.
+    std::map<int, StepResult> lone;
     for (int64_t workers : worker_counts) {
+      const int threads_each = std::max(1, at::get_num_threads() / int(workers));
       const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe,
-                                      true, workers, attention);
-      if (workers == 1) single = r;
+                                      true, workers, attention, threads_each);
+      if (workers == 1) lone.emplace(threads_each, r);
+      if (!lone.count(threads_each))
+        lone.emplace(threads_each, run_policy(c, dtype, seq, anchors, kl, chunk, pol, 1, uint64_t(a.i64("seed")),
+                                              probe, true, 1, attention, threads_each));
+      const StepResult* single = workers > 1 ? &lone.at(threads_each) : nullptr;
       const double planned = double(p.peak_bytes) + double(workers - 1) * (double(p.peak_bytes) - frozen);
       double mean = 0;
       for (double t : r.seconds) mean += t / double(r.seconds.size());
-      // Every worker computes the same step: they must agree with each other and with a lone worker.
+      // Every worker computes the same step: they must agree with each other and with a lone worker at their thread count.
       const double diff = std::max(r.max_worker_diff, single ? max_run_diff(r, *single) : 0.0);
       const std::string same = workers == 1 ? "-" : diff == 0 ? "identical" : "max diff " + std::to_string(diff);
       std::printf("%-10s %7lld %14.3f %12.3f %14s %14s %9.3f  %s\n", pol.name().c_str(), (long long)workers, mean,

@@ -118,7 +118,10 @@ WholeRun time_training(TrainConfig c, const std::string& target_devices, const s
   if (run_training(c) != 0) throw std::runtime_error("bench producer: the training run " + out + " failed");
   std::ifstream f(fs::path(out) / "metrics.jsonl");
   std::vector<nlohmann::json> m;
-  for (std::string line; std::getline(f, line);) m.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(f, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("event")) m.push_back(std::move(j));  // step lines only (not the attention backend's events)
+  }
   if (m.size() < 3) throw std::logic_error("bench producer: too few metrics lines in " + out);
   WholeRun r;
   r.steps_per_s = double(m.size() - 1) / (m.back()["elapsed_s"].get<double>() - m.front()["elapsed_s"].get<double>());

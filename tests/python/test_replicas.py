@@ -58,7 +58,9 @@ def _train(dflash_bin, target, data, out, target_devices, threads=1, check=True,
 
 
 def _metrics(run):
-    return [json.loads(l) for l in (pathlib.Path(run) / "metrics.jsonl").read_text().splitlines()]
+    """The step lines of metrics.jsonl (event lines, such as the attention backend's, left out)."""
+    rows = [json.loads(l) for l in (pathlib.Path(run) / "metrics.jsonl").read_text().splitlines()]
+    return [row for row in rows if "event" not in row]
 
 
 def _files(folder):
