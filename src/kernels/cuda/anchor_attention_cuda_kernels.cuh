@@ -354,7 +354,30 @@ __device__ __forceinline__ void for_each_key_tile(const Params& p, int b, int h,
   }
 }
 
-// ---- forward -------------------------------------------------------------------------------------
+// ---- tile products --------------------------------------------------------------------------------
+// acc[16 x D] += X[16 x BN] M[BN x D] for one warp: X is held as the C fragments of a 16 x BN product (scores
+// P, or dS), which are exactly the A fragments of this one (FlashAttention-2's register reuse); M is a key
+// tile stored [key][d] in shared memory (V for O += P V, K for dQ += dS K).
+template <typename T, int D, int BN, int LD>
+__device__ __forceinline__ void mma_scores_by_keys(float (&acc)[D / 8][4], const float (&x)[BN / 8][4],
+                                                   const uint16_t* sM, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = Elem<T>::pack(x[2 * kk][0], x[2 * kk][1]);
+    a[1] = Elem<T>::pack(x[2 * kk][2], x[2 * kk][3]);
+    a[2] = Elem<T>::pack(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+    a[3] = Elem<T>::pack(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt += 2) {
+      uint32_t bf[2][2];
+      frag_b2_kmajor(bf, sM, LD, kk * 16, dt * 8, lane);
+      Elem<T>::mma(acc[dt], a, bf[0][0], bf[0][1]);
+      Elem<T>::mma(acc[dt + 1], a, bf[1][0], bf[1][1]);
+    }
+  }
+}
+
 // ---- forward -------------------------------------------------------------------------------------
 // One warp's online-softmax step over a key tile of BN columns already in sK/sV. Column c is visible
 // for the thread's row a (gid) iff clo_a <= c < chi_a, likewise row b (gid + 8).
@@ -426,22 +449,8 @@ __device__ __forceinline__ void fwd_tile(const uint16_t* sQ, const uint16_t* sK,
     o[dt][2] *= alpha_b;
     o[dt][3] *= alpha_b;
   }
-  // O += P V: the score fragments of key columns [16kk, 16kk+16) are exactly the A fragment of P.
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) {
-    uint32_t a[4];
-    a[0] = Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; dt += 2) {
-      uint32_t bf[2][2];
-      frag_b2_kmajor(bf, sV, LD, kk * 16, dt * 8, lane);
-      Elem<T>::mma(o[dt], a, bf[0][0], bf[0][1]);
-      Elem<T>::mma(o[dt + 1], a, bf[1][0], bf[1][1]);
-    }
-  }
+  // O += P V: the score fragments of the tile are the A fragments of P.
+  mma_scores_by_keys<T, D, BN, LD>(o, s, sV, lane);
 }
 
 
@@ -828,21 +837,7 @@ __device__ __forceinline__ void dq_tile(const uint16_t* sQ, const uint16_t* sdO,
       const float pr = v ? exp2f(s[nt][e] * scale_log2 - (top ? lse_a : lse_b)) : 0.f;
       s[nt][e] = pr * (dp[nt][e] - (top ? del_a : del_b)) * scale;
     }
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) {
-    uint32_t a[4];
-    a[0] = Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; dt += 2) {
-      uint32_t bf[2][2];
-      frag_b2_kmajor(bf, sK, LD, kk * 16, dt * 8, lane);
-      Elem<T>::mma(dq[dt], a, bf[0][0], bf[0][1]);
-      Elem<T>::mma(dq[dt + 1], a, bf[1][0], bf[1][1]);
-    }
-  }
+  mma_scores_by_keys<T, D, BN, LD>(dq, s, sK, lane);  // dQ += dS K
 }
 
 // The deterministic mode's dQ: one CTA per 64-row tile x KV head, walking the same key steps as the forward
