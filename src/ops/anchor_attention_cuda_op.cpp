@@ -118,6 +118,9 @@ const kc::TileConfig& tile_for(kc::TileKernel k, const kernels::AnchorAttentionS
   const kc::StaticSmem static_smem = [&](const kc::TileConfig& c) {
     int64_t bytes = 0;
     const cudaError_t err = kc::anchor_attention_cuda_static_smem(c, s.dtype, &bytes);
+    // The failed query is this op's own error, raised below: left pending, the next call would report it as an
+    // error "from earlier work" instead of naming the missing kernel image again.
+    if (err != cudaSuccess) (void)cudaGetLastError();
     TORCH_CHECK(err == cudaSuccess, "anchor_block_attention (CUDA): cannot use the kernels on ", d.name, ": ",
                 cudaGetErrorString(err), "; this build holds code for ", kernels::cuda_compiled_archs(),
                 " (rebuild with DFLASH_CUDA_ARCHS naming this GPU's architecture, README \"CUDA architectures\")");
@@ -275,7 +278,7 @@ CudaAttentionDevice cuda_attention_device(int index, const std::vector<int>& hea
       shape.dtype = kernels::ScalarType::BFloat16;
       try {
         const kc::TileConfig& t = tile_for(k, shape, dev);
-        int64_t static_bytes = 0;
+        int64_t static_bytes = 0;  // known to succeed: tile_for asked the same
         cuda_ok(kc::anchor_attention_cuda_static_smem(t, shape.dtype, &static_bytes), "kernel attribute query");
         c.keys = t.keys, c.stages = t.stages;
         c.smem_bytes = kc::tile_dynamic_smem(t) + static_bytes;
