@@ -1,6 +1,5 @@
 #include "cuda_device_report.h"
 
-#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 
@@ -79,7 +78,6 @@ CudaDeviceReport cuda_device_report(int index, const std::vector<int>& head_dims
   };
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
   CudaDeviceReport r;
-  r.index = index;
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
   r.name = prop.name;

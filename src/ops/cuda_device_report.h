@@ -33,7 +33,6 @@ struct CudaTileChoice {
 };
 
 struct CudaDeviceReport {
-  int index = 0;
   std::string name;            // "NVIDIA H100 80GB HBM3"
   int major = 0, minor = 0;    // compute capability
   int multiprocessors = 0;

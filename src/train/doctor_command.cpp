@@ -78,7 +78,7 @@ std::string tiles_text(const nlohmann::json& tiles) {
     (out += " ") += t["kernel"].get<std::string>();
     out += " ";
     if (t.contains("error")) {
-      out += "none fits";
+      out += "unavailable";
       continue;
     }
     const int64_t stages = t["stages"];
