@@ -101,7 +101,15 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
       sink(present);
       continue;
     }
-    for (const auto& spec : run_attention_specs(cfg, d, compute, device)) sink(attention_row("config_attention", spec));
+    for (const auto& spec : run_attention_specs(cfg, d, compute, device)) {
+      CheckRow row = attention_row("config_attention", spec);
+      if (row.status == CheckStatus::Fail)  // what `dflash train` would make of it
+        row.detail += cfg.attention_backend == "fused"
+                          ? "; dflash train (attention_backend fused) would refuse to start"
+                          : "; dflash train (attention_backend " + cfg.attention_backend +
+                                ") would run the reference attention on " + device.str();
+      sink(row);
+    }
     sink(memory_row(cfg, d, compute, device, workers));
   }
   if (!cfg.budget.empty())

@@ -210,6 +210,19 @@ def test_config_whose_plan_does_not_fit_fails(dflash_bin, tmp_path):
     assert rows(rep, "config_attention")[0]["name"].startswith("fp32, S 65536, ")
 
 
+@pytest.mark.parametrize("backend,consequence", [("auto", "would run the reference attention on cpu"),
+                                                  ("fused", "would refuse to start")])
+def test_config_rows_say_what_train_would_do_with_a_broken_kernel(dflash_bin, tmp_path, backend, consequence):
+    cfg = write_config(tmp_path, attention_backend=backend)
+    path = tmp_path / "doctor.json"
+    r = doctor(dflash_bin, "--quick", "--config", str(cfg), "--json", str(path),
+               env={"DFLASH_FAULT_INJECT": "attention_wrong"})
+    assert r.returncode == 1
+    (row,) = rows(json.loads(path.read_text()), "config_attention")
+    assert row["status"] == "fail" and row["detail"].startswith("out max error ")
+    assert row["detail"].endswith(f"; dflash train (attention_backend {backend}) {consequence}"), row["detail"]
+
+
 def test_config_errors_are_failed_rows(dflash_bin, tmp_path):
     r = doctor(dflash_bin, "--quick", "--config", str(tmp_path / "missing.json"))
     assert r.returncode == 1 and "Traceback" not in r.stderr
