@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One-shot GPU check for an H100/H200 session (16 cores, < 8 minutes): build the CUDA kernels for this
-# GPU's architecture, run the CUDA attention tests twice (as the device is, and with the shared memory of
+# One-shot GPU check for an H100/H200 session (16 cores, < 8 minutes): build the CLI with the CUDA kernels for
+# this GPU's architecture, run `dflash doctor` first (its report and JSON stay in the outputs), run the CUDA
+# attention tests twice (as the device is, and with the shared memory of
 # a 99 KB card, DFLASH_CUDA_SMEM_LIMIT=101376, so the small tile configurations run too; both passes
 # include the deterministic backward), compute-sanitizer over both, then the attention benchmarks (our
 # Python one first, then the CLI bench, which needs the whole CLI built). Every step runs even when an
@@ -38,6 +39,12 @@ if ! grep -q "CUDA kernels: ON" "$OUTDIR/build.log"; then
   failures=$((failures + 1))
   note "FAIL  configure did not enable the CUDA kernels (see build.log)"
 fi
+# The CLI first (it holds dflash_ops), so that `dflash doctor` runs before anything else: the machine's own report
+# (versions, the GPU, the fused attention vs the reference at the standard shapes, speed, NCCL) in doctor.txt and
+# doctor.json. A CLI that fails to build leaves the next step to build dflash_ops alone for the kernel tests.
+step "build dflash CLI" 330 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash -j16
+step "dflash doctor --json" 120 "$OUTDIR/doctor.txt" "$BUILD/dflash" doctor --json "$OUTDIR/doctor.json"
+note "INFO  doctor: $(tail -n 1 "$OUTDIR/doctor.txt" 2>/dev/null)"
 step "build dflash_ops" 180 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash_ops -j16
 
 step "pytest CUDA attention" 150 "$OUTDIR/pytest.log" env DFLASH_BUILD_DIR="$BUILD" DFLASH_REQUIRE_CUDA=1 \
@@ -63,8 +70,6 @@ fi
 step "gpu_bench_attention.py (ours vs flex vs per-block SDPA)" 180 "$OUTDIR/bench_py.log" "$PY" \
   scripts/gpu_bench_attention.py --lib "$BUILD/libdflash_ops.so" --json "$OUTDIR/bench_py.json"
 
-# The CLI pulls in every layer (built last so its failure cannot hide the kernel results).
-step "build dflash CLI" 150 "$OUTDIR/build.log" cmake --build "$BUILD" --target dflash -j16
 step "dflash bench attention --device cuda" 120 "$OUTDIR/bench_cli.log" "$BUILD/dflash" bench attention \
   --device cuda --configs seed-scaled-bf16,seed,qwen3.6-27b --json "$OUTDIR/bench_cli.json"
 

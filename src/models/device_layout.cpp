@@ -45,12 +45,15 @@ std::string DeviceLayout::str() const {
   return out;
 }
 
-DeviceLayout parse_device_layout(const std::string& spec, const std::string& where) {
+namespace {
+
+// parse_device_layout without the check that the devices exist; `names` gets each device as written.
+DeviceLayout parse_spelling(const std::string& spec, const std::string& where,
+                            std::vector<std::vector<std::string>>& names) {
   const std::string shown = "'" + spec + "'";
   const std::string grammar = " (replicas separated by ';', the stages of a replica by ',', e.g. cuda:0,cuda:1;cuda:2,cuda:3)";
   if (trimmed(spec).empty()) throw std::invalid_argument(where + ": needs at least one device, e.g. cpu or cuda:0");
   DeviceLayout layout;
-  std::vector<std::vector<std::string>> names;
   for (const std::string& replica : split(spec, ';')) {
     names.emplace_back();
     layout.replicas.emplace_back();
@@ -77,9 +80,23 @@ DeviceLayout parse_device_layout(const std::string& spec, const std::string& whe
             throw std::invalid_argument(where + ": " + d.str() + " is in replica " + std::to_string(q) + " and replica " +
                                         std::to_string(r) + " of " + shown +
                                         "; a CUDA device belongs to one replica (only cpu may repeat)");
-  for (size_t r = 0; r < layout.replicas.size(); ++r)
-    for (size_t s = 0; s < stages; ++s) ops::check_device_available(layout.replicas[r][s], names[r][s], where);
   return layout;
+}
+
+}  // namespace
+
+DeviceLayout parse_device_layout(const std::string& spec, const std::string& where) {
+  std::vector<std::vector<std::string>> names;
+  const DeviceLayout layout = parse_spelling(spec, where, names);
+  for (size_t r = 0; r < layout.replicas.size(); ++r)
+    for (size_t s = 0; s < layout.replicas[r].size(); ++s)
+      ops::check_device_available(layout.replicas[r][s], names[r][s], where);
+  return layout;
+}
+
+DeviceLayout parse_device_layout_spelling(const std::string& spec, const std::string& where) {
+  std::vector<std::vector<std::string>> names;
+  return parse_spelling(spec, where, names);
 }
 
 DeviceLayout cpu_layout(int64_t stages) {

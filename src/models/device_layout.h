@@ -29,6 +29,8 @@ struct DeviceLayout {
 // every replica, no CUDA device in two replicas; then that every device exists on this machine. Errors are one
 // line naming `where` (the key or flag) and the offending value.
 DeviceLayout parse_device_layout(const std::string& spec, const std::string& where);
+// The same checks except the last: for a caller that reports a device this machine lacks itself (dflash doctor).
+DeviceLayout parse_device_layout_spelling(const std::string& spec, const std::string& where);
 
 // `stages` CPU stages of one replica (the --stages N of commands without --devices).
 DeviceLayout cpu_layout(int64_t stages);

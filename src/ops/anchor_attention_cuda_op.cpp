@@ -25,6 +25,7 @@
 #include "anchor_attention_checks.h"
 #include "anchor_attention_cuda.cuh"
 #include "cuda_build_info.h"
+#include "cuda_device_report.h"
 
 namespace dflash::ops {
 namespace {
@@ -117,6 +118,9 @@ const kc::TileConfig& tile_for(kc::TileKernel k, const kernels::AnchorAttentionS
   const kc::StaticSmem static_smem = [&](const kc::TileConfig& c) {
     int64_t bytes = 0;
     const cudaError_t err = kc::anchor_attention_cuda_static_smem(c, s.dtype, &bytes);
+    // The failed query is this op's own error, raised below: left pending, the next call would report it as an
+    // error "from earlier work" instead of naming the missing kernel image again.
+    if (err != cudaSuccess) (void)cudaGetLastError();
     TORCH_CHECK(err == cudaSuccess, "anchor_block_attention (CUDA): cannot use the kernels on ", d.name, ": ",
                 cudaGetErrorString(err), "; this build holds code for ", kernels::cuda_compiled_archs(),
                 " (rebuild with DFLASH_CUDA_ARCHS naming this GPU's architecture, README \"CUDA architectures\")");
@@ -257,6 +261,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> anchor_attention_bwd_cuda(
   const DevicePlan plan = make_plan(args, q, stream, /*check_range=*/false);
   cuda_ok(kc::anchor_attention_cuda_backward(args, plan.view(), w, stream), "backward kernel launch");
   return {g.dq, g.dk, g.dv};
+}
+
+CudaAttentionDevice cuda_attention_device(int index, const std::vector<int>& head_dims) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  DeviceState& dev = device_state(index);
+  CudaAttentionDevice out;
+  out.smem_optin = dev.optin, out.smem_limit = dev.limit;
+  for (const int head_dim : head_dims)
+    for (const auto k : {kc::TileKernel::Forward, kc::TileKernel::Backward, kc::TileKernel::DqRows}) {
+      CudaTileChoice c;
+      c.kernel = kc::tile_kernel_name(k);
+      c.head_dim = head_dim;
+      kernels::AnchorAttentionShape shape;
+      shape.head_dim = head_dim;
+      shape.dtype = kernels::ScalarType::BFloat16;
+      try {
+        const kc::TileConfig& t = tile_for(k, shape, dev);
+        int64_t static_bytes = 0;  // known to succeed: tile_for asked the same
+        cuda_ok(kc::anchor_attention_cuda_static_smem(t, shape.dtype, &static_bytes), "kernel attribute query");
+        c.keys = t.keys, c.stages = t.stages;
+        c.smem_bytes = kc::tile_dynamic_smem(t) + static_bytes;
+      } catch (const c10::Error& e) {
+        c.error = e.what_without_backtrace();
+        c.error = c.error.substr(0, c.error.find('\n'));
+      }
+      out.tiles.push_back(c);
+    }
+  return out;
 }
 
 TORCH_LIBRARY_IMPL(dflash, CUDA, m) {

@@ -22,13 +22,6 @@
 namespace dflash::ops {
 namespace {
 
-std::string first_line(const std::exception& e) {
-  const auto* c10e = dynamic_cast<const c10::Error*>(&e);
-  std::string s = c10e ? c10e->what_without_backtrace() : e.what();
-  s = s.substr(0, s.find('\n'));
-  return s.size() > 300 ? s.substr(0, 300) + "..." : s;
-}
-
 // A device without an index means the current one (timings and checks run there).
 at::Device concrete(at::Device d) {
   if (d.is_cpu() || d.has_index()) return d;
@@ -44,7 +37,7 @@ struct CheckInputs {
 };
 
 CheckInputs make_inputs(const AttentionCheckSpec& s) {
-  const int64_t S = s.context_len, B = s.block_size, N = 6, T = N * B;
+  const int64_t S = s.context_len, B = s.block_size, N = s.num_blocks, T = N * B;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(s.seed);
   const auto draw = [&](std::initializer_list<int64_t> shape) {
     return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(s.dtype).to(s.device);
@@ -54,10 +47,21 @@ CheckInputs make_inputs(const AttentionCheckSpec& s) {
   in.k = draw({2, S + T, s.kv_heads, s.head_dim});
   in.v = draw({2, S + T, s.kv_heads, s.head_dim});
   in.dout = draw({2, T, s.q_heads, s.head_dim});
-  // Row 0: no context, one key, half, all, a third and a dropped block at S; row 1 another order.
-  std::vector<int64_t> a = {0, 1, S / 2, S, S, S / 3, S, S / 4, 0, 2 * S / 3, 1, std::max<int64_t>(0, S - 1)};
+  // Row 0: no context, one key, half, all, a third and a dropped block at S; row 1 another order; then the
+  // blocks beyond 6 spread over [0, S].
+  std::vector<int64_t> a, keep;
+  const std::vector<int64_t> edge[2] = {{0, 1, S / 2, S, S, S / 3}, {S, S / 4, 0, 2 * S / 3, 1, std::max<int64_t>(0, S - 1)}};
+  const std::vector<int64_t> edge_keep[2] = {{1, 1, 1, 1, 0, 1}, {1, 1, 1, 1, 1, 0}};
+  for (int row = 0; row < 2; ++row) {
+    a.insert(a.end(), edge[row].begin(), edge[row].end());
+    keep.insert(keep.end(), edge_keep[row].begin(), edge_keep[row].end());
+    for (int64_t n = 6; n < N; ++n) {
+      const int64_t spread = S * (n - 6) / std::max<int64_t>(1, N - 7);
+      a.push_back(row == 0 ? spread : S - spread);
+      keep.push_back(1);
+    }
+  }
   for (auto& x : a) x = std::min(x, S);
-  const std::vector<int64_t> keep = {1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 0};
   const auto longs = at::TensorOptions().dtype(at::kLong);
   in.anchors = at::tensor(a, longs).view({2, N}).to(s.device);
   in.keep = at::tensor(keep, longs).view({2, N}).to(at::kBool).to(s.device);
@@ -120,10 +124,12 @@ std::vector<at::Tensor> run_timed(const Impl& impl, const CheckInputs& in, int64
 }  // namespace
 
 std::string AttentionCheckSpec::describe() const {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "%s %s, S %lld, Hq %lld, Hkv %lld, D %lld, B %lld, window %lld%s, %s",
+  char blocks[32] = "";
+  if (num_blocks != 6) std::snprintf(blocks, sizeof blocks, ", N %lld", (long long)num_blocks);
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "%s %s, S %lld, Hq %lld, Hkv %lld, D %lld, B %lld%s, window %lld%s, %s",
                 device.str().c_str(), short_dtype_name(dtype).c_str(), (long long)context_len, (long long)q_heads,
-                (long long)kv_heads, (long long)head_dim, (long long)block_size, (long long)window,
+                (long long)kv_heads, (long long)head_dim, (long long)block_size, blocks, (long long)window,
                 packed ? ", packed" : "", backward ? "forward+backward" : "forward");
   return buf;
 }
@@ -140,7 +146,7 @@ AttentionCheckResult check_fused_attention(const AttentionCheckSpec& spec_in) {
   r.spec.device = concrete(spec_in.device);
   const AttentionCheckSpec& s = r.spec;
   TORCH_CHECK(s.context_len >= 0 && s.q_heads >= 1 && s.kv_heads >= 1 && s.q_heads % s.kv_heads == 0 &&
-                  s.head_dim >= 1 && s.block_size >= 1 && s.window >= 0,
+                  s.head_dim >= 1 && s.block_size >= 1 && s.window >= 0 && s.num_blocks >= 6,
               "attention self-check: bad shape (", s.describe(), ")");
   at::NoGradGuard no_grad;
   const double scale = 1.0 / std::sqrt(double(s.head_dim));
@@ -155,13 +161,13 @@ AttentionCheckResult check_fused_attention(const AttentionCheckSpec& spec_in) {
     low = run_timed(reference_impl(s, scale, true), in, low_is_reference ? s.timing_reps : 0, r.reference_ms);
     if (!low_is_reference) run_timed(reference_impl(s, scale, false), in, s.timing_reps, r.reference_ms);
   } catch (const std::exception& e) {
-    r.reference_exception = first_line(e);
+    r.reference_exception = exception_first_line(e);
     return r;
   }
   try {
     fused = run_timed(fused_impl(s, scale), in, s.timing_reps, r.fused_ms);
   } catch (const std::exception& e) {
-    r.exception = first_line(e);
+    r.exception = exception_first_line(e);
     return r;
   }
   static const char* names[] = {"out", "dq", "dk", "dv"};

@@ -4,8 +4,9 @@
 //
 // The check's inputs: 2 batch rows x 6 blocks at the spec's S, heads, head_dim, block size, window and dtype,
 // q/k/v/dout drawn from N(0, 1). Row 0 has anchors 0, 1, S/2, S, S/3 and a dropped block anchored at S; row 1
-// anchors S, S/4, 0, 2S/3, 1 and a dropped block at S-1. With `packed`, each block's ctx_start is the start of
-// its document (documents start at 0, S/4, S/2 and 3S/4), as packed rows give it.
+// anchors S, S/4, 0, 2S/3, 1 and a dropped block at S-1. More blocks (num_blocks > 6, a realistic shape to time)
+// get anchors spread evenly over [0, S], rising in row 0 and falling in row 1. With `packed`, each block's
+// ctx_start is the start of its document (documents start at 0, S/4, S/2 and 3S/4), as packed rows give it.
 //
 // Tolerance rule, per tensor (out; with backward also dq, dk, dv), all errors being max |x - x64| where x64 is
 // the reference computed in fp64 from the same (already rounded) inputs (selfcheck_tolerance.h):
@@ -38,11 +39,13 @@ struct AttentionCheckSpec {
   int64_t context_len = 256;  // S
   int64_t q_heads = 8, kv_heads = 2, head_dim = 64, block_size = 16;
   int64_t window = 0;         // 0: full attention
+  int64_t num_blocks = 6;     // per batch row, at least 6 (the edge cases above)
   bool packed = false;        // blocks get ctx_start (packed rows)
   bool backward = true;       // also check dq, dk, dv
   int64_t timing_reps = 0;    // > 0: time each backend this many more times (median); 0: time the checked call
   uint64_t seed = 0;
-  // "cpu fp32, S 256, Hq 8, Hkv 2, D 64, B 16, window 0, packed, forward+backward"
+  // "cpu fp32, S 256, Hq 8, Hkv 2, D 64, B 16, window 0, packed, forward+backward" (", N 512" after B when
+  // num_blocks is not 6)
   std::string describe() const;
 };
 

@@ -28,6 +28,7 @@
 #include "attention_baselines.h"
 #include "compute_settings.h"
 #include "cpu_isa.h"
+#include "gemm_rate.h"
 #include "memory_probe.h"
 #include "ops_commands.h"
 #include "python_driver.h"
@@ -178,22 +179,6 @@ Row measure(const BenchConfig& c, const std::string& impl, const AttnFn& fn, con
   return row;
 }
 
-double gemm_gflops(at::Device dev) {
-  const auto opt = at::TensorOptions().dtype(dev.is_cuda() ? at::kBFloat16 : at::kFloat).device(dev);
-  const int64_t n = dev.is_cuda() ? 8192 : 2048;
-  auto a = at::randn({n, n}, opt), b = at::randn({n, n}, opt);
-  at::mm(a, b);
-  sync(dev);
-  std::vector<double> ms;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    at::mm(a, b);
-    sync(dev);
-    ms.push_back(ms_since(t0));
-  }
-  return 2.0 * double(n) * n * n / (median(ms) * 1e-3) / 1e9;
-}
-
 double thread_cpu_ms() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -334,10 +319,11 @@ int bench_attention_main(const std::vector<std::string>& argv) {
   const auto impls = args.str_list("impls");
   const int64_t reps = args.i64("reps");
 
-  const double gflops = gemm_gflops(device);
+  const GemmRate gemm = measure_gemm_rate(device);
+  const double gflops = gemm.gflops;
   std::printf("dflash bench attention: device %s, %lld threads, kernel ISA %s\n", device.str().c_str(),
               (long long)at::get_num_threads(), kernels::isa_name(kernels::cpu_isa()));
-  std::printf("torch.mm %s rate measured now: %.1f GFLOP/s\n\n", device.is_cuda() ? "bf16 8192^3" : "fp32 2048^3", gflops);
+  std::printf("torch.mm %s rate measured now: %.1f GFLOP/s\n\n", gemm.shape.c_str(), gflops);
 
   nlohmann::json out = {{"gemm_gflops", gflops}, {"device", device.str()}, {"threads", at::get_num_threads()},
                         {"cpu_isa", kernels::isa_name(kernels::cpu_isa())}, {"configs", nlohmann::json::array()}};

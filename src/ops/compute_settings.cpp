@@ -97,4 +97,9 @@ int64_t device_memory_bytes(at::Device d) {
   return int64_t(at::accelerator::getMemoryInfo(d.index()).second);
 }
 
+int64_t device_free_memory_bytes(at::Device d) {
+  if (d.is_cpu()) return util::available_memory_bytes();
+  return int64_t(at::accelerator::getMemoryInfo(d.index()).first);
+}
+
 }  // namespace dflash::ops

@@ -36,5 +36,7 @@ void set_thread_local_threads(int64_t n);
 
 // Total memory of a device in bytes: the GPU's (CUDA) or the machine's RAM (CPU).
 int64_t device_memory_bytes(at::Device d);
+// What a new allocation can still get: the GPU's free memory (CUDA) or the RAM the kernel calls available (CPU).
+int64_t device_free_memory_bytes(at::Device d);
 
 }  // namespace dflash::ops

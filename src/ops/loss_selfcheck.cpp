@@ -59,9 +59,7 @@ LossCheckResult check_fused_cross_entropy(const LossCheckSpec& s) {
   try {
     fused = run_loss(hidden, head, labels, weights, chunk, true);
   } catch (const std::exception& e) {
-    const auto* c10e = dynamic_cast<const c10::Error*>(&e);
-    r.exception = c10e ? c10e->what_without_backtrace() : e.what();
-    r.exception = r.exception.substr(0, r.exception.find('\n'));
+    r.exception = exception_first_line(e);
     return r;
   }
   r.tensors.push_back(compare_to_exact("loss", fused.loss, low.loss, exact.loss, s.dtype));

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 
 namespace dflash::ops {
 namespace {
@@ -48,6 +49,13 @@ TensorCheck compare_to_exact(const std::string& name, const at::Tensor& fused, c
   t.magnitude = exact.abs().max().item<double>();
   t.tolerance = 2 * t.low_error + kFloorEps * machine_eps(dtype) * t.magnitude * floor_growth;
   return t;
+}
+
+std::string exception_first_line(const std::exception& e) {
+  const auto* c10e = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c10e ? c10e->what_without_backtrace() : e.what();
+  s = s.substr(0, s.find('\n'));
+  return s.size() > 300 ? s.substr(0, 300) + "..." : s;
 }
 
 std::string worst_of(const std::vector<TensorCheck>& tensors) {

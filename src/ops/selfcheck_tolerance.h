@@ -5,7 +5,9 @@
 // eps is the dtype's machine epsilon (bf16 2^-7, fp16 2^-10, fp32 2^-23, fp64 2^-52). This is the rule of
 // flash-attention's tests; the floor covers results the low-precision computation happens to get exact.
 #pragma once
+#include <exception>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -28,6 +30,10 @@ std::string short_dtype_name(at::ScalarType dtype);
 
 TensorCheck compare_to_exact(const std::string& name, const at::Tensor& fused, const at::Tensor& low,
                              const at::Tensor& exact, at::ScalarType dtype, double floor_growth = 1.0);
+
+// The first line of what a check threw, without LibTorch's C++ backtrace, at most 300 characters: what the
+// self-checks (and `dflash doctor`) report of an exception.
+std::string exception_first_line(const std::exception& e);
 
 // "dk max error 3.1e-01 > tolerance 2.4e-02" for the first failing tensor, else for the one closest to its
 // tolerance ("... <= ...").

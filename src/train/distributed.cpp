@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #ifdef DFLASH_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -44,7 +45,8 @@ int env_int(const char* name) {
   throw std::invalid_argument(std::string("distributed: ") + name + " must be an integer, got '" + v + "'");
 }
 
-[[maybe_unused]] c10::intrusive_ptr<c10d::TCPStore> make_store(int rank, int world, const std::string& addr, int port) {
+[[maybe_unused]] c10::intrusive_ptr<c10d::TCPStore> make_store(int rank, int world, const std::string& addr, int port,
+                                                                std::chrono::seconds timeout) {
   // A peer that dies closes its sockets; a write to one must fail with EPIPE (an exception naming the
   // failure, then "dflash: error: ...") rather than kill this process silently with SIGPIPE, which
   // killed rank 0 (exit -13) once in a clean-clone CI run of test_failure_in_one_rank_stops_the_other.
@@ -54,7 +56,7 @@ int env_int(const char* name) {
   o.isServer = rank == 0;
   o.numWorkers = world;
   o.waitWorkers = true;
-  o.timeout = std::chrono::seconds(120);
+  o.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(addr, o);
 }
 
@@ -77,9 +79,9 @@ void on_device(at::Tensor& t, const at::Device& dev, F reduce) {
 #ifdef DFLASH_HAVE_GLOO
 class Gloo : public Collective {
  public:
-  Gloo(int rank, int world, const std::string& addr, int port) : rank_(rank), world_(world) {
-    store_ = make_store(rank, world, addr, port);
-    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
+  Gloo(int rank, int world, const std::string& addr, int port, const GroupTimeouts& t) : rank_(rank), world_(world) {
+    store_ = make_store(rank, world, addr, port, t.store);
+    auto opts = c10d::ProcessGroupGloo::Options::create(t.collective);
     // Loopback runs bind Gloo to 127.0.0.1; otherwise Gloo picks the interface of this host's name.
     const bool loopback = addr == "127.0.0.1" || addr == "localhost";
     opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
@@ -108,11 +110,11 @@ class Gloo : public Collective {
 #ifdef DFLASH_HAVE_NCCL
 class Nccl : public Collective {
  public:
-  Nccl(int rank, int world, const std::string& addr, int port, const at::Device& dev)
+  Nccl(int rank, int world, const std::string& addr, int port, const at::Device& dev, const GroupTimeouts& t)
       : rank_(rank), world_(world), dev_(dev) {
-    store_ = make_store(rank, world, addr, port);
+    store_ = make_store(rank, world, addr, port, t.store);
     auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = std::chrono::seconds(300);
+    opts->timeout = t.collective;
     pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank, world, opts);
     desc_ = "c10d NCCL on " + dev.str() + ", " + where(rank, world, addr, port);
   }
@@ -187,13 +189,22 @@ std::unique_ptr<Collective> collective_from_env(const std::string& setting, cons
                                 " WORLD_SIZE=" + std::to_string(world));
   const std::string addr = env_or_throw("MASTER_ADDR");
   const int port = env_int("MASTER_PORT");
+  return join_group(backend, rank, world, addr, port, grad_device);
+}
+
+std::unique_ptr<Collective> join_group(const std::string& backend, int rank, int world, const std::string& addr,
+                                       int port, const at::Device& device, const GroupTimeouts& timeouts) {
   if (backend == "nccl") {
 #ifdef DFLASH_HAVE_NCCL
-    return std::make_unique<Nccl>(rank, world, addr, port, grad_device);
+    return std::make_unique<Nccl>(rank, world, addr, port, device, timeouts);
+#else
+    throw std::invalid_argument("distributed: this build has no c10d NCCL (it needs the CUDA torch wheel and nccl.h "
+                                "at configure time)");
 #endif
-  } else {
+  }
+  if (backend == "gloo") {
 #ifdef DFLASH_HAVE_GLOO
-    return std::make_unique<Gloo>(rank, world, addr, port);
+    return std::make_unique<Gloo>(rank, world, addr, port, timeouts);
 #else
     throw std::invalid_argument(
         "distributed: this build has no Gloo (the torch wheel ships no gloo headers; install Debian's libgloo-dev "
@@ -201,6 +212,14 @@ std::unique_ptr<Collective> collective_from_env(const std::string& setting, cons
 #endif
   }
   throw std::logic_error("distributed: no backend for '" + backend + "'");
+}
+
+std::string nccl_version() {
+#ifdef DFLASH_HAVE_NCCL
+  return c10d::getNcclVersion();
+#else
+  return "";
+#endif
 }
 
 }  // namespace dflash::train

@@ -6,6 +6,7 @@
 //   workers' gradients on the first drafter device and NCCL reduces them there, with no copy to the host.
 // A tensor on another device than the backend's is copied over and back (e.g. Gloo with CUDA workers).
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -34,7 +35,20 @@ std::string resolve_backend(const std::string& setting, const at::Device& grad_d
 std::unique_ptr<Collective> collective_from_env(const std::string& setting = "auto",
                                                 const at::Device& grad_device = at::kCPU);
 
+// How long joining a group (the TCPStore's rendezvous) and each collective may take before they fail.
+struct GroupTimeouts {
+  std::chrono::seconds store{120}, collective{300};
+};
+
+// Joins a `backend` ("gloo" or "nccl") group as `rank` of `world` through the TCPStore at addr:port (rank 0 serves
+// it); NCCL reduces on `device`. Throws when this build lacks the backend. collective_from_env uses it with the
+// torchrun variables; `dflash doctor` joins loopback groups of its own threads.
+std::unique_ptr<Collective> join_group(const std::string& backend, int rank, int world, const std::string& addr,
+                                       int port, const at::Device& device, const GroupTimeouts& timeouts = {});
+
 bool have_gloo();
 bool have_nccl();
+// The NCCL library's version ("2.27.3"); "" without NCCL in this build.
+std::string nccl_version();
 
 }  // namespace dflash::train

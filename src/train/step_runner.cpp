@@ -70,28 +70,33 @@ StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const Targ
 
 StepRunner::~StepRunner() = default;
 
+std::vector<ops::AttentionCheckSpec> run_attention_specs(const TrainConfig& cfg, const drafter::DrafterConfig& d,
+                                                         at::ScalarType compute, at::Device device) {
+  ops::AttentionCheckSpec base;
+  base.device = device;
+  base.dtype = compute;
+  base.context_len = cfg.max_len;
+  base.q_heads = d.num_attention_heads;
+  base.kv_heads = d.num_key_value_heads;
+  base.head_dim = d.head_dim;
+  base.block_size = d.block_size;
+  base.packed = cfg.pack;
+  base.seed = uint64_t(cfg.seed);
+  std::vector<int64_t> windows;
+  for (int64_t i = 0; i < d.num_hidden_layers; ++i) windows.push_back(d.window_for_layer(i));
+  return ops::specs_for_windows(base, windows);
+}
+
 std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
   const ops::AttentionBackend requested =
       ops::parse_attention_backend(cfg_.attention_backend, "train config: 'attention_backend'");
-  ops::AttentionCheckSpec base;
-  base.dtype = run_.compute;
-  base.context_len = cfg_.max_len;
-  base.q_heads = dcfg_.num_attention_heads;
-  base.kv_heads = dcfg_.num_key_value_heads;
-  base.head_dim = dcfg_.head_dim;
-  base.block_size = dcfg_.block_size;
-  base.packed = cfg_.pack;
-  base.seed = uint64_t(cfg_.seed);
-  std::vector<int64_t> windows;
-  for (int64_t i = 0; i < dcfg_.num_hidden_layers; ++i) windows.push_back(dcfg_.window_for_layer(i));
   std::vector<at::Device> devices;
   std::vector<std::future<ops::AttentionChoice>> futs;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     const at::Device d = replicas_[i].device;
     if (std::find(devices.begin(), devices.end(), d) != devices.end()) continue;
     devices.push_back(d);
-    base.device = d;
-    const auto specs = ops::specs_for_windows(base, windows);
+    const auto specs = run_attention_specs(cfg_, dcfg_, run_.compute, d);
     futs.push_back(workers_[i]->submit([requested, specs] { return ops::choose_attention_backend(requested, specs); }));
   }
   std::vector<ops::AttentionChoice> choices;

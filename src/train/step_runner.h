@@ -41,6 +41,12 @@ struct StepOutcome {
   bool stop = false;  // some process asked to stop (SIGINT)
 };
 
+// The attention self-check's shapes for a run on `device` (what choose_attention() checks, and `dflash doctor
+// --config`): max_len, heads, head_dim, block size, the compute dtype, packed rows when `pack` is on, forward and
+// backward; one spec per distinct window of the drafter's layers.
+std::vector<ops::AttentionCheckSpec> run_attention_specs(const TrainConfig& cfg, const drafter::DrafterConfig& d,
+                                                         at::ScalarType compute, at::Device device);
+
 class StepRunner {
  public:
   StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,

@@ -67,35 +67,6 @@ drafter::FrozenTarget frozen_from_folder(const std::string& dir, bool tied) {
   return t;
 }
 
-// --budget: the memory planner's peak for one worker's micro-batch must fit, checked before loading weights.
-void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
-  if (cfg.budget.empty()) return;
-  drafter::PlanSettings ps;
-  ps.cfg = d;
-  ps.batch = cfg.batch_size;
-  ps.seq_len = cfg.max_len;
-  ps.num_anchors = cfg.num_anchors;
-  ps.dtype_bytes = int64_t(c10::elementSize(compute));
-  ps.checkpoint_every = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint).every;
-  ps.loss_chunk_rows = cfg.loss_chunk_rows;
-  ps.kl_weight = cfg.kl_weight;
-  ps.optimizer = "adamw";
-  ps.master_fp32 = compute != at::kFloat && compute != at::kDouble;
-  ps.device = cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? "cuda" : "cpu";
-  ps.deterministic = cfg.deterministic;
-  ps.attention_backend = cfg.attention_backend;
-  const double budget = drafter::parse_bytes(cfg.budget);
-  const auto plan = drafter::plan_memory(ps);
-  if (plan.peak_bytes <= budget) return;
-  const auto choice = drafter::plan_for_budget(ps, budget);
-  std::string hint = choice.fits ? "; it fits with activation_checkpoint " +
-                                       drafter::CheckpointPolicy{choice.plan.settings.checkpoint_every}.name() +
-                                       " and loss_chunk_rows " + std::to_string(choice.plan.settings.loss_chunk_rows)
-                                 : "; nothing fits: " + choice.why;
-  throw std::invalid_argument("budget: the planned peak per worker is " + drafter::human_bytes(plan.peak_bytes) +
-                              " (at " + plan.peak_phase + "), over the budget of " + drafter::human_bytes(budget) + hint);
-}
-
 // Offline features only fit the drafter they were dumped for: the same target layers of a target as deep.
 void check_features_match(const SampleSource& samples, const drafter::DrafterConfig& d, const std::string& path) {
   const auto ids = samples.target_layer_ids();
@@ -125,6 +96,61 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
 }
 
 }  // namespace
+
+drafter::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
+                                        at::ScalarType compute, const std::string& device_kind) {
+  drafter::PlanSettings ps;
+  ps.cfg = d;
+  ps.batch = cfg.batch_size;
+  ps.seq_len = cfg.max_len;
+  ps.num_anchors = cfg.num_anchors;
+  ps.dtype_bytes = int64_t(c10::elementSize(compute));
+  ps.checkpoint_every = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint).every;
+  ps.loss_chunk_rows = cfg.loss_chunk_rows;
+  ps.kl_weight = cfg.kl_weight;
+  ps.optimizer = "adamw";
+  ps.master_fp32 = compute != at::kFloat && compute != at::kDouble;
+  ps.device = device_kind;
+  ps.deterministic = cfg.deterministic;
+  ps.attention_backend = cfg.attention_backend;
+  return ps;
+}
+
+void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
+  if (cfg.budget.empty()) return;
+  const drafter::PlanSettings ps = run_plan_settings(
+      cfg, d, compute, cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? "cuda" : "cpu");
+  const double budget = drafter::parse_bytes(cfg.budget);
+  const auto plan = drafter::plan_memory(ps);
+  if (plan.peak_bytes <= budget) return;
+  const auto choice = drafter::plan_for_budget(ps, budget);
+  std::string hint = choice.fits ? "; it fits with activation_checkpoint " +
+                                       drafter::CheckpointPolicy{choice.plan.settings.checkpoint_every}.name() +
+                                       " and loss_chunk_rows " + std::to_string(choice.plan.settings.loss_chunk_rows)
+                                 : "; nothing fits: " + choice.why;
+  throw std::invalid_argument("budget: the planned peak per worker is " + drafter::human_bytes(plan.peak_bytes) +
+                              " (at " + plan.peak_phase + "), over the budget of " + drafter::human_bytes(budget) + hint);
+}
+
+models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d) {
+  models::TargetConfig t;
+  t.vocab_size = d.vocab_size;
+  t.hidden_size = d.hidden_size;
+  t.num_hidden_layers = d.num_target_layers;
+  t.tie_word_embeddings = d.tie_word_embeddings;
+  return t;
+}
+
+drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg) {
+  models::TargetConfig target;
+  try {
+    target = models::read_target_config(cfg.target);
+  } catch (const std::exception&) {
+    if (cfg.drafter_config.empty()) throw;
+    target = target_shapes_of(drafter::load_drafter_config(cfg.drafter_config));
+  }
+  return resolve_drafter_config(cfg, target);
+}
 
 std::vector<const models::TargetModel*> target_replicas(const TargetSide& side) {
   std::vector<const models::TargetModel*> out;
@@ -193,11 +219,7 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);
   if (frozen_only) {
     const drafter::DrafterConfig file_cfg = drafter::load_drafter_config(cfg.drafter_config);
-    models::TargetConfig tcfg;  // what resolve_drafter_config checks: the drafter config's shapes first
-    tcfg.vocab_size = file_cfg.vocab_size;
-    tcfg.hidden_size = file_cfg.hidden_size;
-    tcfg.num_hidden_layers = file_cfg.num_target_layers;
-    tcfg.tie_word_embeddings = file_cfg.tie_word_embeddings;
+    models::TargetConfig tcfg = target_shapes_of(file_cfg);  // what resolve_drafter_config checks: its own shapes first
     check_budget(cfg, resolve_drafter_config(cfg, tcfg), compute);  // before the embedding is read
     t.frozen = frozen_from_folder(cfg.target, file_cfg.tie_word_embeddings);
     tcfg.vocab_size = t.frozen.embed.size(0);  // then checked against the weights themselves

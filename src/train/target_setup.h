@@ -8,6 +8,7 @@
 
 #include "drafter_config.h"
 #include "drafter_model.h"
+#include "memory_planner.h"
 #include "run_context.h"
 #include "sample_source.h"
 #include "target_model.h"
@@ -43,6 +44,21 @@ void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSid
 // The drafter config: cfg.drafter_config's file, else derived from the target's architecture (hidden/heads/MLP
 // of the target, cfg.drafter_layers layers, SPEC default target_layer_ids).
 drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& target);
+
+// Without reading any weights (what `dflash doctor --config` needs): the drafter config as above from the target's
+// config (config.json or the GGUF header); when that cannot be read and cfg.drafter_config is given, from the
+// drafter config's own shapes, as offline training of a target this project cannot run resolves it before
+// reading the embedding.
+drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg);
+// The target shapes a drafter config names (vocabulary, hidden size, layers, tied embeddings).
+models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d);
+
+// The memory planner's settings for one worker of this run on a `device_kind` ("cpu" or "cuda") device.
+drafter::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
+                                        at::ScalarType compute, const std::string& device_kind);
+// `budget` (when set): the planned peak of one worker's micro-batch must fit it, else an std::invalid_argument
+// naming both and the settings that would fit. Checked before any weight is read.
+void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);
 
 // Drafter layer i <- target layer first + i, tensor by tensor (init_from_target_layer).
 void copy_target_layers(const models::TargetModel& target, int64_t first, drafter::DrafterWeights& w);

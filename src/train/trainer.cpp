@@ -15,6 +15,7 @@
 #include "master_state.h"
 #include "run_context.h"
 #include "safetensors.h"
+#include "selfcheck_json.h"
 #include "step_producer.h"
 #include "step_runner.h"
 #include "target_setup.h"
@@ -51,17 +52,7 @@ void describe_run(const TrainConfig& cfg, const RunContext& run, const TargetSid
 // metrics.jsonl's record of one device's attention backend: what was asked, what runs, and the self-check's figures.
 nlohmann::json attention_event(const ops::AttentionChoice& c, int64_t step) {
   nlohmann::json checks = nlohmann::json::array();
-  for (const auto& r : c.checks) {
-    nlohmann::json tensors = nlohmann::json::array();
-    for (const auto& t : r.tensors)
-      tensors.push_back({{"name", t.name}, {"error", t.error}, {"tolerance", t.tolerance}, {"low_error", t.low_error},
-                         {"magnitude", t.magnitude}});
-    nlohmann::json j = {{"shape", r.spec.describe()}, {"passed", r.passed}, {"tensors", tensors},
-                        {"fused_ms", r.fused_ms}, {"reference_ms", r.reference_ms}};
-    if (!r.exception.empty()) j["exception"] = r.exception;
-    if (!r.reference_exception.empty()) j["reference_exception"] = r.reference_exception;
-    checks.push_back(j);
-  }
+  for (const auto& r : c.checks) checks.push_back(attention_check_json(r));
   return {{"step", step},
           {"event", "attention_backend"},
           {"device", c.device},
@@ -74,13 +65,8 @@ nlohmann::json attention_event(const ops::AttentionChoice& c, int64_t step) {
 
 // metrics.jsonl's record of the loss kernel's self-check.
 nlohmann::json loss_kernel_event(const ops::LossCheckResult& r, int64_t step) {
-  nlohmann::json tensors = nlohmann::json::array();
-  for (const auto& t : r.tensors)
-    tensors.push_back({{"name", t.name}, {"error", t.error}, {"tolerance", t.tolerance}, {"low_error", t.low_error},
-                       {"magnitude", t.magnitude}});
-  nlohmann::json j = {{"step", step}, {"event", "loss_kernel"}, {"device", "cpu"}, {"shape", r.spec.describe()},
-                      {"passed", r.passed}, {"kernel", r.passed ? "fused" : "generic"}, {"tensors", tensors}};
-  if (!r.exception.empty()) j["exception"] = r.exception;
+  nlohmann::json j = loss_check_json(r);
+  j.update({{"step", step}, {"event", "loss_kernel"}, {"device", "cpu"}, {"kernel", r.passed ? "fused" : "generic"}});
   return j;
 }
 

@@ -61,6 +61,18 @@ TEST(DeviceLayout, BadLayoutsNameTheKeyAndTheValue) {
     EXPECT_NE(err("cuda:0;cuda:1").find("asks for a CUDA device"), std::string::npos) << err("cuda:0;cuda:1");
 }
 
+// dflash doctor reports a missing device itself: the spelling-only parse takes any device, refuses the same mistakes.
+TEST(DeviceLayout, SpellingOnlyLeavesAvailabilityToTheCaller) {
+  const DeviceLayout l = parse_device_layout_spelling("cuda:7,cuda:8;cpu,cpu", "--devices");
+  EXPECT_EQ(l.str(), "cuda:7,cuda:8;cpu,cpu");
+  EXPECT_NE(error_of([] { parse_device_layout_spelling("cpu;gpu:1", "--devices"); })
+                .find("--devices: expected a device like cpu, cuda or cuda:1, got 'gpu:1'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_device_layout_spelling("cuda:1;cuda:1", "--devices"); })
+                .find("cuda:1 is in replica 0 and replica 1"),
+            std::string::npos);
+}
+
 // A replica gives the same bits as the model it was copied from, and replicas on the CPU share its weights.
 TEST(Replicate, SameOutputsSharedCpuWeights) {
   for (const bool hybrid : {false, true}) {

@@ -54,6 +54,18 @@ TEST(AttentionSelfCheck, ForwardOnlyComparesTheOutput) {
       << s.describe();
 }
 
+// A realistic shape to time (dflash doctor): more blocks than the six edge cases, spread over the context.
+TEST(AttentionSelfCheck, MoreBlocksAreSpreadOverTheContext) {
+  AttentionCheckSpec s = small_spec(at::kFloat);
+  s.num_blocks = 20;
+  s.packed = true;
+  const AttentionCheckResult r = check_fused_attention(s);
+  EXPECT_TRUE(r.passed) << r.summary();
+  EXPECT_NE(s.describe().find(", B 8, N 20, window 0, packed, forward+backward"), std::string::npos) << s.describe();
+  s.num_blocks = 5;  // fewer than the edge cases
+  EXPECT_THROW(check_fused_attention(s), std::exception);
+}
+
 TEST(AttentionSelfCheck, AFusedOpThatThrowsFailsWithItsFirstLine) {
   const AttentionCheckResult r = check_fused_attention(small_spec(at::kHalf));
   EXPECT_FALSE(r.passed);

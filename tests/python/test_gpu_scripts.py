@@ -53,8 +53,8 @@ def test_pipeline_dry_run(tmp_path, dflash_bin):
 
 
 def test_gpu_scripts_parse_and_build_for_the_gpu_they_find(tmp_path):
-    """gpu_check.sh has no dry run: its bash must parse, and gpu_arch (gpu_common.sh) turns nvidia-smi's compute
-    capability into DFLASH_CUDA_ARCHS (12.0 -> 120; 90 without nvidia-smi)."""
+    """gpu_check.sh has no dry run: its bash must parse, gpu_arch (gpu_common.sh) turns nvidia-smi's compute
+    capability into DFLASH_CUDA_ARCHS (12.0 -> 120; 90 without nvidia-smi), and its first check is `dflash doctor`."""
     for script in ("gpu_check.sh", "gpu_seed_step.sh", "gpu_pipeline.sh", "gpu_common.sh"):
         subprocess.run(["bash", "-n", f"scripts/{script}"], cwd=ROOT, check=True)
     fake = tmp_path / "bin"
@@ -66,3 +66,8 @@ def test_gpu_scripts_parse_and_build_for_the_gpu_they_find(tmp_path):
         r = subprocess.run(["bash", "-c", probe, "probe", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                            env=dict(os.environ, PATH=path), check=True)
         assert r.stdout.strip() == want, (path, r.stdout, r.stderr)
+    # gpu_check.sh runs `dflash doctor --json` before any other check, and its report stays among the outputs.
+    with open(os.path.join(ROOT, "scripts", "gpu_check.sh")) as f:
+        steps = [line for line in f if line.startswith("step ")]
+    checks = [line for line in steps if not line.startswith(('step "build', 'step "configure'))]
+    assert '"$BUILD/dflash" doctor --json "$OUTDIR/doctor.json"' in checks[0], checks[0]
