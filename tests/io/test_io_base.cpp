@@ -17,6 +17,7 @@
 
 #include "atomic_output.h"
 #include "checked_int.h"
+#include "error_of.h"
 #include "input_file.h"
 #include "strict_json.h"
 
@@ -30,15 +31,6 @@ fs::path fresh_dir(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

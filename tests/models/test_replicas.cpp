@@ -9,23 +9,11 @@
 #include <thread>
 
 #include "device_layout.h"
+#include "error_of.h"
 #include "target_cost.h"
 #include "tiny_target.h"
 
 using namespace dflash::models;
-
-namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
 
 TEST(DeviceLayout, ParsesReplicasAndStages) {
   const DeviceLayout one = parse_device_layout("cpu", "--devices");

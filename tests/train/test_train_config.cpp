@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 
 #include "distributed.h"
+#include "error_of.h"
 #include "train_config.h"
 
 using namespace dflash::train;
@@ -25,17 +26,6 @@ std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = "/tmp/dflash_cfg_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
-}
-
-// The message of the std::invalid_argument that `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TrainConfig from_file(const std::string& path) {
@@ -145,35 +135,35 @@ budget: 90GB
 TEST(YamlConfig, ErrorsNameFileLineKeyAndExpectation) {
   if (!have_yaml()) GTEST_SKIP() << "built without yaml-cpp";
   const std::string unknown = write_file("unknown.yaml", "lr: 1e-3\n\nnum_anchor: 5\n");
-  std::string e = error_of([&] { from_file(unknown); });
+  std::string e = error_of<std::invalid_argument>([&] { from_file(unknown); });
   EXPECT_NE(e.find(unknown + ":3: unknown key 'num_anchor' (valid keys: target, data,"), std::string::npos) << e;
   EXPECT_NE(e.find("num_anchors"), std::string::npos) << e;
 
   const std::string type = write_file("type.yaml", "steps: 10\nlr: fast\n");
-  e = error_of([&] { from_file(type); });
+  e = error_of<std::invalid_argument>([&] { from_file(type); });
   EXPECT_EQ(e, type + ":2: key 'lr' expects a number, got \"fast\"");
-  e = error_of([&] { from_file(write_file("int.yaml", "steps: 1.5\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("int.yaml", "steps: 1.5\n")); });
   EXPECT_NE(e.find(":1: key 'steps' expects an integer, got \"1.5\""), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("quoted.yaml", "steps: \"10\"\n")); });  // quoted: a string, as in JSON
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("quoted.yaml", "steps: \"10\"\n")); });  // quoted: a string, as in JSON
   EXPECT_NE(e.find("key 'steps' expects an integer"), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("bool.yaml", "resume: maybe\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("bool.yaml", "resume: maybe\n")); });
   EXPECT_NE(e.find(":1: key 'resume' expects true or false, got \"maybe\""), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("map.yaml", "drafter_devices:\n  a: 1\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("map.yaml", "drafter_devices:\n  a: 1\n")); });
   EXPECT_NE(e.find(":1: key 'drafter_devices' expects a string"), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("null.yaml", "lr:\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("null.yaml", "lr:\n")); });
   EXPECT_NE(e.find(":1: key 'lr' expects a number, got null"), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("twice.yaml", "lr: 1\nlr: 2\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("twice.yaml", "lr: 1\nlr: 2\n")); });
   EXPECT_NE(e.find(":2: key 'lr' is given twice"), std::string::npos) << e;
 
   const std::string bad = write_file("bad.yaml", "lr: 1e-3\nsteps: [1, 2\n");
-  e = error_of([&] { from_file(bad); });
+  e = error_of<std::invalid_argument>([&] { from_file(bad); });
   EXPECT_EQ(e.rfind(bad + ":", 0), 0u) << e;
   EXPECT_NE(e.find("invalid YAML"), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("list.yaml", "- lr\n- steps\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("list.yaml", "- lr\n- steps\n")); });
   EXPECT_NE(e.find(":1: expected a YAML mapping of settings"), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("bad.json", "{\"lr\": 1,}")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("bad.json", "{\"lr\": 1,}")); });
   EXPECT_NE(e.find("bad.json: not valid JSON"), std::string::npos) << e;
-  e = error_of([&] { from_file("/nonexistent/c.yaml"); });
+  e = error_of<std::invalid_argument>([&] { from_file("/nonexistent/c.yaml"); });
   EXPECT_EQ(e, "/nonexistent/c.yaml: cannot open for reading: No such file or directory (the config file)");
 }
 
@@ -193,46 +183,46 @@ TEST(DistBackend, ChoiceAndErrors) {
   c.data = "d";
   c.out = "o";
   c.dist_backend = "mpi";
-  const std::string e = error_of([&] { c.validate(); });
+  const std::string e = error_of<std::invalid_argument>([&] { c.validate(); });
   EXPECT_EQ(e, "train config: 'dist_backend' must be auto, gloo or nccl, got 'mpi'");
   EXPECT_EQ(resolve_backend("auto", at::kCPU), "gloo");
   EXPECT_EQ(resolve_backend("gloo", at::Device("cuda:0")), "gloo");
   EXPECT_EQ(resolve_backend("auto", at::Device("cuda:0")), have_nccl() ? "nccl" : "gloo");
-  EXPECT_NE(error_of([] { resolve_backend("nccl", at::kCPU); }).find("needs every drafter device to be CUDA"),
+  EXPECT_NE(error_of<std::invalid_argument>([] { resolve_backend("nccl", at::kCPU); }).find("needs every drafter device to be CUDA"),
             std::string::npos);
   if (have_nccl()) EXPECT_EQ(resolve_backend("nccl", at::Device("cuda:1")), "nccl");
 }
 
 // Hostile settings files (issue 19): what JSON and YAML used to accept silently is now an error naming the key.
 TEST(TrainConfigFiles, DuplicateKeysAndSecondDocumentsAreErrors) {
-  std::string e = error_of([&] { from_file(write_file("dup.json", R"({"lr": 1e-3, "steps": 5, "lr": 2e-3})")); });
+  std::string e = error_of<std::invalid_argument>([&] { from_file(write_file("dup.json", R"({"lr": 1e-3, "steps": 5, "lr": 2e-3})")); });
   EXPECT_NE(e.find("dup.json: key 'lr' appears twice in one object"), std::string::npos) << e;
   if (!have_yaml()) return;
-  e = error_of([&] { from_file(write_file("two_docs.yaml", "lr: 1e-3\n---\nsteps: 5\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("two_docs.yaml", "lr: 1e-3\n---\nsteps: 5\n")); });
   EXPECT_NE(e.find("two_docs.yaml:2: a second YAML document"), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("ended.yaml", "lr: 1e-3\n...\nsteps: 5\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("ended.yaml", "lr: 1e-3\n...\nsteps: 5\n")); });
   EXPECT_NE(e.find("ended.yaml:3: a second YAML document"), std::string::npos) << e;
   // A leading document marker is still one document; "---" inside a block scalar is no marker.
   EXPECT_DOUBLE_EQ(from_file(write_file("marker.yaml", "---\nlr: 1e-3\n")).lr, 1e-3);
   EXPECT_EQ(from_file(write_file("block.yaml", "budget: |\n  ---\n  90GB\n")).budget, "---\n90GB\n");
   // yaml-cpp reads ",x" as an empty document (and its LoadAll loops forever on it): an error here.
   // A value that is not UTF-8 is named (the message used to fail to print it: nlohmann's dump throws on it).
-  e = error_of([&] { from_file(write_file("latin1.yaml", "lr: caf\xe9\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("latin1.yaml", "lr: caf\xe9\n")); });
   EXPECT_NE(e.find("latin1.yaml:1: key 'lr' expects a number, got \"caf"), std::string::npos) << e;
-  e = error_of([&] { from_file(write_file("comma.yaml", ",x\n")); });
+  e = error_of<std::invalid_argument>([&] { from_file(write_file("comma.yaml", ",x\n")); });
   EXPECT_NE(e.find("comma.yaml: invalid YAML"), std::string::npos) << e;
 }
 
 TEST(TrainConfigFiles, IntegersAreShownAsWritten) {
   // 2^64-1 used to become -1 (and be reported as -1).
-  std::string e = error_of([&] { from_file(write_file("huge.json", R"({"steps": 18446744073709551615})")); });
+  std::string e = error_of<std::invalid_argument>([&] { from_file(write_file("huge.json", R"({"steps": 18446744073709551615})")); });
   EXPECT_NE(e.find("key 'steps' expects an integer within int64, got 18446744073709551615"), std::string::npos) << e;
   if (have_yaml()) {
-    e = error_of([&] { from_file(write_file("huge.yaml", "steps: 18446744073709551615\n")); });
+    e = error_of<std::invalid_argument>([&] { from_file(write_file("huge.yaml", "steps: 18446744073709551615\n")); });
     EXPECT_NE(e.find(":1: key 'steps' expects an integer, got \"18446744073709551615\""), std::string::npos) << e;
   }
   TrainConfig c;
-  e = error_of([&] { parse_train_args({"--steps", "18446744073709551615"}, c); });
+  e = error_of<std::invalid_argument>([&] { parse_train_args({"--steps", "18446744073709551615"}, c); });
   EXPECT_NE(e.find("--steps expects an integer, got '18446744073709551615'"), std::string::npos) << e;
 }
 
@@ -244,11 +234,11 @@ TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
     c.out = "o";
     return c;
   };
-  EXPECT_EQ(error_of([&] { valid().validate(); }), "");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { valid().validate(); }), "");
   auto err = [&](const std::function<void(TrainConfig&)>& set) {
     TrainConfig c = valid();
     set(c);
-    return error_of([&] { c.validate(); });
+    return error_of<std::invalid_argument>([&] { c.validate(); });
   };
   EXPECT_EQ(err([](TrainConfig& c) { c.threads = 1000000; }),
             "train config: 'threads' must be in [0, 1024] (0: cores / workers), got 1000000");
@@ -272,14 +262,14 @@ TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
   // A flag that says inf is refused by validate() the same way.
   TrainConfig c;
   ASSERT_TRUE(parse_train_args({"--target", "t", "--data", "d", "--out", "o", "--lr", "inf"}, c));
-  EXPECT_EQ(error_of([&] { c.validate(); }), "train config: 'lr' must be a finite number, got inf");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { c.validate(); }), "train config: 'lr' must be a finite number, got inf");
 }
 
 TEST(TrainConfigFiles, NonRegularConfigFilesAreRefusedAtOnce) {
   const std::string fifo = "/tmp/dflash_cfg_" + std::to_string(::getpid()) + "_fifo.yaml";
   ::unlink(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const std::string e = error_of([&] { from_file(fifo); });  // used to block forever
+  const std::string e = error_of<std::invalid_argument>([&] { from_file(fifo); });  // used to block forever
   EXPECT_NE(e.find(fifo + ": is a FIFO (named pipe), expected a regular file"), std::string::npos) << e;
   ::unlink(fifo.c_str());
 }
