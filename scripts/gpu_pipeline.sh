@@ -11,6 +11,8 @@
 # GPU_PIPELINE_EVAL (GSM8K prompts, default 200; HumanEval and MT-Bench get a tenth each), GPU_PIPELINE_MAX_NEW
 # (default 128). The regenerated answers: GPU_PIPELINE_ANSWERS (default data/regenerated/smollm2_gsm8k_train.jsonl.gz;
 # made with `bash scripts/gpu_pipeline.sh --regenerate`, hours on 2 CPU cores, resumable).
+# The committed file (2026-12-05) holds 3607 of the 7473 answers (the first ~48% of each of the two shards; an hour
+# of the 2-core machine); the run trains on what is there, and --regenerate on a machine with time completes it.
 #
 #   device call: carry [".cache/gpu_deps"], command "bash scripts/gpu_pipeline.sh", timeout_s 580
 #   dry run here (CPU, 8 prompts, a few steps: the same stages end to end): bash scripts/gpu_pipeline.sh --dry-run
