@@ -718,7 +718,8 @@ def speculators(folder, target=None):
     a supported format. block_size: the TOP LEVEL first, then dflash_config; target_layer_ids and mask_token_id
     from dflash_config; aux_hidden_state_layer_ids = ids + 1 with the verifier's last layer silently left out;
     embed/lm_head come from the verifier; unexpected keys and missing body weights raise; load_state_dict raises on
-    a shape mismatch. `speculators convert DRAFT --algorithm dflash --verifier TARGET` [I: CLI spelling]."""
+    a shape mismatch. Reached through convert_model(DRAFT, verifier=TARGET, algorithm="dflash") or the automatic
+    conversion when a DFlash folder is loaded for fine-tuning (the CLI offers eagle, eagle3 and mtp only)."""
     config, tensors = read_folder(folder)
     arch = (config.get("architectures") or [""])[0]
     r = EngineRead("speculators", None, "vllm-project/speculators convert/dflash/converter.py, convert/entrypoints.py"
