@@ -4,8 +4,15 @@ The test oracle for the C++ implementations of both families (issues 39 and 40):
 anchors, the DSpark Markov and confidence heads with their loss and metrics, the DFlash2 grouped dynamic conv,
 candidate selector, selector loss and metrics, and the lossless rejection rule with each family's draft
 distribution. Small, slow and explicit on purpose: loops over positions where the formula is a recurrence, no
-shared code with src/, and nothing copied from the trainers and engines it was checked against (the report of
-the branch that added this file names the pieces and the differences measured).
+shared code with src/, and nothing copied from the trainers and engines it was checked against.
+
+Checked once, outside the repository, on random fp64 inputs (max abs differences): DeepSpec @afdfa7c9 (Markov heads
+teacher-forced and greedy, 1e-15; a tiny Qwen3DSparkModel's labels and eval mask identical, its draft logits
+identical, confidence / loss terms / combined loss / train metrics within 1.3e-7, DeepSpec computing those in fp32);
+z-lab dflash/model.py @10129599 (conv prepare/finish per block and flat with the block rule, 3e-15; greedy selector
+path identical; sampled q along a path 3e-7, z-lab in fp32; rejection rule's emitted-token distribution exact);
+speculators PR #1006 @0a1b3e0a (compute_selector_loss with the 'count' denominator, 4e-16; recall@K, teacher-forced
+accuracy, oracle and self-conditioned accepted lengths exact); SpecForge's strict selector terms, 4e-16.
 
 Conventions. Tensors are float64 in the tests, but nothing here forces a dtype. A "block" has B slots; slot 0 holds
 the anchor token x[a]. Weight layouts are the checkpoint layouts (torch Linear: [out, in]):
@@ -340,11 +347,9 @@ def grouped_dynamic_conv(v, base, delta, group_size, block_size):
     """Conv(v; beta, delta)[t, c] = sum_{o<K} (beta[o, c] + delta[t, o, c // G]) * v[t-o, c], with v[t-o] = 0 when
     (t mod B) < o (FAMILIES.md 2.2): the kernel is indexed by the OUTPUT position t and taps never cross a block
     boundary. v [..., L, d] with L a multiple of B, base [K, d], delta [..., L, K, d/G]."""
-    L, d = v.shape[-2], v.shape[-1]
-    K = base.shape[0]
     out = torch.zeros_like(v)
-    for t in range(L):
-        for o in range(K):
+    for t in range(v.shape[-2]):
+        for o in range(base.shape[0]):
             if t % block_size < o:
                 continue  # the tap would read the previous block (or the context): zero
             coef = base[o] + delta[..., t, o, :].repeat_interleave(group_size, -1)
@@ -486,7 +491,7 @@ def selector_loss(unary, hidden, predecessors, targets, weights, params, mode="i
                   denominator="covered"):
     """L_sel = sum w m CE_K(S(p, C'), idx(y)) / den (FAMILIES.md 2.4) over rows [n] (or any leading shape):
     unary [..., V], hidden [..., d], predecessors / targets [...], weights [...] = the unary objective's
-    decay * mask. stop_gradient detaches U and h for this term only (SpecForge #793). The sources normalise
+    decay * mask. targets: the gold tokens (SpecForge, TorchSpec) or the verifier's argmax (speculators). stop_gradient detaches U and h for this term only (SpecForge #793). The sources normalise
     differently: 'covered' = sum w m (FAMILIES.md), 'weight' = sum w (SpecForge: the unary loss's shared
     denominator), 'count' = number of rows with w > 0 (speculators loss_function: the mask count)."""
     if stop_gradient:
