@@ -32,6 +32,10 @@
 
 namespace dflash::train {
 
+// The samples the producer collates come from the data layer's readers (sample_source.h).
+using data::Sample;
+using data::SampleSource;
+
 struct MicroBatch {
   int64_t index = 0;   // m within the step
   int worker = 0;      // local worker

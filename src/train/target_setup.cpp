@@ -68,7 +68,7 @@ drafter::FrozenTarget frozen_from_folder(const std::string& dir, bool tied) {
 }
 
 // Offline features only fit the drafter they were dumped for: the same target layers of a target as deep.
-void check_features_match(const SampleSource& samples, const drafter::DrafterConfig& d, const std::string& path) {
+void check_features_match(const data::SampleSource& samples, const drafter::DrafterConfig& d, const std::string& path) {
   const auto ids = samples.target_layer_ids();
   const std::string have = data::join_ids(ids), want = data::join_ids(d.target_layer_ids);
   if (!ids.empty() && ids != d.target_layer_ids)
@@ -97,9 +97,9 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
 
 }  // namespace
 
-drafter::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
+plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
                                         at::ScalarType compute, const std::string& device_kind) {
-  drafter::PlanSettings ps;
+  plan::PlanSettings ps;
   ps.cfg = d;
   ps.batch = cfg.batch_size;
   ps.seq_len = cfg.max_len;
@@ -118,18 +118,18 @@ drafter::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::D
 
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
   if (cfg.budget.empty()) return;
-  const drafter::PlanSettings ps = run_plan_settings(
+  const plan::PlanSettings ps = run_plan_settings(
       cfg, d, compute, cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? "cuda" : "cpu");
-  const double budget = drafter::parse_bytes(cfg.budget);
-  const auto plan = drafter::plan_memory(ps);
+  const double budget = plan::parse_bytes(cfg.budget);
+  const auto plan = plan::plan_memory(ps);
   if (plan.peak_bytes <= budget) return;
-  const auto choice = drafter::plan_for_budget(ps, budget);
+  const auto choice = plan::plan_for_budget(ps, budget);
   std::string hint = choice.fits ? "; it fits with activation_checkpoint " +
                                        drafter::CheckpointPolicy{choice.plan.settings.checkpoint_every}.name() +
                                        " and loss_chunk_rows " + std::to_string(choice.plan.settings.loss_chunk_rows)
                                  : "; nothing fits: " + choice.why;
-  throw std::invalid_argument("budget: the planned peak per worker is " + drafter::human_bytes(plan.peak_bytes) +
-                              " (at " + plan.peak_phase + "), over the budget of " + drafter::human_bytes(budget) + hint);
+  throw std::invalid_argument("budget: the planned peak per worker is " + plan::human_bytes(plan.peak_bytes) +
+                              " (at " + plan.peak_phase + "), over the budget of " + plan::human_bytes(budget) + hint);
 }
 
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d) {
@@ -213,7 +213,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
 TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   const at::ScalarType compute = run.compute;
   TargetSide t;
-  t.samples = open_samples(cfg.data, cfg.data_format);
+  t.samples = data::open_samples(cfg.data, cfg.data_format);
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
   // this project cannot run still work with their existing hidden-state dumps.
   const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);

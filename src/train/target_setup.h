@@ -17,7 +17,7 @@
 namespace dflash::train {
 
 struct TargetSide {
-  std::unique_ptr<SampleSource> samples;
+  std::unique_ptr<data::SampleSource> samples;
   std::unique_ptr<models::TargetModel> target;  // null when only the frozen matrices are read (offline data)
   // Online data with several replicas in target_devices: replicas 1.. (target is replica 0), copied from it.
   std::vector<std::unique_ptr<models::TargetModel>> more_replicas;
@@ -54,7 +54,7 @@ drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg)
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d);
 
 // The memory planner's settings for one worker of this run on a `device_kind` ("cpu" or "cuda") device.
-drafter::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
+plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
                                         at::ScalarType compute, const std::string& device_kind);
 // `budget` (when set): the planned peak of one worker's micro-batch must fit it, else an std::invalid_argument
 // naming both and the settings that would fit. Checked before any weight is read.

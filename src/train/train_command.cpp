@@ -1,4 +1,4 @@
-// `dflash train`, `dflash export`, `dflash plot` (docs/TRAINING.md).
+// `dflash train`, `dflash plot` (docs/TRAINING.md).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -7,7 +7,6 @@
 
 #include "args.h"
 #include "checkpoint.h"
-#include "export_run.h"
 #include "python_driver.h"
 #include "train_commands.h"
 #include "train_config.h"
@@ -57,17 +56,6 @@ int train_main(const std::vector<std::string>& argv) {
   }
   train::install_sigint_handler();
   return train::run_training(cfg, hooks_from_environment());
-}
-
-int export_main(const std::vector<std::string>& argv) {
-  Args a("export", "write a run's latest checkpoint as an HF drafter folder");
-  a.positional("RUN_DIR", "the training run folder (train's --out)");
-  a.option("out", "DIR", "", "output folder (config.json + model.safetensors)");
-  a.option("dtype", "DTYPE", "", "weights dtype: bf16 | fp32 | fp16 | fp64 (default: the drafter config's torch_dtype)");
-  if (!a.parse(argv)) return 0;
-  a.require("out");
-  export_run(a.str("RUN_DIR"), a.str("out"), a.str("dtype"));
-  return 0;
 }
 
 int plot_main(const std::vector<std::string>& argv) {
