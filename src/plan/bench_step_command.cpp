@@ -35,6 +35,7 @@
 #include "plan_commands.h"
 #include "drafter_model.h"
 #include "dtype_names.h"
+#include "drafter_presets.h"
 #include "memory_planner.h"
 #include "python_driver.h"
 
@@ -101,34 +102,6 @@ struct MemoryProbe {
   }
 #endif
 };
-
-DrafterConfig bench_config(const std::string& name) {
-  if (name == "qwen3-8b" || name == "qwen3.6-27b") return plan_preset(name).cfg;  // GPU scale
-  DrafterConfig c;
-  c.block_size = 16;
-  c.num_target_layers = 12;
-  c.rms_norm_eps = 1e-6;
-  c.rope.theta = 1e6;
-  if (name == "cpu-small") {
-    c.hidden_size = 256, c.intermediate_size = 768, c.num_attention_heads = 4, c.num_key_value_heads = 2;
-    c.head_dim = 64, c.num_hidden_layers = 2, c.vocab_size = 8192;
-    c.layer_types = {"full_attention", "full_attention"};
-  } else if (name == "cpu-sliding") {
-    c.hidden_size = 384, c.intermediate_size = 1024, c.num_attention_heads = 6, c.num_key_value_heads = 2;
-    c.head_dim = 64, c.num_hidden_layers = 3, c.vocab_size = 12288, c.sliding_window = 256;
-    c.layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
-  } else if (name == "cpu-vocab") {
-    c.hidden_size = 192, c.intermediate_size = 512, c.num_attention_heads = 4, c.num_key_value_heads = 1;
-    c.head_dim = 48, c.num_hidden_layers = 2, c.vocab_size = 32768, c.tie_word_embeddings = true;
-    c.layer_types = {"full_attention", "full_attention"};
-  } else {
-    throw std::invalid_argument("bench step: unknown --model '" + name +
-                                "' (cpu-small, cpu-sliding, cpu-vocab, or qwen3-8b / qwen3.6-27b on a GPU)");
-  }
-  c.mask_token_id = c.vocab_size - 1;
-  c.target_layer_ids = default_target_layer_ids(c.num_target_layers, c.num_hidden_layers);
-  return c;
-}
 
 struct StepResult {
   std::vector<double> seconds;    // per iteration: the slowest worker's time
@@ -274,7 +247,9 @@ double max_run_diff(const StepResult& a, const StepResult& b) {
 
 int bench_step_main(const std::vector<std::string>& argv) {
   Args a("bench step", "drafter forward+backward+zero_grad per checkpoint policy: time, measured vs planned memory");
-  a.option("model", "NAME", "cpu-small", "cpu-small | cpu-sliding | cpu-vocab");
+  std::string models;
+  for (const auto& n : drafter_preset_names()) models += (models.empty() ? "" : " | ") + n;
+  a.option("model", "NAME", "cpu-small", models + " (drafter_presets.h; the targets' drafters need a GPU's memory)");
   a.option("drafter-config", "FILE", "",
            "a drafter config.json instead of --model (e.g. a run's drafter_config.json: the drafter you train)");
   a.option("seq-len", "S", "1024", "context tokens");
@@ -317,7 +292,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
   setenv("MKL_DISABLE_FAST_MM", "1", 0);
 
   const std::string cfg_file = a.str("drafter-config");
-  const DrafterConfig c = cfg_file.empty() ? bench_config(a.str("model")) : load_drafter_config(cfg_file);
+  const DrafterConfig c = cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model").drafter
+                                                 : load_drafter_config(cfg_file);
   const std::string model_name = cfg_file.empty() ? a.str("model") : cfg_file;
   const auto dtype = ops::parse_dtype(a.str("dtype"), "bench step: --dtype");
   const int64_t seq = a.i64("seq-len"), anchors = a.i64("anchors"), chunk = a.i64("loss-chunk");

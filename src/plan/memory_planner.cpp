@@ -296,53 +296,6 @@ BudgetChoice plan_for_budget(PlanSettings s, double budget) {
   return best;
 }
 
-PlanSettings plan_preset(const std::string& name) {
-  PlanSettings s;
-  DrafterConfig& c = s.cfg;
-  if (name == "qwen3.6-27b") {
-    c.hidden_size = 5120;
-    c.intermediate_size = 17408;
-    c.num_attention_heads = 24;
-    c.num_key_value_heads = 4;
-    c.head_dim = 256;
-    c.vocab_size = 248320;
-    c.num_target_layers = 64;
-    c.rope.theta = 1e7;
-    c.mask_token_id = 248077;
-    c.tie_word_embeddings = false;
-  } else if (name == "qwen3-8b") {
-    c.hidden_size = 4096;
-    c.intermediate_size = 12288;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;
-    c.vocab_size = 151936;
-    c.num_target_layers = 36;
-    c.rope.theta = 1e6;
-    c.mask_token_id = 151669;
-    c.tie_word_embeddings = false;
-  } else {
-    throw std::invalid_argument("plan: unknown preset '" + name + "' (expected qwen3-8b or qwen3.6-27b)");
-  }
-  c.num_hidden_layers = 5;
-  c.block_size = 16;
-  c.layer_types.assign(5, "full_attention");
-  if (name == "qwen3.6-27b") {
-    c.sliding_window = 2048;  // newer configs: 4 of 5 layers slide
-    for (int i = 0; i < 4; ++i) c.layer_types[size_t(i)] = "sliding_attention";
-  }
-  c.target_layer_ids = default_target_layer_ids(c.num_target_layers, c.num_hidden_layers);
-  s.seq_len = 8000;
-  s.num_anchors = 1024;
-  s.dtype_bytes = 2;
-  s.optimizer = "adamw";
-  s.master_fp32 = true;
-  s.kl_weight = 0.15;
-  s.loss_chunk_rows = 1024;
-  s.device = "cuda";
-  return s;
-}
-
 std::string human_bytes(double b) {
   char buf[64];
   if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);

@@ -57,10 +57,6 @@ struct BudgetChoice {
 };
 BudgetChoice plan_for_budget(PlanSettings s, double budget_bytes);
 
-// Presets of SPEC.md's scale: "qwen3-8b" and "qwen3.6-27b" (seq 8000, 1024 anchors, B=16, bf16,
-// fp32 master + AdamW, soft labels 0.15).
-PlanSettings plan_preset(const std::string& name);
-
 nlohmann::json plan_to_json(const MemoryPlan& p);
 std::string format_plan(const MemoryPlan& p);
 double parse_bytes(const std::string& s);  // "90GB", "90GiB", "512MB", "1.5e9"

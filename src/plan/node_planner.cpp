@@ -14,68 +14,6 @@ namespace dflash::plan {
 
 using namespace dflash::drafter;  // the drafter this layer plans and measures
 
-const std::vector<GpuKind>& gpu_presets() {
-  // Dense bf16 tensor rates as the vendor's data sheets give them (sparse figures halved where only those are
-  // quoted): H100 SXM and H200 989 TFLOP/s, B200 2.25 PFLOP/s, RTX PRO 6000 Blackwell 503.8 TFLOP/s (FP32
-  // accumulate; 1.0 PFLOP/s with sparsity). docs/TRAINING.md cites them.
-  static const std::vector<GpuKind> presets = {
-      {"h100", 80e9, 989e12},
-      {"h200", 141e9, 989e12},
-      {"b200", 180e9, 2250e12},
-      {"rtx-pro-6000", 96e9, 503.8e12},
-  };
-  return presets;
-}
-
-GpuKind gpu_preset(const std::string& name) {
-  std::string names;
-  for (const auto& g : gpu_presets()) {
-    if (g.name == name) return g;
-    if (!names.empty()) names += ", ";
-    names += g.name;
-  }
-  throw std::invalid_argument("plan: --gpu expects one of " + names + " (or --gpu-memory and --gpu-tflops), got '" +
-                              name + "'");
-}
-
-models::TargetConfig target_preset(const std::string& name) {
-  models::TargetConfig c;
-  if (name == "qwen3-8b") {
-    c.model_type = "qwen3";
-    c.vocab_size = 151936;
-    c.hidden_size = 4096;
-    c.intermediate_size = 12288;
-    c.num_hidden_layers = 36;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;
-    c.qk_norm = true;
-    c.rope.theta = 1e6;
-  } else if (name == "qwen3.6-27b") {
-    c.model_type = "qwen3_5";
-    c.hybrid = true;
-    c.qk_norm = true;
-    c.vocab_size = 248320;
-    c.hidden_size = 5120;
-    c.intermediate_size = 17408;
-    c.num_hidden_layers = 64;
-    c.num_attention_heads = 24;
-    c.num_key_value_heads = 4;
-    c.head_dim = 256;
-    c.partial_rotary_factor = 0.25;
-    c.rope.theta = 1e7;
-    for (int i = 0; i < 64; ++i) c.layer_types.push_back(i % 4 == 3 ? "full_attention" : "linear_attention");
-    c.linear.conv_kernel = 4;
-    c.linear.key_head_dim = 128;
-    c.linear.value_head_dim = 128;
-    c.linear.num_key_heads = 16;
-    c.linear.num_value_heads = 48;
-  } else {
-    throw std::invalid_argument("plan: unknown preset '" + name + "' (expected qwen3-8b or qwen3.6-27b)");
-  }
-  return c;
-}
-
 DrafterFlops drafter_step_flops(const PlanSettings& s) {
   const DrafterConfig& c = s.cfg;
   const double T = double(s.batch * s.num_anchors * c.block_size);  // block (query) tokens

@@ -19,24 +19,12 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpu_specs.h"
 #include "memory_planner.h"
 #include "target_config.h"
 #include "target_cost.h"
 
 namespace dflash::plan {
-
-struct GpuKind {
-  std::string name;
-  double memory_bytes = 0;  // as sold (80 GB = 80e9 bytes)
-  double bf16_flops = 0;    // dense bf16 tensor-core peak, FLOP/s (no sparsity)
-};
-// h100 (80 GB, 989 TFLOP/s), h200 (141 GB, 989), b200 (180 GB, 2250), rtx-pro-6000 (96 GB, 503.8).
-const std::vector<GpuKind>& gpu_presets();
-GpuKind gpu_preset(const std::string& name);  // throws naming the valid names
-
-// The target architectures of plan's presets: qwen3-8b (dense Qwen3) and qwen3.6-27b (the Gated DeltaNet
-// hybrid of configs/qwen3.6-27b-target.json).
-models::TargetConfig target_preset(const std::string& name);
 
 // FLOPs of one drafter training step (forward + backward) of plan settings `s` (its batch of sequences):
 //   linear     the decoder layers' projections (q, o and MLP on the block tokens, k and v on context + blocks):
@@ -57,7 +45,7 @@ DrafterFlops drafter_step_flops(const PlanSettings& s);
 struct NodeSettings {
   models::TargetConfig target;
   PlanSettings drafter;            // the drafter, sequence length, anchors, batch (1: per sample) and dtype
-  GpuKind gpu;
+  GpuSpec gpu;
   int64_t gpus = 8;
   int64_t target_dtype_bytes = 2;  // bf16
   double target_efficiency = 0.5;  // achieved / peak FLOP rate of the target forward

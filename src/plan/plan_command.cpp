@@ -16,6 +16,8 @@
 #include "attention_backend_name.h"
 #include "memory_planner.h"
 #include "node_planner.h"
+#include "drafter_presets.h"
+#include "target_presets.h"
 #include "target_loader.h"
 
 namespace dflash::plan {
@@ -45,16 +47,28 @@ models::TargetConfig read_target(const std::string& path) {
   return models::parse_target_config(text, "'" + path + "'");
 }
 
+// "qwen3-8b|qwen3.6-27b": the target presets, as the flag's help and errors name them.
+std::string target_preset_list() {
+  std::string names;
+  for (const auto& n : models::target_preset_names()) names += (names.empty() ? "" : "|") + n;
+  return names;
+}
+
 }  // namespace
 
 // --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
 int plan_node_main(const Args& a) {
   NodeSettings ns;
   if (!a.str("preset").empty() == !a.str("target-config").empty())
-    throw std::invalid_argument("plan --node: give the target as --preset qwen3-8b|qwen3.6-27b or --target-config FILE");
+    throw std::invalid_argument("plan --node: give the target as --preset " + target_preset_list() +
+                                " or --target-config FILE");
   if (!a.str("preset").empty()) {
-    ns.target = target_preset(a.str("preset"));
-    ns.drafter = plan_preset(a.str("preset"));
+    const DrafterPreset preset = drafter_preset(a.str("preset"), "plan --node");
+    if (preset.target.empty())
+      throw std::invalid_argument("plan --node: preset '" + preset.name + "' drafts for no real target; give the "
+                                  "target as --preset " + target_preset_list() + " or --target-config FILE");
+    ns.target = models::target_preset(preset.target);
+    ns.drafter = plan_preset(preset.name, "plan --node");
   } else {
     ns.target = read_target(a.str("target-config"));
     ns.drafter.cfg = a.str("config").empty()
@@ -77,7 +91,7 @@ int plan_node_main(const Args& a) {
   if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
   if (a.given("dtype")) ns.drafter.dtype_bytes = dtype_bytes_of(a.str("dtype"));
   ns.drafter.device = "cuda";
-  ns.gpu = gpu_preset(a.str("gpu"));
+  ns.gpu = gpu_spec(a.str("gpu"));
   if (a.given("gpu-memory")) ns.gpu.memory_bytes = parse_bytes(a.str("gpu-memory"));
   if (a.given("gpu-tflops")) ns.gpu.bf16_flops = a.f64("gpu-tflops") * 1e12;
   if (a.given("gpu-memory") || a.given("gpu-tflops")) ns.gpu.name += " (given)";
@@ -97,7 +111,10 @@ int plan_main(const std::vector<std::string>& argv) {
   Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget); with --node, "
                  "split a node's GPUs between the target and the drafter workers");
   a.option("config", "FILE", "", "drafter config.json (or use --preset)");
-  a.option("preset", "NAME", "", "qwen3-8b | qwen3.6-27b (SPEC.md scale: seq 8000, 1024 anchors, bf16, AdamW)");
+  std::string presets;
+  for (const auto& n : drafter_preset_names()) presets += (presets.empty() ? "" : " | ") + n;
+  a.option("preset", "NAME", "", presets + " (drafter_presets.h: a target's drafter as `dflash train` builds it, or a "
+                                 "named shape; seq 8000, 1024 anchors, bf16, AdamW)");
   a.option("target-config", "FILE", "", "a target's config.json: plan the drafter `dflash train` would build for it");
   a.option("drafter-layers", "N", "5", "drafter layers (with --target-config)");
   a.option("mask-token-id", "ID", "-1", "mask token (with --target-config; only checked, memory does not depend on it)");
@@ -121,7 +138,9 @@ int plan_main(const std::vector<std::string>& argv) {
   a.flag("node", "throughput of a node: the split of --gpus GPUs into target replicas x pipeline stages and drafter "
                  "workers with the most samples/s that fits (target from --preset or --target-config)");
   a.option("gpus", "N", "8", "with --node: GPUs of the node");
-  a.option("gpu", "KIND", "rtx-pro-6000", "with --node: h100 | h200 | b200 | rtx-pro-6000 (memory, dense bf16 rate)");
+  std::string gpus;
+  for (const auto& g : gpu_specs()) gpus += (gpus.empty() ? "" : " | ") + g.name;
+  a.option("gpu", "KIND", "rtx-pro-6000", "with --node: " + gpus + " (memory, dense bf16 rate)");
   a.option("gpu-memory", "SIZE", "", "with --node: memory of a GPU instead of --gpu's, e.g. 96GB");
   a.option("gpu-tflops", "X", "", "with --node: dense bf16 TFLOP/s of a GPU instead of --gpu's");
   a.option("target-efficiency", "X", "0.5", "with --node: achieved share of peak FLOP/s of the target forward");
@@ -135,7 +154,7 @@ int plan_main(const std::vector<std::string>& argv) {
   if (int(!a.str("preset").empty()) + int(!a.str("config").empty()) + int(!a.str("target-config").empty()) > 1)
     throw std::invalid_argument("plan: give only one of --config, --preset and --target-config");
   if (!a.str("preset").empty()) {
-    s = plan_preset(a.str("preset"));
+    s = plan_preset(a.str("preset"), "plan");
   } else if (!a.str("config").empty()) {
     s.cfg = load_drafter_config(a.str("config"));
   } else if (!a.str("target-config").empty()) {
@@ -144,7 +163,7 @@ int plan_main(const std::vector<std::string>& argv) {
     if (s.cfg.mask_token_id < 0) s.cfg.mask_token_id = t.vocab_size - 1;  // no default mask: any id plans the same
     s.cfg.validate("drafter config for target " + a.str("target-config"));
   } else {
-    throw std::invalid_argument("plan: give --config FILE, --target-config FILE or --preset qwen3-8b|qwen3.6-27b");
+    throw std::invalid_argument("plan: give --config FILE, --target-config FILE or --preset " + target_preset_list());
   }
   const bool preset = !a.str("preset").empty();
   auto pick = [&](const char* name) { return !preset || a.given(name); };

@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include "drafter_config.h"
+#include "drafter_presets.h"
 #include "node_planner.h"
+#include "target_presets.h"
 #include "target_config.h"
 #include "tiny_drafter_config.h"
 
@@ -30,7 +32,7 @@ PlanSettings tiny_plan() {
 // The 8B preset with a 1-layer drafter at a short sequence (a worker of a few GB), on GPUs of `memory` bytes.
 NodeSettings small_node(double memory, int64_t gpus, double target_eff, double drafter_eff) {
   NodeSettings n;
-  n.target = target_preset("qwen3-8b");
+  n.target = dflash::models::target_preset("qwen3-8b");
   n.drafter = plan_preset("qwen3-8b");
   n.drafter.cfg.num_hidden_layers = 1;
   n.drafter.cfg.layer_types = {"full_attention"};
@@ -104,9 +106,9 @@ TEST(NodePlanner, ChoosesTheSplitThatIsClear) {
 
 TEST(NodePlanner, SeedNodePrefersReplicasOverOneFiveStageTarget) {
   NodeSettings n;
-  n.target = target_preset("qwen3.6-27b");
+  n.target = dflash::models::target_preset("qwen3.6-27b");
   n.drafter = plan_preset("qwen3.6-27b");
-  n.gpu = gpu_preset("rtx-pro-6000");
+  n.gpu = gpu_spec("rtx-pro-6000");
   const NodePlan p = plan_node(n);
   ASSERT_FALSE(p.splits.empty()) << p.why;
   const NodeSplit& b = p.splits.front();
@@ -119,11 +121,11 @@ TEST(NodePlanner, SeedNodePrefersReplicasOverOneFiveStageTarget) {
 }
 
 TEST(NodePlanner, PresetTargetEqualsTheConfigFile) {
-  std::ifstream f(std::string(DFLASH_SOURCE_DIR) + "/configs/qwen3.6-27b-target.json");
+  std::ifstream f(std::string(DFLASH_SOURCE_DIR) + "/configs/targets/qwen3.6-27b.json");
   std::stringstream text;
   text << f.rdbuf();
-  const auto file = dflash::models::parse_target_config(text.str(), "qwen3.6-27b-target.json");
-  const auto preset = target_preset("qwen3.6-27b");
+  const auto file = dflash::models::parse_target_config(text.str(), "qwen3.6-27b.json");
+  const auto preset = dflash::models::target_preset("qwen3.6-27b");
   EXPECT_EQ(dflash::models::target_params(preset), dflash::models::target_params(file));
   EXPECT_EQ(preset.layer_types, file.layer_types);
   EXPECT_DOUBLE_EQ(dflash::models::target_forward_flops(preset, 8000, false).total(),
@@ -144,7 +146,7 @@ TEST(NodePlanner, BadSettingsAreClear) {
   EXPECT_NE(error_of(small_node(1e15, 4, 0.5, 1.5)).find("--drafter-efficiency must be in (0, 1]"), std::string::npos);
   EXPECT_NE(error_of(small_node(0, 4, 0.5, 0.5)).find("memory and bf16 rate must be positive"), std::string::npos);
   try {
-    gpu_preset("a100");
+    gpu_spec("a100");
     ADD_FAILURE();
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("h100, h200, b200, rtx-pro-6000"), std::string::npos) << e.what();
