@@ -15,6 +15,7 @@
 #include "attention_selfcheck.h"
 #include "compute_settings.h"
 #include "dflash_proposer.h"
+#include "drafter_attention.h"
 #include "eval_commands.h"
 #include "eval_report.h"
 #include "progress.h"
@@ -29,24 +30,6 @@ namespace dflash::eval {
 
 using util::Args;
 namespace {
-
-// The drafter's attention backend before decoding: auto / fused run the forward self-check on the drafter's device
-// at its heads, head_dim, block size, windows and dtype, with a context of a 512-token prompt plus --max-new.
-ops::AttentionChoice choose_drafter_attention(ops::AttentionBackend requested, const LoadedDrafter& d,
-                                              const at::Device& device, int64_t max_new) {
-  ops::AttentionCheckSpec base;
-  base.device = device;
-  base.dtype = d.weights.fc.scalar_type();
-  base.context_len = 512 + std::max<int64_t>(0, max_new);
-  base.q_heads = d.config.num_attention_heads;
-  base.kv_heads = d.config.num_key_value_heads;
-  base.head_dim = d.config.head_dim;
-  base.block_size = d.config.block_size;
-  base.backward = false;
-  std::vector<int64_t> windows;
-  for (int64_t i = 0; i < d.config.num_hidden_layers; ++i) windows.push_back(d.config.window_for_layer(i));
-  return ops::choose_attention_backend(requested, ops::specs_for_windows(base, windows));
-}
 
 struct DatasetArg {
   std::string name, path;
@@ -118,7 +101,10 @@ int eval_main(const std::vector<std::string>& args) {
                                 ? target.input_device()
                                 : ops::parse_device(a.str("drafter-device"), "eval: --drafter-device");
     drafter = std::make_unique<eval::LoadedDrafter>(eval::load_drafter(a.str("drafter"), ddev));
-    attention = choose_drafter_attention(attention_request, *drafter, ddev, a.i64("max-new"));
+    // The forward self-check at the drafter's shapes, with a context of a 512-token prompt plus --max-new.
+    attention = drafter::choose_drafter_attention(
+        attention_request, drafter->config, ddev, drafter->weights.fc.scalar_type(),
+        {.context_len = 512 + std::max<int64_t>(0, a.i64("max-new")), .packed = false, .backward = false});
     std::fprintf(stderr, "%s\n", attention->line.c_str());
     proposer = std::make_unique<eval::DFlashProposer>(*drafter, target, a.i64("max-draft"), attention->backend);
   } else if (kind == "oracle") {

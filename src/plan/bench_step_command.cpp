@@ -31,6 +31,7 @@
 
 #include "args.h"
 #include "attention_selfcheck.h"
+#include "drafter_attention.h"
 #include "compute_settings.h"
 #include "plan_commands.h"
 #include "drafter_model.h"
@@ -300,17 +301,9 @@ int bench_step_main(const std::vector<std::string>& argv) {
   const int64_t iters = a.i64("iters");
   const double kl = a.f64("kl-weight");
   // The attention backend, chosen as training chooses it (the check at these shapes, forward and backward).
-  ops::AttentionCheckSpec spec;
-  spec.device = probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
-  spec.dtype = dtype;
-  spec.context_len = seq;
-  spec.q_heads = c.num_attention_heads, spec.kv_heads = c.num_key_value_heads, spec.head_dim = c.head_dim;
-  spec.block_size = c.block_size;
-  std::vector<int64_t> windows;
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) windows.push_back(c.window_for_layer(i));
-  const ops::AttentionChoice att = ops::choose_attention_backend(
-      ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend"),
-      ops::specs_for_windows(spec, windows));
+  const ops::AttentionChoice att = choose_drafter_attention(
+      ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend"), c,
+      probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU), dtype, {.context_len = seq, .backward = true});
   const ops::AttentionBackend attention = att.backend;
   std::printf("%s\n", att.line.c_str());
   // Warm-up on a tiny shape: thread pools and lazily initialised kernels allocate once, outside the measurement.

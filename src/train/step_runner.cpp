@@ -70,21 +70,18 @@ StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const Targ
 
 StepRunner::~StepRunner() = default;
 
+drafter::DrafterAttentionUse run_attention_use(const TrainConfig& cfg) {
+  drafter::DrafterAttentionUse use;
+  use.context_len = cfg.max_len;
+  use.packed = cfg.pack;
+  use.backward = true;
+  use.seed = uint64_t(cfg.seed);
+  return use;
+}
+
 std::vector<ops::AttentionCheckSpec> run_attention_specs(const TrainConfig& cfg, const drafter::DrafterConfig& d,
                                                          at::ScalarType compute, at::Device device) {
-  ops::AttentionCheckSpec base;
-  base.device = device;
-  base.dtype = compute;
-  base.context_len = cfg.max_len;
-  base.q_heads = d.num_attention_heads;
-  base.kv_heads = d.num_key_value_heads;
-  base.head_dim = d.head_dim;
-  base.block_size = d.block_size;
-  base.packed = cfg.pack;
-  base.seed = uint64_t(cfg.seed);
-  std::vector<int64_t> windows;
-  for (int64_t i = 0; i < d.num_hidden_layers; ++i) windows.push_back(d.window_for_layer(i));
-  return ops::specs_for_windows(base, windows);
+  return drafter::drafter_attention_specs(d, device, compute, run_attention_use(cfg));
 }
 
 std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
@@ -96,8 +93,11 @@ std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
     const at::Device d = replicas_[i].device;
     if (std::find(devices.begin(), devices.end(), d) != devices.end()) continue;
     devices.push_back(d);
-    const auto specs = run_attention_specs(cfg_, dcfg_, run_.compute, d);
-    futs.push_back(workers_[i]->submit([requested, specs] { return ops::choose_attention_backend(requested, specs); }));
+    const drafter::DrafterConfig& dcfg = dcfg_;
+    const at::ScalarType compute = run_.compute;
+    const drafter::DrafterAttentionUse use = run_attention_use(cfg_);
+    futs.push_back(workers_[i]->submit(
+        [requested, &dcfg, d, compute, use] { return drafter::choose_drafter_attention(requested, dcfg, d, compute, use); }));
   }
   std::vector<ops::AttentionChoice> choices;
   std::exception_ptr err;
