@@ -141,11 +141,10 @@ std::unique_ptr<SampleSource> open_specforge(const std::string& path) { return s
 
 HiddenMeta dflash_hidden_meta(const std::string& path) { return DflashHidden(path).meta(); }
 
-std::unique_ptr<SampleSource> open_samples(const std::string& path, const std::string& format) {
-  if (format == "tokens") return open_token_samples(path);
-  if (format == "dflash") return open_dflash_hidden(path);
-  if (format == "specforge") return open_specforge(path);
-  if (format != "auto") throw std::invalid_argument("data_format: expected auto, tokens, dflash or specforge, got '" + format + "'");
+std::unique_ptr<SampleSource> open_samples(const std::string& path, SampleFormat format) {
+  if (format == SampleFormat::Tokens) return open_token_samples(path);
+  if (format == SampleFormat::Dflash) return open_dflash_hidden(path);
+  if (format == SampleFormat::Specforge) return open_specforge(path);
   auto ends = [&](const std::string& e) { return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0; };
   if (ends(".jsonl") || ends(".jsonl.gz")) return open_token_samples(path);
   if (ends(".pt") || ends(".ckpt") || ends(".gz")) return open_specforge(path);

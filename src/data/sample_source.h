@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "sample_format.h"
+
 namespace dflash::data {
 
 struct Sample {
@@ -30,10 +32,9 @@ class SampleSource {
   virtual int64_t skipped() const { return 0; }  // invalid samples left out so far (warned on stderr)
 };
 
-// `format`: auto | tokens | dflash | specforge (docs/TRAINING.md "Data formats").
-// auto: *.jsonl -> tokens; a safetensors file/folder whose metadata says dflash-hidden-v1 -> dflash, other
+// `format` (sample_format.h; docs/TRAINING.md "Data formats"). Auto: *.jsonl -> tokens; a safetensors file/folder whose metadata says dflash-hidden-v1 -> dflash, other
 // safetensors -> tokens; *.pt / *.ckpt / *.gz files (or a folder of them) -> specforge.
-std::unique_ptr<SampleSource> open_samples(const std::string& path, const std::string& format);
+std::unique_ptr<SampleSource> open_samples(const std::string& path, SampleFormat format);
 
 // Token samples (online mode): JSONL lines {"input_ids": [...], "loss_mask": [...]} (other keys ignored)
 // or safetensors with {i}.input_ids / {i}.loss_mask.

@@ -28,14 +28,14 @@ CheckRow memory_row(const TrainConfig& cfg, const drafter::DrafterConfig& d, at:
                     at::Device device, int64_t workers) {
   return run_check("config_memory", device.str(), "memory plan", [&](CheckRow& row) {
     const plan::MemoryPlan plan =
-        plan::plan_memory(run_plan_settings(cfg, d, compute, device.is_cuda() ? "cuda" : "cpu"));
+        plan::plan_memory(run_plan_settings(cfg, d, compute, device.is_cuda() ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu));
     const double need = plan.peak_bytes * double(workers);
     const double free = double(ops::device_free_memory_bytes(device));
     const bool fits = need <= free;
     row.status = fits ? CheckStatus::Pass : CheckStatus::Fail;
-    row.detail = "planned peak " + plan::human_bytes(plan.peak_bytes) + " per worker (at " + plan.peak_phase + ")" +
-                 (workers > 1 ? " x " + std::to_string(workers) + " workers = " + plan::human_bytes(need) : "") +
-                 (fits ? " fits in " : " exceeds ") + plan::human_bytes(free) + (device.is_cpu() ? " available" : " free") +
+    row.detail = "planned peak " + util::human_bytes(plan.peak_bytes) + " per worker (at " + plan.peak_phase + ")" +
+                 (workers > 1 ? " x " + std::to_string(workers) + " workers = " + util::human_bytes(need) : "") +
+                 (fits ? " fits in " : " exceeds ") + util::human_bytes(free) + (device.is_cpu() ? " available" : " free") +
                  (fits ? "" : "; `dflash plan --budget` finds settings that fit (activation_checkpoint, loss_chunk_rows)");
     row.data = {{"peak_bytes", plan.peak_bytes}, {"peak_phase", plan.peak_phase}, {"workers", workers},
                 {"need_bytes", need},           {"free_bytes", free}};
@@ -55,7 +55,7 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     if (cfg.data.empty()) cfg.data = "-";
     if (cfg.out.empty()) cfg.out = "-";
     cfg.validate();
-    compute = ops::parse_dtype(cfg.dtype, "train config: 'dtype'");
+    compute = ops::scalar_type(cfg.dtype);
     for (const std::string& name : cfg.drafter_device_list()) {
       const at::Device dev = ops::parse_device_name(name, "train config: 'drafter_devices'");
       const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
@@ -70,16 +70,16 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     row.detail = "drafter " + std::to_string(d.num_hidden_layers) + " layers, hidden " + std::to_string(d.hidden_size) +
                  ", heads " + std::to_string(d.num_attention_heads) + "/" + std::to_string(d.num_key_value_heads) +
                  ", head_dim " + std::to_string(d.head_dim) + ", block " + std::to_string(d.block_size) + ", windows [" +
-                 join(windows) + "]; " + cfg.dtype + ", max_len " + std::to_string(cfg.max_len) + ", batch " +
+                 join(windows) + "]; " + util::dtype_name(cfg.dtype) + ", max_len " + std::to_string(cfg.max_len) + ", batch " +
                  std::to_string(cfg.batch_size) + (cfg.pack ? ", packed" : "") + "; drafter devices " +
                  cfg.drafter_devices;
     summary = {{"path", path},
-               {"dtype", cfg.dtype},
+               {"dtype", util::dtype_name(cfg.dtype)},
                {"max_len", cfg.max_len},
                {"batch_size", cfg.batch_size},
                {"num_anchors", cfg.num_anchors},
                {"pack", cfg.pack},
-               {"attention_backend", cfg.attention_backend},
+               {"attention_backend", ops::attention_backend_name(cfg.attention_backend)},
                {"drafter_devices", cfg.drafter_devices},
                {"drafter",
                 {{"num_hidden_layers", d.num_hidden_layers},
@@ -106,16 +106,16 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     for (const auto& spec : run_attention_specs(cfg, d, compute, device)) {
       CheckRow row = attention_row("config_attention", spec);
       if (row.status == CheckStatus::Fail)  // what `dflash train` would make of it
-        row.detail += cfg.attention_backend == "fused"
+        row.detail += cfg.attention_backend == ops::AttentionBackend::Fused
                           ? "; dflash train (attention_backend fused) would refuse to start"
-                          : "; dflash train (attention_backend " + cfg.attention_backend +
+                          : "; dflash train (attention_backend " + std::string(ops::attention_backend_name(cfg.attention_backend)) +
                                 ") would run the reference attention on " + device.str();
       sink(row);
     }
     sink(memory_row(cfg, d, compute, device, workers));
   }
-  if (!cfg.budget.empty())
-    sink(run_check("config_memory", "", "budget " + cfg.budget, [&](CheckRow& row) {
+  if (cfg.budget.set())
+    sink(run_check("config_memory", "", "budget " + cfg.budget.text, [&](CheckRow& row) {
       check_budget(cfg, d, compute);
       row.detail = "the planned peak per worker fits the config's budget";
     }));

@@ -13,7 +13,7 @@
 #include "cuda_device_report.h"
 #include "distributed.h"
 #include "doctor.h"
-#include "memory_planner.h"
+#include "byte_size.h"
 #include "memory_probe.h"
 #include "selfcheck_tolerance.h"
 #include "source_version.h"
@@ -59,7 +59,7 @@ CheckRow describe_cpu(nlohmann::json& j) {
          {"cpu_isa", kernels::isa_name(kernels::cpu_isa())}};
     row.name = j["name"];
     row.detail = std::to_string(std::thread::hardware_concurrency()) + " cores, memory " +
-                 plan::human_bytes(double(total)) + " (" + plan::human_bytes(double(available)) +
+                 util::human_bytes(double(total)) + " (" + util::human_bytes(double(available)) +
                  " available), kernels " + kernels::isa_name(kernels::cpu_isa());
     row.data = j;
   });
@@ -100,8 +100,8 @@ CheckRow describe_cuda(at::Device d, nlohmann::json& j) {
       row.detail = tile_error;
       return;
     }
-    row.detail = std::to_string(r.multiprocessors) + " SMs, memory " + plan::human_bytes(double(r.memory_total)) +
-                 " (" + plan::human_bytes(double(r.memory_free)) + " free), shared memory " +
+    row.detail = std::to_string(r.multiprocessors) + " SMs, memory " + util::human_bytes(double(r.memory_total)) +
+                 " (" + util::human_bytes(double(r.memory_free)) + " free), shared memory " +
                  std::to_string(r.smem_optin) + " B per block" +
                  (r.smem_limit < r.smem_optin ? " (tiles chosen for " + std::to_string(r.smem_limit) + ")" : "") +
                  ", kernel image found";

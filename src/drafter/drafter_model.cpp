@@ -9,27 +9,6 @@
 
 namespace dflash::drafter {
 
-CheckpointPolicy CheckpointPolicy::parse(const std::string& s) {
-  if (s == "none" || s == "0") return {0};
-  if (s == "layer" || s == "all" || s == "every" || s == "1") return {1};
-  const bool every = s.rfind("every:", 0) == 0;
-  std::string k = every ? s.substr(6) : s;
-  try {
-    size_t used = 0;
-    const long v = std::stol(k, &used);
-    // "every:0" would mean "every 0th layer": not "none" in disguise, an error.
-    if (used == k.size() && k[0] != '-' && k[0] != '+' && v >= (every ? 1 : 0)) return {int64_t(v)};
-  } catch (const std::exception&) {
-  }
-  throw std::invalid_argument("checkpoint policy: expected none, layer, or every:K (K >= 1), got '" + s + "'");
-}
-
-std::string CheckpointPolicy::name() const {
-  if (every == 0) return "none";
-  if (every == 1) return "layer";
-  return "every:" + std::to_string(every);
-}
-
 RopePositions rope_positions(const at::Tensor& anchors, int64_t S, int64_t block_size, const at::Tensor& doc_start,
                              const at::Tensor& ctx_start) {
   const int64_t b = anchors.size(0);

@@ -331,13 +331,13 @@ int bench_step_main(const std::vector<std::string>& argv) {
     ps.seq_len = seq;
     ps.num_anchors = anchors;
     ps.dtype_bytes = int64_t(c10::elementSize(dtype));
-    ps.checkpoint_every = pol.every;
+    ps.checkpoint = pol;
     ps.loss_chunk_rows = chunk;
     ps.kl_weight = kl;
-    ps.optimizer = "none";
+    ps.optimizer = PlanOptimizer::None;
     ps.master_fp32 = false;
-    ps.device = probe.cuda ? "cuda" : "cpu";
-    ps.attention_backend = ops::attention_backend_name(attention);
+    ps.device = probe.cuda ? PlanDevice::Cuda : PlanDevice::Cpu;
+    ps.attention_backend = attention;
     const MemoryPlan p = plan_memory(ps);
     // W workers on one device: W of everything the plan counts, but one frozen embedding + LM head.
     const double frozen = double(c.vocab_size) * double(c.hidden_size) * double(ps.dtype_bytes) *
@@ -419,7 +419,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
          "--vocab", num(c.vocab_size), "--block", num(c.block_size), "--seq", num(seq), "--anchors", num(anchors),
          "--features", num(int64_t(c.target_layer_ids.size()) * c.hidden_size), "--iters", num(iters), "--threads",
          num(at::get_num_threads()), "--window", num(c.sliding_window), "--layer-types", types, "--kl-weight",
-         std::to_string(kl), "--dtype", util::hf_dtype_name(ops::dtype_name(dtype))});
+         std::to_string(kl), "--dtype", util::hf_dtype_name(ops::dtype_of(dtype))});
     try {
       const auto j = nlohmann::json::parse(r.stdout_text.substr(r.stdout_text.rfind('{')));
       const double secs = j["mean_seconds"].get<double>(), bytes = j["peak_extra_mb"].get<double>() * (1 << 20);

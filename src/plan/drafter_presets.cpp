@@ -80,11 +80,11 @@ PlanSettings plan_preset(const std::string& name, const std::string& where) {
   s.seq_len = 8000;
   s.num_anchors = 1024;
   s.dtype_bytes = 2;
-  s.optimizer = "adamw";
+  s.optimizer = PlanOptimizer::AdamW;
   s.master_fp32 = true;
   s.kl_weight = 0.15;
   s.loss_chunk_rows = 1024;
-  s.device = "cuda";
+  s.device = PlanDevice::Cuda;
   return s;
 }
 

@@ -10,7 +10,6 @@
 
 #include "anchor_attention_cuda_host.h"
 #include "anchor_attention_reference.h"
-#include "attention_backend_name.h"
 #include "drafter_weights.h"
 
 namespace dflash::plan {
@@ -79,12 +78,12 @@ kernels::cuda::BwdChunks cuda_bwd_chunks(const PlanSettings& s) {
 // Attention op backward workspace beyond dq/dk/dv: delta [Hq, T] and the dQ accumulator(s): on the CPU one per
 // partition, on CUDA one chunk's (none in the deterministic mode).
 double attention_bwd_workspace(const PlanSettings& s, const Dims& d) {
-  if (s.device == "cuda") return double(cuda_bwd_chunks(s).bytes());
+  if (s.device == PlanDevice::Cuda) return double(cuda_bwd_chunks(s).bytes());
   return d.a * d.T * d.Hq + double(s.cpu_dq_partitions) * d.a * d.T * d.Q;
 }
 
 std::string attention_bwd_how(const PlanSettings& s) {
-  if (s.device == "cpu") return "dq, dk, dv + delta + dQ partitions (CPU)";
+  if (s.device == PlanDevice::Cpu) return "dq, dk, dv + delta + dQ partitions (CPU)";
   if (s.deterministic) return "dq, dk, dv + delta (deterministic dQ: no accumulator)";
   const auto c = cuda_bwd_chunks(s);
   return "dq, dk, dv + delta + fp32 dQ accumulator" +
@@ -110,14 +109,14 @@ double reference_bwd_workspace(const PlanSettings& s, const Dims& d) {
 
 // The backend's backward workspace; auto plans the larger, as a run may fall back to the reference.
 double attention_workspace(const PlanSettings& s, const Dims& d) {
-  if (s.attention_backend == "fused") return attention_bwd_workspace(s, d);
-  if (s.attention_backend == "reference") return reference_bwd_workspace(s, d);
+  if (s.attention_backend == ops::AttentionBackend::Fused) return attention_bwd_workspace(s, d);
+  if (s.attention_backend == ops::AttentionBackend::Reference) return reference_bwd_workspace(s, d);
   return std::max(attention_bwd_workspace(s, d), reference_bwd_workspace(s, d));
 }
 
 // Forward temporaries of the attention: none for the fused op, one tile for the reference.
 double attention_fwd_workspace(const PlanSettings& s, const Dims& d) {
-  return s.attention_backend == "fused" ? 0.0 : reference_tile_workspace(s, d);
+  return s.attention_backend == ops::AttentionBackend::Fused ? 0.0 : reference_tile_workspace(s, d);
 }
 
 int64_t count_params(const DrafterConfig& c) {
@@ -146,11 +145,6 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   if (s.seq_len <= 0 || s.num_anchors <= 0 || s.batch <= 0)
     throw std::invalid_argument("plan: seq_len, num_anchors and batch must be positive");
   if (s.loss_chunk_rows <= 0) throw std::invalid_argument("plan: loss chunk rows must be positive");
-  if (s.optimizer != "adamw" && s.optimizer != "sgd" && s.optimizer != "none")
-    throw std::invalid_argument("plan: optimizer must be adamw, sgd or none, got '" + s.optimizer + "'");
-  if (s.device != "cuda" && s.device != "cpu")
-    throw std::invalid_argument("plan: device must be cuda or cpu, got '" + s.device + "'");
-  util::checked_attention_backend(s.attention_backend, "plan: attention backend");
   s.cfg.validate("plan config");
   const Dims d = dims_of(s);
   const auto& c = s.cfg;
@@ -163,9 +157,11 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   const double weights = P * d.e;
   // Embedding + LM head; a draft vocabulary's head is its own [K, H] copy of the target's rows (tied or not).
   const double frozen = c.draft_vocab_size > 0 ? (d.V + d.Vl) * d.H * d.e : d.V * d.H * d.e * (c.tie_word_embeddings ? 1 : 2);
-  const bool master = s.master_fp32 && d.e < 4 && s.optimizer != "none";
+  const bool master = s.master_fp32 && d.e < 4 && s.optimizer != PlanOptimizer::None;
   const double master_bytes = master ? P * 4 : 0;
-  const double state_bytes = s.optimizer == "adamw" ? 2 * P * std::max(4.0, d.a) : s.optimizer == "sgd" ? P * std::max(4.0, d.a) : 0;
+  const double state_bytes = s.optimizer == PlanOptimizer::AdamW ? 2 * P * std::max(4.0, d.a)
+                             : s.optimizer == PlanOptimizer::Sgd     ? P * std::max(4.0, d.a)
+                                                                     : 0;
   const double inputs = d.C * d.n * d.H * d.e + (d.soft ? d.C * d.H * d.e : 0) + d.C * 9 + d.T * 32;
   const double grads_total = P * d.e;
   const double static_bytes = weights + frozen + master_bytes + state_bytes + inputs;
@@ -179,7 +175,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   std::vector<bool> ckpt(saved.size());
   double saved_sum = 0;
   for (size_t i = 0; i < saved.size(); ++i) {
-    ckpt[i] = s.checkpoint_every > 0 && int64_t(i) % s.checkpoint_every == 0;
+    ckpt[i] = s.checkpoint.applies(int64_t(i));
     saved[i] = ckpt[i] ? layer_saved_ckpt(d) : layer_saved_full(d);
     saved_sum += saved[i];
   }
@@ -223,7 +219,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   }
   phase("backward: fc + hidden_norm", base + grads_total + dctx + 4 * d.C * d.H * d.a,
         "static + all grads + d(context) + norm backward temporaries");
-  if (s.optimizer != "none")
+  if (s.optimizer != PlanOptimizer::None)
     phase("optimizer step", static_bytes + grads_total + 2 * double(largest_param(c)) * 4,
           "static + all grads + fp32 temporaries of the largest parameter");
 
@@ -240,7 +236,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
                               : c.tie_word_embeddings ? "V x H (tied: one copy)" : "2 x V x H");
   term("grads", grads_total, "params x dtype (allocated during backward)");
   term("master weights", master_bytes, master ? "fp32 copy" : "none");
-  term("optimizer state", state_bytes, s.optimizer == "adamw" ? "AdamW m, v in fp32" : s.optimizer);
+  term("optimizer state", state_bytes, s.optimizer == PlanOptimizer::AdamW ? "AdamW m, v in fp32" : plan_optimizer_name(s.optimizer));
   term("inputs (target features, teacher hidden, batch)", inputs, "C x n x H (+ C x H soft labels)");
   term("context features (fc, hidden_norm)", context, "2 x C x H");
   term("rope tables", rope, "cos/sin for T + (C + T) positions");
@@ -251,8 +247,8 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   const std::string fused_how = attention_bwd_how(s);
   const std::string reference_how = std::string("dq, dk, dv + one reference tile") + (d.e < d.a ? " + dK/dV accumulators" : "");
   term("attention (O + LSE saved; backward workspace)", attention_workspace(s, d) + d.T * d.Q * d.e + 2 * (d.C + d.T) * d.K * d.e,
-       s.attention_backend == "fused" ? fused_how
-       : s.attention_backend == "reference" ? reference_how
+       s.attention_backend == ops::AttentionBackend::Fused ? fused_how
+       : s.attention_backend == ops::AttentionBackend::Reference ? reference_how
                                             : "the larger of fused (" + fused_how + ") and reference (" + reference_how + ")");
   term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
   return p;
@@ -267,7 +263,7 @@ BudgetChoice plan_for_budget(PlanSettings s, double budget) {
   bool have_smallest = false;
   for (int64_t pol : policies)
     for (int64_t ch : chunks) {
-      s.checkpoint_every = pol;
+      s.checkpoint = drafter::CheckpointPolicy{pol};
       s.loss_chunk_rows = ch;
       MemoryPlan p = plan_memory(s);
       if (p.peak_bytes <= budget) {
@@ -288,7 +284,7 @@ BudgetChoice plan_for_budget(PlanSettings s, double budget) {
       resident += x.bytes;
   std::ostringstream why;
   why << "nothing fits in " << human_bytes(budget) << ": the smallest plan (checkpoint "
-      << (best.plan.settings.checkpoint_every == 1 ? "every layer" : "every " + std::to_string(best.plan.settings.checkpoint_every))
+      << (best.plan.settings.checkpoint.every == 1 ? "every layer" : "every " + std::to_string(best.plan.settings.checkpoint.every))
       << ", loss chunk " << best.plan.settings.loss_chunk_rows << " rows) peaks at " << human_bytes(best.plan.peak_bytes)
       << " in '" << best.plan.peak_phase << "'; weights, grads, optimizer state, frozen embedding/LM head and inputs alone take "
       << human_bytes(resident) << ". Shorten the sequence, use fewer anchors, or a smaller optimizer state.";
@@ -296,49 +292,35 @@ BudgetChoice plan_for_budget(PlanSettings s, double budget) {
   return best;
 }
 
-std::string human_bytes(double b) {
-  char buf[64];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
+std::optional<PlanOptimizer> plan_optimizer_from_text(const std::string& s) {
+  if (s == "adamw") return PlanOptimizer::AdamW;
+  if (s == "sgd") return PlanOptimizer::Sgd;
+  if (s == "none") return PlanOptimizer::None;
+  return std::nullopt;
 }
 
-double parse_bytes(const std::string& in) {
-  std::string s;
-  for (char ch : in)
-    if (ch != ' ') s += ch;
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("budget: expected a size like 90GB, 80GiB or 512MB, got '" + in + "'");
-  }
-  std::string unit = s.substr(used);
-  for (auto& ch : unit) ch = char(std::toupper(ch));
-  double mul = 1;
-  if (unit == "" || unit == "B") mul = 1;
-  else if (unit == "KB" || unit == "K") mul = 1e3;
-  else if (unit == "MB" || unit == "M") mul = 1e6;
-  else if (unit == "GB" || unit == "G") mul = 1e9;
-  else if (unit == "TB" || unit == "T") mul = 1e12;
-  else if (unit == "KIB") mul = 1024.0;
-  else if (unit == "MIB") mul = 1024.0 * 1024;
-  else if (unit == "GIB") mul = 1024.0 * 1024 * 1024;
-  else throw std::invalid_argument("budget: unknown unit '" + unit + "' in '" + in + "' (expected B, MB, GB, GiB, ...)");
-  if (!(v > 0)) throw std::invalid_argument("budget: must be positive, got '" + in + "'");
-  return v * mul;
+std::optional<PlanDevice> plan_device_from_text(const std::string& s) {
+  if (s == "cuda") return PlanDevice::Cuda;
+  if (s == "cpu") return PlanDevice::Cpu;
+  return std::nullopt;
 }
+
+const char* plan_optimizer_name(PlanOptimizer o) {
+  return o == PlanOptimizer::Sgd ? "sgd" : o == PlanOptimizer::None ? "none" : "adamw";
+}
+
+const char* plan_device_name(PlanDevice d) { return d == PlanDevice::Cpu ? "cpu" : "cuda"; }
 
 nlohmann::json plan_to_json(const MemoryPlan& p) {
   const auto& s = p.settings;
   nlohmann::json j;
   j["settings"] = {{"batch", s.batch}, {"seq_len", s.seq_len}, {"num_anchors", s.num_anchors},
                    {"block_size", s.cfg.block_size}, {"dtype_bytes", s.dtype_bytes},
-                   {"checkpoint_every", s.checkpoint_every}, {"loss_chunk_rows", s.loss_chunk_rows},
-                   {"kl_weight", s.kl_weight}, {"optimizer", s.optimizer}, {"master_fp32", s.master_fp32},
-                   {"device", s.device}, {"deterministic", s.deterministic}, {"attention_backend", s.attention_backend}, {"params", p.params}};
+                   {"checkpoint_every", s.checkpoint.every}, {"loss_chunk_rows", s.loss_chunk_rows},
+                   {"kl_weight", s.kl_weight}, {"optimizer", plan_optimizer_name(s.optimizer)},
+                   {"master_fp32", s.master_fp32}, {"device", plan_device_name(s.device)},
+                   {"deterministic", s.deterministic},
+                   {"attention_backend", ops::attention_backend_name(s.attention_backend)}, {"params", p.params}};
   j["drafter_config"] = drafter_config_to_json(s.cfg);
   j["peak_bytes"] = p.peak_bytes;
   j["peak_gb"] = p.peak_bytes / 1e9;
@@ -364,10 +346,11 @@ std::string format_plan(const MemoryPlan& p) {
                 "kl_weight %g, optimizer %s%s, device %s%s, attention %s\n",
                 (long long)s.batch, (long long)s.seq_len, (long long)s.num_anchors, (long long)s.cfg.block_size,
                 (long long)s.dtype_bytes,
-                s.checkpoint_every == 0 ? "none" : s.checkpoint_every == 1 ? "every layer" : ("every " + std::to_string(s.checkpoint_every)).c_str(),
-                (long long)s.loss_chunk_rows, s.kl_weight, s.optimizer.c_str(),
-                s.master_fp32 && s.dtype_bytes < 4 && s.optimizer != "none" ? " + fp32 master" : "", s.device.c_str(),
-                s.deterministic ? " (deterministic)" : "", s.attention_backend.c_str());
+                s.checkpoint.every == 0 ? "none" : s.checkpoint.every == 1 ? "every layer" : ("every " + std::to_string(s.checkpoint.every)).c_str(),
+                (long long)s.loss_chunk_rows, s.kl_weight, plan_optimizer_name(s.optimizer),
+                s.master_fp32 && s.dtype_bytes < 4 && s.optimizer != PlanOptimizer::None ? " + fp32 master" : "",
+                plan_device_name(s.device), s.deterministic ? " (deterministic)" : "",
+                ops::attention_backend_name(s.attention_backend));
   o << line << "\nbreakdown:\n";
   for (auto& t : p.terms) {
     std::snprintf(line, sizeof line, "  %-48s %12s   %s\n", t.name.c_str(), human_bytes(t.bytes).c_str(), t.how.c_str());

@@ -3,15 +3,28 @@
 // src/ops/chunked_lm_loss_op.cpp, the attention op); the phase walk mirrors the order autograd frees and allocates.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "anchor_attention.h"
+#include "attention_backend.h"
+#include "byte_size.h"
+#include "checkpoint_policy.h"
 #include "drafter_config.h"
 
 namespace dflash::plan {
+
+using util::human_bytes;  // the planner prints sizes as util/byte_size.h writes them
+
+enum class PlanOptimizer { AdamW, Sgd, None };  // adamw | sgd | none: the optimizer state a step keeps
+enum class PlanDevice { Cuda, Cpu };            // cuda | cpu: the attention backward workspace differs
+std::optional<PlanOptimizer> plan_optimizer_from_text(const std::string& s);
+std::optional<PlanDevice> plan_device_from_text(const std::string& s);
+const char* plan_optimizer_name(PlanOptimizer o);
+const char* plan_device_name(PlanDevice d);
 
 struct PlanSettings {
   drafter::DrafterConfig cfg;
@@ -19,16 +32,16 @@ struct PlanSettings {
   int64_t seq_len = 0;        // S (context tokens per sequence)
   int64_t num_anchors = 0;    // N blocks per sequence (block size from cfg)
   int64_t dtype_bytes = 2;    // compute/weight dtype: 2 bf16/fp16, 4 fp32, 8 fp64
-  int64_t checkpoint_every = 0;  // 0 none, 1 every layer, k every k-th layer
+  drafter::CheckpointPolicy checkpoint;  // none
   int64_t loss_chunk_rows = 1024;
   double kl_weight = 0.0;     // > 0: soft labels (teacher hidden input + a third logits buffer)
-  std::string optimizer = "adamw";  // adamw | sgd | none
+  PlanOptimizer optimizer = PlanOptimizer::AdamW;
   bool master_fp32 = true;    // fp32 master weights (only when dtype is narrower than fp32)
-  std::string device = "cuda";      // cuda | cpu (the attention backward workspace differs)
+  PlanDevice device = PlanDevice::Cuda;
   int64_t cpu_dq_partitions = kernels::kDefaultDqPartitions;  // CPU attention backward: fp32 dQ partitions
   bool deterministic = false;  // CUDA: torch's deterministic algorithms, dQ without the fp32 accumulator
   // fused | reference (tiles of anchor_attention_reference.h) | auto (the larger: a run may fall back)
-  std::string attention_backend = "auto";
+  ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
 };
 
 struct PlanTerm {
@@ -59,7 +72,5 @@ BudgetChoice plan_for_budget(PlanSettings s, double budget_bytes);
 
 nlohmann::json plan_to_json(const MemoryPlan& p);
 std::string format_plan(const MemoryPlan& p);
-double parse_bytes(const std::string& s);  // "90GB", "90GiB", "512MB", "1.5e9"
-std::string human_bytes(double b);
 
 }  // namespace dflash::plan

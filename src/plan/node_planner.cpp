@@ -33,7 +33,7 @@ DrafterFlops drafter_step_flops(const PlanSettings& s) {
     const double attn = 4 * T * keys * Hq * D;
     f.linear += 3 * layer_linear;
     f.attention += 3.5 * attn;
-    if (s.checkpoint_every > 0 && i % s.checkpoint_every == 0) f.recompute += layer_linear + attn;
+    if (s.checkpoint.applies(i)) f.recompute += layer_linear + attn;
   }
   f.fc = 2 * (2 * C * n * H * H);
   f.lm_head = (s.kl_weight > 0 ? 3 : 2) * 2 * T * V * H;
@@ -157,7 +157,7 @@ std::string format_node_plan(const NodePlan& p, size_t rows) {
                 d.lm_head / 1e12, d.recompute / 1e12, 100 * s.drafter_efficiency, p.drafter_seconds);
   o << line;
   std::snprintf(line, sizeof line, "drafter worker memory: %s GB peak (checkpoint %s, loss chunk %lld rows)%s\n",
-                gb(p.drafter_memory.peak_bytes).c_str(), CheckpointPolicy{dm.checkpoint_every}.name().c_str(),
+                gb(p.drafter_memory.peak_bytes).c_str(), dm.checkpoint.name().c_str(),
                 (long long)dm.loss_chunk_rows, p.drafter_fits ? "" : ": does not fit");
   o << line;
   if (p.splits.empty()) {

@@ -13,7 +13,6 @@
 #include "dtype_names.h"
 #include "drafter_model.h"
 #include "input_file.h"
-#include "attention_backend_name.h"
 #include "memory_planner.h"
 #include "node_planner.h"
 #include "drafter_presets.h"
@@ -26,13 +25,20 @@ using namespace dflash::drafter;  // the drafter this layer plans and measures
 
 using util::Args;
 
+namespace {
+
 // Bytes per element of a dtype name (util/dtype_names.h); torch-free, as the planner is.
-int64_t dtype_bytes_of(const std::string& s) {
-  const std::string c = util::canonical_dtype(s, "--dtype");
-  return c == "fp64" ? 8 : c == "fp32" ? 4 : 2;
+int64_t dtype_bytes_of(const std::string& s) { return util::dtype_bytes(util::parse_dtype(s, "plan: --dtype")); }
+
+PlanOptimizer optimizer_of(const std::string& s) {
+  if (const auto o = plan_optimizer_from_text(s)) return *o;
+  throw std::invalid_argument("plan: --optimizer: expected adamw, sgd or none, got '" + s + "'");
 }
 
-namespace {
+PlanDevice device_of(const std::string& s) {
+  if (const auto d = plan_device_from_text(s)) return *d;
+  throw std::invalid_argument("plan: --device: expected cuda or cpu, got '" + s + "'");
+}
 
 // A target's config.json (or a folder holding one, or a .gguf file).
 models::TargetConfig read_target(const std::string& path) {
@@ -90,9 +96,9 @@ int plan_node_main(const Args& a) {
   if (a.given("batch")) ns.drafter.batch = a.i64("batch");
   if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
   if (a.given("dtype")) ns.drafter.dtype_bytes = dtype_bytes_of(a.str("dtype"));
-  ns.drafter.device = "cuda";
+  ns.drafter.device = PlanDevice::Cuda;
   ns.gpu = gpu_spec(a.str("gpu"));
-  if (a.given("gpu-memory")) ns.gpu.memory_bytes = parse_bytes(a.str("gpu-memory"));
+  if (a.given("gpu-memory")) ns.gpu.memory_bytes = util::parse_byte_size(a.str("gpu-memory"), "plan: --gpu-memory").bytes;
   if (a.given("gpu-tflops")) ns.gpu.bf16_flops = a.f64("gpu-tflops") * 1e12;
   if (a.given("gpu-memory") || a.given("gpu-tflops")) ns.gpu.name += " (given)";
   ns.gpus = a.i64("gpus");
@@ -172,14 +178,14 @@ int plan_main(const std::vector<std::string>& argv) {
   if (pick("batch")) s.batch = a.i64("batch");
   if (a.given("block-size")) s.cfg.block_size = a.i64("block-size");
   if (pick("dtype")) s.dtype_bytes = dtype_bytes_of(a.str("dtype"));
-  if (pick("checkpoint")) s.checkpoint_every = CheckpointPolicy::parse(a.str("checkpoint")).every;
+  if (pick("checkpoint")) s.checkpoint = CheckpointPolicy::parse(a.str("checkpoint"));
   if (pick("loss-chunk")) s.loss_chunk_rows = a.i64("loss-chunk");
   if (pick("kl-weight")) s.kl_weight = a.f64("kl-weight");
-  if (pick("optimizer")) s.optimizer = a.str("optimizer");
+  if (pick("optimizer")) s.optimizer = optimizer_of(a.str("optimizer"));
   if (a.on("no-master")) s.master_fp32 = false;
-  if (pick("device")) s.device = a.str("device");
+  if (pick("device")) s.device = device_of(a.str("device"));
   if (a.on("deterministic")) s.deterministic = true;
-  s.attention_backend = util::checked_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
+  s.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)
@@ -190,7 +196,7 @@ int plan_main(const std::vector<std::string>& argv) {
   }
 
   if (!a.str("budget").empty()) {
-    const double budget = parse_bytes(a.str("budget"));
+    const double budget = util::parse_byte_size(a.str("budget"), "plan: --budget").bytes;
     const BudgetChoice c = plan_for_budget(s, budget);
     if (a.on("json")) {
       nlohmann::json j = plan_to_json(c.plan);
@@ -201,7 +207,7 @@ int plan_main(const std::vector<std::string>& argv) {
     } else {
       if (c.fits)
         std::cout << "fits in " << human_bytes(budget) << " with checkpoint "
-                  << CheckpointPolicy{c.plan.settings.checkpoint_every}.name() << ", loss chunk "
+                  << c.plan.settings.checkpoint.name() << ", loss chunk "
                   << c.plan.settings.loss_chunk_rows << " rows\n\n";
       else
         std::cout << c.why << "\n\n";

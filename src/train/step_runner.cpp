@@ -34,10 +34,8 @@ DivergedError::DivergedError(int64_t step_, double loss, double grad_norm)
 StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,
                        const TrainHooks& hooks)
     : cfg_(cfg), run_(run), dcfg_(side.dcfg), master_(master), hooks_(hooks) {
-  loss_.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay != "none", dcfg_.block_size);
-  loss_.chunk.chunk_rows = cfg.loss_chunk_rows;
-  loss_.chunk.kl_weight = cfg.kl_weight;
-  checkpointing_ = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint);
+  loss_ = run_loss_options(cfg, dcfg_);
+  checkpointing_ = cfg.activation_checkpoint;
   const size_t W = run.drafter_devices.size();
   // Threads per worker: as set, else the machine's cores shared among the workers.
   const int64_t threads = cfg.threads > 0 ? ops::resolve_threads(cfg.threads, "train config: 'threads'")
@@ -85,8 +83,7 @@ std::vector<ops::AttentionCheckSpec> run_attention_specs(const TrainConfig& cfg,
 }
 
 std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
-  const ops::AttentionBackend requested =
-      ops::parse_attention_backend(cfg_.attention_backend, "train config: 'attention_backend'");
+  const ops::AttentionBackend requested = cfg_.attention_backend;
   std::vector<at::Device> devices;
   std::vector<std::future<ops::AttentionChoice>> futs;
   for (size_t i = 0; i < replicas_.size(); ++i) {

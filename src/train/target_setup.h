@@ -53,9 +53,9 @@ drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg)
 // The target shapes a drafter config names (vocabulary, hidden size, layers, tied embeddings).
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d);
 
-// The memory planner's settings for one worker of this run on a `device_kind` ("cpu" or "cuda") device.
-plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
-                                        at::ScalarType compute, const std::string& device_kind);
+// The memory planner's settings for one worker of this run on a `device` of that kind.
+plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute,
+                                     plan::PlanDevice device);
 // `budget` (when set): the planned peak of one worker's micro-batch must fit it, else an std::invalid_argument
 // naming both and the settings that would fit. Checked before any weight is read.
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);

@@ -32,30 +32,11 @@ TrainHooks hooks_from_environment() {
 }  // namespace
 
 int train_main(const std::vector<std::string>& argv) {
-  train::TrainConfig cfg;
-  nlohmann::json flags;
-  if (!train::parse_train_args(argv, cfg, &flags)) return 0;
-  if (cfg.resume) {
-    // The run's saved settings, then the --config file and flags given now on top.
-    if (cfg.out.empty()) throw std::invalid_argument("train: --resume needs --out RUN_DIR");
-    const std::string saved = (fs::path(cfg.out) / "train_config.json").string();
-    train::TrainConfig base;
-    train::apply_json(base, train::read_config_file(saved), saved);
-    base.stop_after = 0;  // a pause applies to the invocation that asked for it
-    for (size_t i = 0; i < argv.size(); ++i) {
-      if (argv[i] == "--config" && i + 1 < argv.size()) {
-        train::apply_config_file(base, argv[i + 1]);
-        ++i;
-      } else if (argv[i].rfind("--config=", 0) == 0) {
-        train::apply_config_file(base, argv[i].substr(9));
-      }
-    }
-    train::apply_json(base, flags, "command line");
-    cfg = base;
-    cfg.resume = true;
-  }
-  train::install_sigint_handler();
-  return train::run_training(cfg, hooks_from_environment());
+  TrainArgs args;
+  if (!read_train_args(argv, args)) return 0;
+  const TrainConfig cfg = train_config_of(args);  // with --resume: the run's saved settings under these
+  install_sigint_handler();
+  return run_training(cfg, hooks_from_environment());
 }
 
 int plot_main(const std::vector<std::string>& argv) {

@@ -74,7 +74,7 @@ std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, cons
   std::ostringstream s;
   s << e.what() << "; the weights were not updated and " << kept
     << ". Try a lower lr (now " << cfg.lr << "), gradient clipping (clip, now " << cfg.clip
-    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << ") or bf16 -> fp32 (dtype, now " << cfg.dtype
+    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype)
     << "), then --resume";
   return s.str();
 }

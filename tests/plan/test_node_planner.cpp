@@ -64,7 +64,7 @@ TEST(NodePlanner, DrafterStepFlopsMatchAHandCount) {
   EXPECT_DOUBLE_EQ(f.lm_head, 24576.0);
   EXPECT_DOUBLE_EQ(f.recompute, 0.0);
   s.kl_weight = 0.15;  // the teacher's logits: a third pass
-  s.checkpoint_every = 1;  // every layer's forward again in the backward
+  s.checkpoint = CheckpointPolicy{1};  // every layer's forward again in the backward
   f = drafter_step_flops(s);
   EXPECT_DOUBLE_EQ(f.lm_head, 1.5 * 24576.0);
   EXPECT_DOUBLE_EQ(f.recompute, (56320.0 + 9216.0) + (56320.0 + 10752.0));
