@@ -1,9 +1,6 @@
-// `dflash bench step`: the seed's failing step (at CPU size, or at full size on a GPU): drafter forward + backward +
-// zero_grad with soft labels, per checkpoint policy and per number of concurrent worker threads (one replica
-// each, as the trainer runs them); time per iteration, throughput, measured peak memory (peak RSS increase, or
-// the CUDA caching allocator's peak) and the planner's prediction side by side, and whether every worker
-// computed exactly what a lone worker does. DFLASH_BENCH_TRACE=1 prints live/peak memory after forward and
-// backward.
+// `dflash bench step` (bench_step.h): the flags into BenchStepOptions, and run_bench_step in named phases: the
+// policies against the planner, then the generic cross-entropy, a draft vocabulary and the plain-PyTorch step side
+// by side. DFLASH_BENCH_TRACE=1 prints live/peak memory after forward and backward.
 #include <malloc.h>
 
 #include <chrono>
@@ -31,13 +28,14 @@
 
 #include "args.h"
 #include "attention_selfcheck.h"
-#include "drafter_attention.h"
+#include "bench_step.h"
 #include "compute_settings.h"
-#include "plan_commands.h"
+#include "drafter_attention.h"
 #include "drafter_model.h"
-#include "dtype_names.h"
 #include "drafter_presets.h"
+#include "dtype_names.h"
 #include "memory_planner.h"
+#include "plan_commands.h"
 #include "python_driver.h"
 
 namespace dflash::plan {
@@ -141,7 +139,7 @@ Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, 
   loss_mask.narrow(1, 0, seq / 8).fill_(false);  // a prompt
   std::mt19937_64 rng(seed);
   const AnchorSample s_cpu = sample_anchors(loss_mask, anchors, rng);
-  r.s = AnchorSample{s_cpu.anchors.to(dev), s_cpu.keep.to(dev)};
+  r.s = AnchorSample{s_cpu.anchors.to(dev), s_cpu.keep.to(dev), at::Tensor(), at::Tensor()};  // unpacked rows
   r.blocks = build_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma);
   return r;
 }
@@ -244,7 +242,182 @@ double max_run_diff(const StepResult& a, const StepResult& b) {
   return d;
 }
 
+double mean_of(const std::vector<double>& v) {
+  double mean = 0;
+  for (double t : v) mean += t / double(v.size());
+  return mean;
+}
+
+// One worker's plan for a policy: no optimizer, weights in the step's dtype (what the benchmark allocates).
+PlanSettings plan_of(const BenchStepOptions& o, const drafter::CheckpointPolicy& policy, ops::AttentionBackend attention) {
+  PlanSettings ps;
+  ps.cfg = o.drafter;
+  ps.seq_len = o.seq_len;
+  ps.num_anchors = o.anchors;
+  ps.dtype_bytes = int64_t(c10::elementSize(o.dtype));
+  ps.checkpoint = policy;
+  ps.loss_chunk_rows = o.loss_chunk_rows;
+  ps.kl_weight = o.kl_weight;
+  ps.optimizer = PlanOptimizer::None;
+  ps.master_fp32 = false;
+  ps.device = o.cuda ? PlanDevice::Cuda : PlanDevice::Cpu;
+  ps.attention_backend = attention;
+  return ps;
+}
+
+// The main rows: each policy at each worker count, measured against the planner.
+void time_policies(const BenchStepOptions& o, ops::AttentionBackend attention, const MemoryProbe& probe,
+                   nlohmann::json& out) {
+  const DrafterConfig& c = o.drafter;
+  for (const CheckpointPolicy& pol : o.policies) {
+    const MemoryPlan p = plan_memory(plan_of(o, pol, attention));
+    // W workers on one device: W of everything the plan counts, but one frozen embedding + LM head.
+    const double frozen = double(c.vocab_size) * double(c.hidden_size) * double(c10::elementSize(o.dtype)) *
+                          (c.tie_word_embeddings ? 1.0 : 2.0);
+    // A lone worker per intra-op thread count: W workers share the cores (threads / W each), and a GEMM's rounding
+    // may depend on its thread count, so each W is compared with a lone worker at the same count.
+    std::map<int, StepResult> lone;
+    for (int64_t workers : o.workers) {
+      const int threads_each = std::max(1, at::get_num_threads() / int(workers));
+      const StepResult r = run_policy(c, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol, o.iters,
+                                      o.seed, probe, true, workers, attention, threads_each);
+      if (workers == 1) lone.emplace(threads_each, r);
+      if (!lone.count(threads_each))
+        lone.emplace(threads_each, run_policy(c, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol, 1,
+                                              o.seed, probe, true, 1, attention, threads_each));
+      const StepResult* single = workers > 1 ? &lone.at(threads_each) : nullptr;
+      const double planned = double(p.peak_bytes) + double(workers - 1) * (double(p.peak_bytes) - frozen);
+      const double mean = mean_of(r.seconds);
+      // Every worker computes the same step: they must agree with each other and with a lone worker at their thread count.
+      const double diff = std::max(r.max_worker_diff, single ? max_run_diff(r, *single) : 0.0);
+      const std::string same = workers == 1 ? "-" : diff == 0 ? "identical" : "max diff " + std::to_string(diff);
+      std::printf("%-10s %7lld %14.3f %12.3f %14s %14s %9.3f  %s\n", pol.name().c_str(), (long long)workers, mean,
+                  double(workers) / mean, human_bytes(r.measured_bytes).c_str(), human_bytes(planned).c_str(),
+                  planned / r.measured_bytes, same.c_str());
+      nlohmann::json run = {{"policy", pol.name()}, {"workers", workers}, {"seconds", r.seconds}, {"mean_seconds", mean},
+                            {"steps_per_second", double(workers) / mean}, {"measured_peak_bytes", r.measured_bytes},
+                            {"planned_peak_bytes", planned}, {"planned_peak_phase", p.peak_phase},
+                            {"ratio", planned / r.measured_bytes}, {"loss", r.loss}, {"plan", plan_to_json(p)}};
+      if (workers > 1) run["max_diff_vs_single_worker"] = diff;
+      out["runs"].push_back(run);
+    }
+  }
+}
+
+// The first policy again with the generic ATen cross-entropy passes instead of the fused CPU kernel (the kernel
+// only runs for hard labels on CPU in float32/bf16; elsewhere both rows time the same code).
+void compare_generic_ce(const BenchStepOptions& o, ops::AttentionBackend attention, const MemoryProbe& probe,
+                        nlohmann::json& out) {
+  const auto& ours = out["runs"][0];
+  const StepResult r = run_policy(o.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows,
+                                  o.policies.front(), o.iters, o.seed, probe, false, 1, attention);
+  const double mean = mean_of(r.seconds);
+  std::printf("%-10s %14.3f %14s %14s %9s   generic cross-entropy (ours %s: %.2fx faster)\n", "generic-ce", mean,
+              human_bytes(r.measured_bytes).c_str(), "-", "-", ours["policy"].get<std::string>().c_str(),
+              mean / ours["mean_seconds"].get<double>());
+  out["generic_ce"] = {{"mean_seconds", mean}, {"seconds", r.seconds}, {"measured_peak_bytes", r.measured_bytes},
+                       {"loss", r.loss}};
+}
+
+// The first policy again, side by side, with the loss over K rows instead of the whole vocabulary.
+void compare_draft_vocab(const BenchStepOptions& o, ops::AttentionBackend attention, const MemoryProbe& probe,
+                         nlohmann::json& out) {
+  const int64_t k = o.draft_vocab;
+  const DrafterConfig& c = o.drafter;
+  DrafterConfig ck = c;
+  ck.draft_vocab_size = k;
+  const auto& ours = out["runs"][0];
+  const StepResult r = run_policy(ck, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, o.policies.front(),
+                                  o.iters, o.seed, probe, true, 1, attention);
+  const double mean = mean_of(r.seconds);
+  std::printf("%-10s %14.3f %14s %14s %9s   draft vocabulary %lld of %lld rows (full %s: %.3f s, %s; %.2fx the time)\n",
+              "draft-voc", mean, human_bytes(r.measured_bytes).c_str(), "-", "-", (long long)k,
+              (long long)c.vocab_size, ours["policy"].get<std::string>().c_str(), ours["mean_seconds"].get<double>(),
+              human_bytes(ours["measured_peak_bytes"].get<double>()).c_str(), mean / ours["mean_seconds"].get<double>());
+  out["draft_vocab"] = {{"k", k}, {"mean_seconds", mean}, {"seconds", r.seconds},
+                        {"measured_peak_bytes", r.measured_bytes}, {"loss", r.loss}};
+}
+
+// The plain-PyTorch drafter our tests compare against, timed in its own process on the same shapes.
+void compare_pytorch_reference(const BenchStepOptions& o, nlohmann::json& out) {
+  const DrafterConfig& c = o.drafter;
+  std::string types;
+  for (const auto& t : c.layer_types) types += (types.empty() ? "" : ",") + t;
+  const auto num = [](int64_t x) { return std::to_string(x); };
+  const auto r = util::run_python(
+      "bench_reference_step.py",
+      {"--hidden", num(c.hidden_size), "--intermediate", num(c.intermediate_size), "--heads", num(c.num_attention_heads),
+       "--kv-heads", num(c.num_key_value_heads), "--head-dim", num(c.head_dim), "--layers", num(c.num_hidden_layers),
+       "--vocab", num(c.vocab_size), "--block", num(c.block_size), "--seq", num(o.seq_len), "--anchors", num(o.anchors),
+       "--features", num(int64_t(c.target_layer_ids.size()) * c.hidden_size), "--iters", num(o.iters), "--threads",
+       num(at::get_num_threads()), "--window", num(c.sliding_window), "--layer-types", types, "--kl-weight",
+       std::to_string(o.kl_weight), "--dtype", util::hf_dtype_name(ops::dtype_of(o.dtype))});
+  try {
+    const auto j = nlohmann::json::parse(r.stdout_text.substr(r.stdout_text.rfind('{')));
+    const double secs = j["mean_seconds"].get<double>(), bytes = j["peak_extra_mb"].get<double>() * (1 << 20);
+    const auto& ours = out["runs"][0];
+    std::printf("%-10s %14.3f %14s %14s %9s   plain PyTorch, dense mask (ours %s: %.1fx faster, %.1fx less memory)\n",
+                "pytorch", secs, human_bytes(bytes).c_str(), "-", "-", ours["policy"].get<std::string>().c_str(),
+                secs / ours["mean_seconds"].get<double>(), bytes / ours["measured_peak_bytes"].get<double>());
+    out["reference"] = {{"impl", "plain PyTorch, dense mask"}, {"mean_seconds", secs}, {"measured_peak_bytes", bytes}};
+  } catch (const std::exception&) {
+    std::printf("pytorch reference failed (exit %d)\n", r.exit_code);
+  }
+}
+
 }  // namespace
+
+nlohmann::json run_bench_step(const BenchStepOptions& o) {
+  for (int64_t w : o.workers)
+    if (w < 1 || w > 64) throw util::UsageError("bench step: --workers expects counts in 1..64, got " + std::to_string(w));
+  if (o.policies.empty() || o.workers.empty())
+    throw util::UsageError("bench step: --policies and --workers need at least one entry each");
+  if (o.draft_vocab > 0 && o.draft_vocab >= o.drafter.vocab_size)
+    throw std::invalid_argument("bench step: --draft-vocab must be in [1, " + std::to_string(o.drafter.vocab_size - 1) +
+                                "] (below the vocabulary size), got " + std::to_string(o.draft_vocab));
+#ifndef DFLASH_BENCH_CUDA
+  if (o.cuda) throw std::invalid_argument("bench step: this build has no CUDA support");
+#endif
+  // Buffers of 64 KiB and more come from mmap and go back to the OS when freed, so RSS follows live tensors
+  // (with a 1 MiB threshold, sub-MiB activations fragment the heap and RSS overstates live memory).
+  mallopt(M_MMAP_THRESHOLD, 64 << 10);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
+  // MKL caches GEMM buffers per thread (several MB at these sizes) outside any tensor; without this RSS
+  // grows by that cache and the comparison would measure MKL, not the step. Read at MKL's first call.
+  setenv("MKL_DISABLE_FAST_MM", "1", 0);
+  MemoryProbe probe;
+  probe.cuda = o.cuda;
+
+  // The attention backend, chosen as training chooses it (the check at these shapes, forward and backward).
+  const ops::AttentionChoice att =
+      choose_drafter_attention(o.attention_backend, o.drafter, o.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU),
+                               o.dtype, {.context_len = o.seq_len, .backward = true});
+  const ops::AttentionBackend attention = att.backend;
+  std::printf("%s\n", att.line.c_str());
+  // Warm-up on a tiny shape: thread pools and lazily initialised kernels allocate once, outside the measurement.
+  const DrafterConfig& c = o.drafter;
+  run_policy(c, o.dtype, 64, 4, o.kl_weight, o.loss_chunk_rows, CheckpointPolicy{1}, 1, 1, probe, true, 1, attention);
+  run_policy(c, o.dtype, 64, 4, o.kl_weight, o.loss_chunk_rows, CheckpointPolicy{0}, 1, 1, probe, true, 1, attention);
+
+  const std::string dtype = ops::dtype_name(o.dtype);
+  nlohmann::json out;
+  out["model"] = o.model_name;
+  out["device"] = o.cuda ? "cuda" : "cpu";
+  out["attention_backend"] = ops::attention_backend_name(attention);
+  out["settings"] = {{"seq_len", o.seq_len},        {"anchors", o.anchors}, {"block_size", c.block_size},
+                     {"dtype", dtype},              {"kl_weight", o.kl_weight},
+                     {"loss_chunk_rows", o.loss_chunk_rows}, {"iters", o.iters}, {"threads", at::get_num_threads()}};
+  std::printf("bench step: model %s, seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
+              o.model_name.c_str(), (long long)o.seq_len, (long long)o.anchors, (long long)c.block_size, dtype.c_str(),
+              o.kl_weight, (long long)o.loss_chunk_rows, at::get_num_threads());
+  std::printf("%-10s %7s %14s %12s %14s %14s %9s  %s\n", "policy", "workers", "s/iter (mean)", "steps/s",
+              "measured peak", "planned peak", "plan/meas", "same as 1 worker");
+  time_policies(o, attention, probe, out);
+  if (o.generic_ce) compare_generic_ce(o, attention, probe, out);
+  if (o.draft_vocab > 0) compare_draft_vocab(o, attention, probe, out);
+  if (o.reference && !o.cuda) compare_pytorch_reference(o, out);
+  return out;
+}
 
 int bench_step_main(const std::vector<std::string>& argv) {
   Args a("bench step", "drafter forward+backward+zero_grad per checkpoint policy: time, measured vs planned memory");
@@ -270,168 +443,35 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("draft-vocab", "K", "0",
            "also time the first policy with the LM head and loss over a draft vocabulary of K rows (0: off)");
   a.option("reference", "0|1", "1",
-           "also time the plain-PyTorch drafter step (dense SPEC mask, eager autograd) on the same shapes (CPU)");
+           "also time the plain-PyTorch drafter step (dense mask, eager autograd) on the same shapes (CPU)");
   a.option("generic-ce", "0|1", "1",
            "also time the first policy with the generic ATen cross-entropy instead of the fused CPU kernel");
   a.option("attention-backend", "NAME", "auto",
            "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
   if (!a.parse(argv)) return 0;
-  ops::set_threads(a.i64("threads"), "bench step: --threads");
-  MemoryProbe probe;
-  probe.cuda = a.str("device") == "cuda";
-  if (a.str("device") != "cpu" && !probe.cuda)
-    throw std::invalid_argument("bench step: --device must be cpu or cuda, got '" + a.str("device") + "'");
-#ifndef DFLASH_BENCH_CUDA
-  if (probe.cuda) throw std::invalid_argument("bench step: this build has no CUDA support");
-#endif
-  // Buffers of 64 KiB and more come from mmap and go back to the OS when freed, so RSS follows live tensors
-  // (with a 1 MiB threshold, sub-MiB activations fragment the heap and RSS overstates live memory).
-  mallopt(M_MMAP_THRESHOLD, 64 << 10);
-  mallopt(M_TRIM_THRESHOLD, 1 << 20);
-  // MKL caches GEMM buffers per thread (several MB at these sizes) outside any tensor; without this RSS
-  // grows by that cache and the comparison would measure MKL, not the step. Read at MKL's first call.
-  setenv("MKL_DISABLE_FAST_MM", "1", 0);
-
+  BenchStepOptions o;
   const std::string cfg_file = a.str("drafter-config");
-  const DrafterConfig c = cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model").drafter
-                                                 : load_drafter_config(cfg_file);
-  const std::string model_name = cfg_file.empty() ? a.str("model") : cfg_file;
-  const auto dtype = ops::parse_dtype(a.str("dtype"), "bench step: --dtype");
-  const int64_t seq = a.i64("seq-len"), anchors = a.i64("anchors"), chunk = a.i64("loss-chunk");
-  const int64_t iters = a.i64("iters");
-  const double kl = a.f64("kl-weight");
-  // The attention backend, chosen as training chooses it (the check at these shapes, forward and backward).
-  const ops::AttentionChoice att = choose_drafter_attention(
-      ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend"), c,
-      probe.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU), dtype, {.context_len = seq, .backward = true});
-  const ops::AttentionBackend attention = att.backend;
-  std::printf("%s\n", att.line.c_str());
-  // Warm-up on a tiny shape: thread pools and lazily initialised kernels allocate once, outside the measurement.
-  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{1}, 1, 1, probe, true, 1, attention);
-  run_policy(c, dtype, 64, 4, kl, chunk, CheckpointPolicy{0}, 1, 1, probe, true, 1, attention);
-
-  nlohmann::json out;
-  out["model"] = model_name;
-  out["device"] = a.str("device");
-  out["attention_backend"] = ops::attention_backend_name(attention);
-  out["settings"] = {{"seq_len", seq}, {"anchors", anchors}, {"block_size", c.block_size}, {"dtype", a.str("dtype")},
-                     {"kl_weight", kl}, {"loss_chunk_rows", chunk}, {"iters", iters}, {"threads", at::get_num_threads()}};
-  std::printf("bench step: model %s, seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
-              model_name.c_str(), (long long)seq, (long long)anchors, (long long)c.block_size, a.str("dtype").c_str(),
-              kl, (long long)chunk, at::get_num_threads());
-  std::printf("%-10s %7s %14s %12s %14s %14s %9s  %s\n", "policy", "workers", "s/iter (mean)", "steps/s",
-              "measured peak", "planned peak", "plan/meas", "same as 1 worker");
-  const auto worker_counts = a.i64_list("workers");
-  for (int64_t w : worker_counts)
-    if (w < 1 || w > 64) throw util::UsageError("bench step: --workers expects counts in 1..64, got " + std::to_string(w));
-  for (const auto& pol_name : a.str_list("policies")) {
-    const CheckpointPolicy pol = CheckpointPolicy::parse(pol_name);
-    PlanSettings ps;
-    ps.cfg = c;
-    ps.seq_len = seq;
-    ps.num_anchors = anchors;
-    ps.dtype_bytes = int64_t(c10::elementSize(dtype));
-    ps.checkpoint = pol;
-    ps.loss_chunk_rows = chunk;
-    ps.kl_weight = kl;
-    ps.optimizer = PlanOptimizer::None;
-    ps.master_fp32 = false;
-    ps.device = probe.cuda ? PlanDevice::Cuda : PlanDevice::Cpu;
-    ps.attention_backend = attention;
-    const MemoryPlan p = plan_memory(ps);
-    // W workers on one device: W of everything the plan counts, but one frozen embedding + LM head.
-    const double frozen = double(c.vocab_size) * double(c.hidden_size) * double(ps.dtype_bytes) *
-                          (c.tie_word_embeddings ? 1.0 : 2.0);
-    // A lone worker per intra-op thread count: W workers share the cores (threads / W each), and a GEMM's rounding
-    // may depend on its thread count, so each W is compared with a lone worker at the same count.
-    std::map<int, StepResult> lone;
-    for (int64_t workers : worker_counts) {
-      const int threads_each = std::max(1, at::get_num_threads() / int(workers));
-      const StepResult r = run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe,
-                                      true, workers, attention, threads_each);
-      if (workers == 1) lone.emplace(threads_each, r);
-      if (!lone.count(threads_each))
-        lone.emplace(threads_each, run_policy(c, dtype, seq, anchors, kl, chunk, pol, 1, uint64_t(a.i64("seed")),
-                                              probe, true, 1, attention, threads_each));
-      const StepResult* single = workers > 1 ? &lone.at(threads_each) : nullptr;
-      const double planned = double(p.peak_bytes) + double(workers - 1) * (double(p.peak_bytes) - frozen);
-      double mean = 0;
-      for (double t : r.seconds) mean += t / double(r.seconds.size());
-      // Every worker computes the same step: they must agree with each other and with a lone worker at their thread count.
-      const double diff = std::max(r.max_worker_diff, single ? max_run_diff(r, *single) : 0.0);
-      const std::string same = workers == 1 ? "-" : diff == 0 ? "identical" : "max diff " + std::to_string(diff);
-      std::printf("%-10s %7lld %14.3f %12.3f %14s %14s %9.3f  %s\n", pol.name().c_str(), (long long)workers, mean,
-                  double(workers) / mean, human_bytes(r.measured_bytes).c_str(), human_bytes(planned).c_str(),
-                  planned / r.measured_bytes, same.c_str());
-      nlohmann::json run = {{"policy", pol.name()}, {"workers", workers}, {"seconds", r.seconds}, {"mean_seconds", mean},
-                            {"steps_per_second", double(workers) / mean}, {"measured_peak_bytes", r.measured_bytes},
-                            {"planned_peak_bytes", planned}, {"planned_peak_phase", p.peak_phase},
-                            {"ratio", planned / r.measured_bytes}, {"loss", r.loss}, {"plan", plan_to_json(p)}};
-      if (workers > 1) run["max_diff_vs_single_worker"] = diff;
-      out["runs"].push_back(run);
-    }
-  }
-  if (a.on("generic-ce") && !out["runs"].empty()) {
-    // The first policy again with the generic ATen cross-entropy passes instead of the fused CPU kernel (the
-    // kernel only runs for hard labels on CPU in float32/bf16; elsewhere both rows time the same code).
-    const auto& ours = out["runs"][0];
-    const CheckpointPolicy pol = CheckpointPolicy::parse(ours["policy"].get<std::string>());
-    const StepResult r =
-        run_policy(c, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, false, 1, attention);
-    double mean = 0;
-    for (double t : r.seconds) mean += t / double(r.seconds.size());
-    std::printf("%-10s %14.3f %14s %14s %9s   generic cross-entropy (ours %s: %.2fx faster)\n", "generic-ce", mean,
-                human_bytes(r.measured_bytes).c_str(), "-", "-", ours["policy"].get<std::string>().c_str(),
-                mean / ours["mean_seconds"].get<double>());
-    out["generic_ce"] = {{"mean_seconds", mean}, {"seconds", r.seconds}, {"measured_peak_bytes", r.measured_bytes},
-                         {"loss", r.loss}};
-  }
-  if (a.i64("draft-vocab") > 0 && !out["runs"].empty()) {
-    // The first policy again, side by side, with the loss over K rows instead of the whole vocabulary.
-    const int64_t k = a.i64("draft-vocab");
-    if (k >= c.vocab_size)
-      throw std::invalid_argument("bench step: --draft-vocab must be in [1, " + std::to_string(c.vocab_size - 1) +
-                                  "] (below the vocabulary size), got " + std::to_string(k));
-    DrafterConfig ck = c;
-    ck.draft_vocab_size = k;
-    const auto& ours = out["runs"][0];
-    const CheckpointPolicy pol = CheckpointPolicy::parse(ours["policy"].get<std::string>());
-    const StepResult r =
-        run_policy(ck, dtype, seq, anchors, kl, chunk, pol, iters, uint64_t(a.i64("seed")), probe, true, 1, attention);
-    double mean = 0;
-    for (double t : r.seconds) mean += t / double(r.seconds.size());
-    std::printf("%-10s %14.3f %14s %14s %9s   draft vocabulary %lld of %lld rows (full %s: %.3f s, %s; %.2fx the time)\n",
-                "draft-voc", mean, human_bytes(r.measured_bytes).c_str(), "-", "-", (long long)k,
-                (long long)c.vocab_size, ours["policy"].get<std::string>().c_str(), ours["mean_seconds"].get<double>(),
-                human_bytes(ours["measured_peak_bytes"].get<double>()).c_str(), mean / ours["mean_seconds"].get<double>());
-    out["draft_vocab"] = {{"k", k}, {"mean_seconds", mean}, {"seconds", r.seconds},
-                          {"measured_peak_bytes", r.measured_bytes}, {"loss", r.loss}};
-  }
-  if (a.on("reference") && !probe.cuda && !out["runs"].empty()) {
-    // The plain-PyTorch drafter our tests compare against, timed in its own process on the same shapes.
-    std::string types;
-    for (const auto& t : c.layer_types) types += (types.empty() ? "" : ",") + t;
-    const auto num = [](int64_t x) { return std::to_string(x); };
-    const auto r = util::run_python(
-        "bench_reference_step.py",
-        {"--hidden", num(c.hidden_size), "--intermediate", num(c.intermediate_size), "--heads", num(c.num_attention_heads),
-         "--kv-heads", num(c.num_key_value_heads), "--head-dim", num(c.head_dim), "--layers", num(c.num_hidden_layers),
-         "--vocab", num(c.vocab_size), "--block", num(c.block_size), "--seq", num(seq), "--anchors", num(anchors),
-         "--features", num(int64_t(c.target_layer_ids.size()) * c.hidden_size), "--iters", num(iters), "--threads",
-         num(at::get_num_threads()), "--window", num(c.sliding_window), "--layer-types", types, "--kl-weight",
-         std::to_string(kl), "--dtype", util::hf_dtype_name(ops::dtype_of(dtype))});
-    try {
-      const auto j = nlohmann::json::parse(r.stdout_text.substr(r.stdout_text.rfind('{')));
-      const double secs = j["mean_seconds"].get<double>(), bytes = j["peak_extra_mb"].get<double>() * (1 << 20);
-      const auto& ours = out["runs"][0];
-      std::printf("%-10s %14.3f %14s %14s %9s   plain PyTorch, dense mask (ours %s: %.1fx faster, %.1fx less memory)\n",
-                  "pytorch", secs, human_bytes(bytes).c_str(), "-", "-", ours["policy"].get<std::string>().c_str(),
-                  secs / ours["mean_seconds"].get<double>(), bytes / ours["measured_peak_bytes"].get<double>());
-      out["reference"] = {{"impl", "plain PyTorch, dense mask"}, {"mean_seconds", secs}, {"measured_peak_bytes", bytes}};
-    } catch (const std::exception&) {
-      std::printf("pytorch reference failed (exit %d)\n", r.exit_code);
-    }
-  }
+  o.drafter = cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model").drafter : load_drafter_config(cfg_file);
+  o.model_name = cfg_file.empty() ? a.str("model") : cfg_file;
+  o.seq_len = a.i64("seq-len");
+  o.anchors = a.i64("anchors");
+  o.dtype = ops::parse_dtype(a.str("dtype"), "bench step: --dtype");
+  o.kl_weight = a.f64("kl-weight");
+  o.loss_chunk_rows = a.i64("loss-chunk");
+  o.iters = a.i64("iters");
+  o.workers = a.i64_list("workers");
+  o.policies.clear();
+  for (const auto& name : a.str_list("policies")) o.policies.push_back(CheckpointPolicy::parse(name));
+  o.seed = uint64_t(a.i64("seed"));
+  if (a.str("device") != "cpu" && a.str("device") != "cuda")
+    throw std::invalid_argument("bench step: --device must be cpu or cuda, got '" + a.str("device") + "'");
+  o.cuda = a.str("device") == "cuda";
+  o.draft_vocab = a.i64("draft-vocab");
+  o.reference = a.on("reference");
+  o.generic_ce = a.on("generic-ce");
+  o.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend");
+  ops::set_threads(a.i64("threads"), "bench step: --threads");
+  const nlohmann::json out = run_bench_step(o);
   if (!a.str("json").empty()) {
     std::ofstream f(a.str("json"));
     f << out.dump(2) << "\n";

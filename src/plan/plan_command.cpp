@@ -42,7 +42,7 @@ PlanDevice device_of(const std::string& s) {
 
 // A target's config.json (or a folder holding one, or a .gguf file).
 models::TargetConfig read_target(const std::string& path) {
-  if (std::filesystem::is_directory(path) || path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0)
+  if (std::filesystem::is_directory(path) || (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0))
     return models::read_target_config(path);
   std::string text;
   try {
