@@ -24,8 +24,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "block_batch.h"
-#include "drafter_model.h"
 #include "drafter_config.h"
+#include "drafter_model.h"
 #include "ordered_lanes.h"
 #include "sample_source.h"
 #include "target_model.h"
@@ -118,14 +118,14 @@ class StepProducer {
   int64_t next_step_;
 };
 
-// Pads samples to the longest (input 0, loss_mask false, features 0) after truncating to max_len, then to
-// a multiple of pad_multiple (never past max_len). Padding is never an anchor, never a label with weight
-// and never visible to a query (queries see context before their anchor), so the loss is unchanged.
 // The loss a run trains with, resolved once from its settings and the drafter config (loss_weighting.h): gamma
 // from loss_decay and gamma (by block size when 0), loss chunk rows and kl_weight. The workers' loss and the
 // producer's block weights both take it from here.
 drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const drafter::DrafterConfig& d);
 
+// Pads samples to the longest (input 0, loss_mask false, features 0) after truncating to max_len, then to
+// a multiple of pad_multiple (never past max_len). Padding is never an anchor, never a label with weight
+// and never visible to a query (queries see context before their anchor), so the loss is unchanged.
 MicroBatch collate(const std::vector<Sample>& samples, int64_t max_len, int64_t pad_multiple = 1);
 
 // The micro-batch's rows packed (sequence_packing.h: at most max_len tokens and num_anchors anchors a row);

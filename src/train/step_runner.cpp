@@ -93,8 +93,9 @@ std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
     const drafter::DrafterConfig& dcfg = dcfg_;
     const at::ScalarType compute = run_.compute;
     const drafter::DrafterAttentionUse use = run_attention_use(cfg_);
-    futs.push_back(workers_[i]->submit(
-        [requested, &dcfg, d, compute, use] { return drafter::choose_drafter_attention(requested, dcfg, d, compute, use); }));
+    futs.push_back(workers_[i]->submit([requested, &dcfg, d, compute, use] {
+      return drafter::choose_drafter_attention(requested, dcfg, d, compute, use);
+    }));
   }
   std::vector<ops::AttentionChoice> choices;
   std::exception_ptr err;

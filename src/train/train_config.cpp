@@ -39,7 +39,8 @@ const std::vector<Field>& fields() {
       {{"out", "str", "run directory (required)"}, &C::out},
       {{"drafter_config", "str", "drafter config.json (empty: built from the target)"}, &C::drafter_config},
       {{"drafter_layers", "int", "drafter decoder layers (without drafter_config)"}, &C::drafter_layers},
-      {{"target_layer_ids", "str", "comma list of target layers (empty: SPEC default)"}, &C::target_layer_ids},
+      {{"target_layer_ids", "str", "comma list of target layers (empty: the default, docs/DFLASH.md)"},
+       &C::target_layer_ids},
       {{"mask_token_id", "int", "block mask token id (required without drafter_config)"}, &C::mask_token_id},
       {{"block_size", "int", "block size B (without drafter_config)"}, &C::block_size},
       {{"steps", "int", "optimizer steps (0: from epochs)"}, &C::steps},
@@ -415,7 +416,8 @@ void apply_config_text(TrainConfig& c, const std::string& text, const std::strin
 bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
   util::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
   a.option("config", "FILE", "", "JSON or YAML settings file (flags override it)");
-  const nlohmann::json defaults = to_json(TrainConfig{});
+  const TrainConfig default_config;
+  const nlohmann::json defaults = to_json(default_config);
   for (const auto& f : fields()) {
     // The parser's own default stays empty so that given() tells flags from file values; the help shows it.
     const auto& d = defaults[f.info.key];
@@ -450,7 +452,8 @@ TrainConfig over(TrainConfig base, const TrainArgs& args) {
 }  // namespace
 
 TrainConfig train_config_of(const TrainArgs& args) {
-  const TrainConfig given = over(TrainConfig{}, args);
+  const TrainConfig defaults;
+  const TrainConfig given = over(defaults, args);
   if (!given.resume) return given;
   // The run's saved settings, then the --config file and flags given now on top.
   if (given.out.empty()) throw std::invalid_argument("train: --resume needs --out RUN_DIR");
@@ -466,7 +469,8 @@ TrainConfig train_config_of(const TrainArgs& args) {
 bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out) {
   TrainArgs args;
   if (!read_train_args(argv, args)) return false;
-  out = over(TrainConfig{}, args);
+  const TrainConfig defaults;
+  out = over(defaults, args);
   return true;
 }
 
