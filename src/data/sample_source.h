@@ -32,8 +32,9 @@ class SampleSource {
   virtual int64_t skipped() const { return 0; }  // invalid samples left out so far (warned on stderr)
 };
 
-// `format` (sample_format.h; docs/TRAINING.md "Data formats"). Auto: *.jsonl -> tokens; a safetensors file/folder whose metadata says dflash-hidden-v1 -> dflash, other
-// safetensors -> tokens; *.pt / *.ckpt / *.gz files (or a folder of them) -> specforge.
+// `format` (sample_format.h; docs/TRAINING.md "Data formats"). Auto: *.jsonl -> tokens; a safetensors file or
+// folder whose metadata says dflash-hidden-v1 -> dflash, other safetensors -> tokens; *.pt / *.ckpt / *.gz files
+// (or a folder of them) -> specforge.
 std::unique_ptr<SampleSource> open_samples(const std::string& path, SampleFormat format);
 
 // Token samples (online mode): JSONL lines {"input_ids": [...], "loss_mask": [...]} (other keys ignored)

@@ -40,7 +40,7 @@ struct DrafterConfig {
   void validate(const std::string& where) const;
 };
 
-// SPEC.md default: round(1 + i*(L-4)/(n-1)) for i in [0, n) (Python's round: ties to even); n=1 -> [L/2].
+// docs/DFLASH.md's default: round(1 + i*(L-4)/(n-1)) for i in [0, n) (Python's round: ties to even); n=1 -> [L/2].
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t num_drafter_layers);
 
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where);

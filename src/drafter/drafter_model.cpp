@@ -51,7 +51,7 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
   const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start};
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const LayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
+    const DecoderLayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
                        c.rms_norm_eps, attention};
     x = ckpt.applies(i) ? checkpointed_decoder_layer(w.layers[size_t(i)], s, x, shared)
                         : decoder_layer(w.layers[size_t(i)], s, x, shared);

@@ -1,4 +1,4 @@
-// The DFlash drafter forward and its training loss (SPEC.md "Drafter architecture" and "Loss").
+// The DFlash drafter forward and its training loss (docs/DFLASH.md "The drafter" and "The loss").
 #pragma once
 #include <cstdint>
 #include <string>

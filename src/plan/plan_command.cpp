@@ -87,7 +87,7 @@ int plan_node_main(const Args& a) {
                                   std::to_string(ns.drafter.cfg.hidden_size) + "/" +
                                   std::to_string(ns.drafter.cfg.vocab_size) + ") must equal the target's (" +
                                   std::to_string(ns.target.hidden_size) + "/" + std::to_string(ns.target.vocab_size) + ")");
-    ns.drafter.seq_len = 8000;  // the SPEC scale, as the presets
+    ns.drafter.seq_len = 8000;  // the presets' scale (drafter_presets.h)
     ns.drafter.num_anchors = 1024;
     ns.drafter.kl_weight = 0.15;
   }

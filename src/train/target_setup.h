@@ -42,7 +42,7 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run);
 void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSide& side);
 
 // The drafter config: cfg.drafter_config's file, else derived from the target's architecture (hidden/heads/MLP
-// of the target, cfg.drafter_layers layers, SPEC default target_layer_ids).
+// of the target, cfg.drafter_layers layers, the default target_layer_ids of docs/DFLASH.md).
 drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& target);
 
 // Without reading any weights (what `dflash doctor --config` needs): the drafter config as above from the target's

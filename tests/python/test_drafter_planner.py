@@ -1,5 +1,5 @@
 """The memory planner: its prediction vs the measured peak of real steps (dflash bench step at CPU size),
-the SPEC.md-scale acceptance numbers, and --budget."""
+the 27B-scale acceptance numbers, and --budget."""
 import json
 import os
 import pathlib
@@ -55,7 +55,7 @@ def test_qwen36_27b_preset_fits_the_acceptance_numbers(drafter_cli):
     for want in ("weights", "frozen embedding + LM head", "grads", "optimizer state", "loss chunk",
                  "saved activations layer 0", "context features (fc, hidden_norm)"):
         assert want in names
-    # 5 layers x 2 x 1835M params... sanity of the parameter count for SPEC.md's 27B drafter scale
+    # 5 layers x 2 x 1835M params... sanity of the parameter count for the 27B drafter scale of docs/DFLASH.md
     assert 1.7e9 < none["settings"]["params"] < 2.0e9
 
 

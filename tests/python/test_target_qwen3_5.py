@@ -443,7 +443,7 @@ def test_online_training_on_a_hybrid_target(dflash_bin, small_vocab, tmp_path):
     jl = tmp_path / "tokens.jsonl"
     jl.write_text("".join(json.dumps({"input_ids": s["input_ids"].tolist(),
                                       "loss_mask": s["loss_mask"].long().tolist()}) + "\n" for s in samples))
-    layers = [1, 3]  # SPEC default for 2 drafter layers over 6 target layers: round(1 + i * (6 - 4) / 1)
+    layers = [1, 3]  # the default (docs/DFLASH.md) for 2 drafter layers over 6 target layers: round(1 + i * (6 - 4) / 1)
     shard = {}
     for i, s in enumerate(samples):
         hs = hf_forward(model, s["input_ids"].unsqueeze(0)).hidden_states

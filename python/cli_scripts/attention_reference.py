@@ -1,4 +1,4 @@
-"""Dense reference of the DFlash anchor-block attention, written from SPEC.md "The attention mask".
+"""Dense reference of the DFlash anchor-block attention, written from docs/DFLASH.md "The attention mask".
 
 It materialises the full [Tq, S + N*B] mask and expands K/V to every query head: slow and memory
 hungry on purpose, so it shares nothing with the fused kernel it checks. The one dense reference of the Python

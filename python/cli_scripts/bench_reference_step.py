@@ -1,8 +1,8 @@
-"""A plain-PyTorch DFlash drafter training step (dense SPEC mask, eager autograd), for
+"""A plain-PyTorch DFlash drafter training step (dense mask of docs/DFLASH.md, eager autograd), for
 `dflash bench step`: the same drafter shape, sequence, anchors and soft-label weight as our step.
 
 Prints one JSON line: mean_seconds (forward + backward + zero_grad), peak_extra_mb, loss.
-The model is tests/python/reference_drafter.py, the oracle our drafter is tested against.
+The model is reference_drafter.py beside this script, the oracle our drafter is tested against.
 """
 import argparse
 import json
@@ -14,7 +14,6 @@ import time
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "python"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import reference_drafter as ref  # noqa: E402
 from memory import PeakMemory  # noqa: E402

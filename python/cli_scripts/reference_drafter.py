@@ -1,4 +1,4 @@
-"""A plain-PyTorch DFlash drafter written from SPEC.md, with a dense [T, S+T] attention mask.
+"""A plain-PyTorch DFlash drafter written from docs/DFLASH.md, with a dense [T, S+T] attention mask.
 
 Slow and memory-hungry on purpose: it is the test oracle for the C++ drafter (same weights, same batch
 -> same logits, loss and gradients). Nothing here is shared with the C++ code.
@@ -78,7 +78,7 @@ def drafter_hidden(cfg, W, embed, feats, block_ids, anchors, keep):
 
 
 def block_targets(input_ids, loss_mask, anchors, keep, B, mask_id, gamma):
-    """Block inputs, labels, weights and teacher positions with plain loops (SPEC.md sample construction)."""
+    """Block inputs, labels, weights and teacher positions with plain loops (docs/DFLASH.md sample construction)."""
     b, S = input_ids.shape
     N = anchors.shape[1]
     block_ids = torch.full((b, N * B), mask_id, dtype=torch.long)

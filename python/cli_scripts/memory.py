@@ -1,5 +1,5 @@
 """Peak extra memory of a piece of work: RSS high-water mark on the CPU (Linux), the caching
-allocator's peak on CUDA. Same method as the C++ side (src/cli/memory_probe.cpp)."""
+allocator's peak on CUDA. Same method as the C++ side (src/util/memory_probe.cpp)."""
 import ctypes
 import torch
 
