@@ -8,16 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
-#include "plan_commands.h"
 #include "drafter_from_target.h"
-#include "dtype_names.h"
 #include "drafter_model.h"
+#include "drafter_presets.h"
+#include "dtype_names.h"
 #include "input_file.h"
 #include "memory_planner.h"
 #include "node_planner.h"
-#include "drafter_presets.h"
-#include "target_presets.h"
+#include "plan_commands.h"
 #include "target_loader.h"
+#include "target_presets.h"
 
 namespace dflash::plan {
 
