@@ -13,7 +13,7 @@
   the plain loss: what SpecForge does.
 An implementation that runs out of memory is recorded as such (with the peak it reached), not fatal.
 A step is forward + backward + AdamW on the same weights and batch. Peak = resident-set high-water mark above
-the state before the step on the CPU, the caching allocator's peak on CUDA (python/dflash_py/memory.py, as
+the state before the step on the CPU, the caching allocator's peak on CUDA (python/cli_scripts/memory.py, as
 `dflash bench` measures). The three losses and
 gradients are compared, so the timed steps are known to compute the same thing.
 """
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "python" / "dflash_py"))
+sys.path.insert(0, str(HERE.parent / "python" / "cli_scripts"))
 import dflash  # noqa: E402
 import python_drafter as pd  # noqa: E402
 from memory import PeakMemory  # noqa: E402
@@ -101,7 +101,7 @@ def flex(q, k, v, m: dflash.BlockMaskArgs):
 IMPLS = {"dflash": (pd.dflash_attention, "dflash"), "per_block_sdpa": (per_block_sdpa, "dense"),
          "dense_sdpa": (dense_sdpa, "dense"), "flex": (flex, "dense")}
 
-# Shapes: the seed-scaled CPU config (default) and the seed's own step (SPEC.md: a 5-layer drafter at Qwen3.6-27B
+# Shapes: the seed-scaled CPU config (default) and the seed's own step (docs/DFLASH.md: a 5-layer drafter at Qwen3.6-27B
 # width, sequence 8000, 1024 anchors x 16, soft labels 0.15).
 PRESETS = {
     "seed-scaled": dict(seq=2048, anchors=256, block=16, heads=8, kv_heads=2, head_dim=128, hidden=1024,

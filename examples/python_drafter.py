@@ -3,7 +3,7 @@
     pip install .                       # the dflash package, built against this environment's torch
     python examples/python_drafter.py   # 3 threads, each training its own replica: fwd + bwd + AdamW
 
-The model is the DFlash drafter (SPEC.md): the target's hidden states at a few layers, concatenated, go
+The model is the DFlash drafter (docs/DFLASH.md): the target's hidden states at a few layers, concatenated, go
 through `fc` and `hidden_norm` and are injected as extra keys/values into every decoder layer; the queries
 are the tokens of N blocks `[token[a], MASK, ..., MASK]`, each anchored at a position a of the sequence.
 The two memory walls of training it are dflash's ops:

@@ -69,7 +69,7 @@ else
   : "${DEMO_MAX_DRAFT:=3}"
 fi
 : "${DEMO_MAX_DRAFT:=0}"
-# Five target layers spread over SmolLM2's 30 (the SPEC formula for 5 drafter layers) even for a 1-layer
+# Five target layers spread over SmolLM2's 30 (the formula of docs/DFLASH.md for 5 drafter layers) even for a 1-layer
 # drafter: the deep ones carry most of the next-token signal. A higher peak lr (short run) and a small start
 # for the final norm (logits through the tied LM head scale with it) make the few hundred CPU steps count.
 : "${DEMO_TARGET_LAYERS:=1,8,14,20,27}" "${DEMO_LR:=2e-3}" "${DEMO_FINAL_NORM:=0.3}"
@@ -81,7 +81,7 @@ if [ "${DEMO_DEVICE:-cpu}" != cpu ] || grep -qw -e avx512_bf16 -e amx_bf16 /proc
 else
   : "${DEMO_DTYPE:=fp32}"
 fi
-MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, SPEC.md)
+MASK_TOKEN=16   # SmolLM2's <empty_output>: a real vocabulary row never seen in chat (not eos/pad, docs/DFLASH.md)
 # Where everything runs: on the CPU two drafter workers share the cores; on a GPU one worker has the card.
 : "${DEMO_DEVICE:=cpu}"
 if [ "$DEMO_DEVICE" = cpu ]; then DRAFTER_DEVICES=cpu,cpu; else DRAFTER_DEVICES=$DEMO_DEVICE; fi
@@ -205,7 +205,7 @@ stage_done
 
 # 4. Plots and the summary table.
 stage "4/4 plots and summary"
-"$PY" python/dflash_py/plot_eval.py "$EVAL" "$OUT/acceptance.png"
+"$PY" python/cli_scripts/plot_eval.py "$EVAL" "$OUT/acceptance.png"
 "$PY" - "$EVAL" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -2,7 +2,7 @@
 """Times the fused CUDA anchor-block attention against two baselines on one GPU.
 
   ours       torch.ops.dflash.anchor_block_attention (libdflash_ops.so built with CUDA)
-  flex       torch.compile(flex_attention) with a BlockMask from the SPEC mask_mod
+  flex       torch.compile(flex_attention) with a BlockMask from the DFlash mask_mod (docs/DFLASH.md)
   per_block  the seed's way: per block, gather its context + own K/V, repeat_interleave to Hq,
              batched SDPA over chunks of blocks, all under autograd (skipped, with the predicted
              memory printed, when it would not fit)

@@ -71,7 +71,7 @@ step "gpu_bench_attention.py (ours vs flex vs per-block SDPA)" 180 "$OUTDIR/benc
   scripts/gpu_bench_attention.py --lib "$BUILD/libdflash_ops.so" --json "$OUTDIR/bench_py.json"
 
 step "dflash bench attention --device cuda" 120 "$OUTDIR/bench_cli.log" "$BUILD/dflash" bench attention \
-  --device cuda --configs seed-scaled-bf16,seed,qwen3.6-27b --json "$OUTDIR/bench_cli.json"
+  --device cuda --configs seed-scaled-bf16,seed,seed-27b --json "$OUTDIR/bench_cli.json"
 
 # NCCL smoke (cheap: tiny model, 3 steps): two CUDA workers on one GPU in one process, gradients summed on the
 # device and all-reduced by c10d ProcessGroupNCCL in a group of one; weights must match the CPU run. A skip

@@ -36,15 +36,15 @@ if ((DRY)); then
   DEVICE=cpu
   # The same drafter family scaled down, and a short sequence: every code path of the GPU run, in seconds.
   STEP_SHAPE=(--model cpu-small --seq-len 256 --anchors 16 --dtype fp32 --loss-chunk 256 --iters 1)
-  PLAN_SHAPE=(--preset qwen3.6-27b --seq-len 256 --anchors 16)
+  PLAN_SHAPE=(--preset seed-27b --seq-len 256 --anchors 16)
   PY_SHAPE=(--preset seed-scaled --seq 256 --anchors 16 --hidden 256 --intermediate 512 --heads 4 --kv-heads 2
             --head-dim 64 --vocab 4096 --kl-weight 0.15 --reps 1 --dtype fp32)
   PY_IMPLS=dflash,per_block_sdpa
 else
   BUILD=$ROOT/build-gpu
   DEVICE=cuda
-  STEP_SHAPE=(--model qwen3.6-27b --seq-len 8000 --anchors 1024 --dtype bf16 --loss-chunk 1024 --iters 2)
-  PLAN_SHAPE=(--preset qwen3.6-27b)
+  STEP_SHAPE=(--model seed-27b --seq-len 8000 --anchors 1024 --dtype bf16 --loss-chunk 1024 --iters 2)
+  PLAN_SHAPE=(--preset seed-27b)
   PY_SHAPE=(--preset seed --dtype bf16 --reps 1)
   PY_IMPLS=dflash,flex,per_block_sdpa
   nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$SUMMARY"

@@ -8,21 +8,26 @@
 
 #include "args.h"
 #include "data_commands.h"
+#include "doctor_commands.h"
 #include "drafter_commands.h"
 #include "eval_commands.h"
+#include "export_commands.h"
 #include "io_commands.h"
 #include "models_commands.h"
 #include "ops_commands.h"
+#include "plan_commands.h"
 #include "subcommand.h"
 #include "tokenizer_commands.h"
 #include "train_commands.h"
 
 namespace {
 
-// In the order a user meets them: data, training, evaluation, then the tools and benchmarks below them.
+// In the order a user meets them: the machine check, data, training, export, evaluation, then the planner, the
+// tools and benchmarks below them.
 std::vector<dflash::util::Subcommand> all_commands() {
   std::vector<dflash::util::Subcommand> table;
-  for (auto part : {dflash::data::commands(), dflash::train::commands(), dflash::eval::commands(),
+  for (auto part : {dflash::doctor::commands(), dflash::data::commands(), dflash::train::commands(),
+                    dflash::exporting::commands(), dflash::eval::commands(), dflash::plan::commands(),
                     dflash::drafter::commands(), dflash::models::commands(), dflash::ops::commands(),
                     dflash::tok::commands(), dflash::io::commands()})
     table.insert(table.end(), part.begin(), part.end());

@@ -41,8 +41,9 @@ int dump_hidden_main(const std::vector<std::string>& args) {
   a.alias("target-dtype", "dtype");
   a.option("data", "PATH", "", "samples JSONL from `dflash data regenerate` (input_ids + loss_mask per line)");
   a.option("out", "DIR", "", "output folder: shard-NNNNN.safetensors + index.json (rerun to resume)");
-  a.option("target-layer-ids", "IDS", "", "comma list of target layers (empty: SPEC default for --drafter-layers)");
-  a.option("drafter-layers", "N", "1", "drafter layers the SPEC default layer choice is made for");
+  a.option("target-layer-ids", "IDS", "",
+           "comma list of target layers (empty: the default for --drafter-layers, docs/DFLASH.md)");
+  a.option("drafter-layers", "N", "1", "drafter layers the default layer choice is made for");
   a.option("max-len", "N", "4096", "truncate samples to this many tokens (as the trainer's max_len)");
   a.option("samples-per-shard", "N", "1000", "samples per shard file");
   a.flag("last-hidden", "also store the final-normed last hidden state (needed for kl_weight > 0)");

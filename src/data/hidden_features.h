@@ -13,8 +13,8 @@
 
 namespace dflash::data {
 
-// --target-layer-ids as given (comma list), or the SPEC default for `drafter_layers` when empty; every id must
-// be one of the target's layers (the error names the flag and the layer count).
+// --target-layer-ids as given (comma list), or the default for `drafter_layers` (docs/DFLASH.md) when empty; every
+// id must be one of the target's layers (the error names the flag and the layer count).
 std::vector<int64_t> feature_layer_ids(const std::string& flag, int64_t drafter_layers, const models::TargetConfig& cfg);
 
 // The shard metadata for features of `target_path` (its identity: file name, family, sizes).

@@ -1,6 +1,6 @@
 // Offline hidden states, format `dflash-hidden-v1` (our own): this header is its reader; its one writer is
 // hidden_shard_writer.h (dump-hidden, regenerate --hidden-out, the tests; tests/python/hidden_format.py mirrors
-// it for the Python tests). The trainer reads it through src/train/offline_dataset.h.
+// it for the Python tests). The trainer reads it through src/data/offline_dataset.h.
 //   A folder of *.safetensors shards, or a single file. A folder is read through the union of its
 //   `index-<part>.json` files in file-name order (one per writing process: shards listed complete, with their
 //   samples' keys; layout in hidden_shard_writer.h); a folder with the single `index.json` of older dump-hidden

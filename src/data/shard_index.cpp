@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "index_list.h"
 #include "strict_json.h"
 
 namespace dflash::data {
@@ -36,33 +37,18 @@ std::string meta_or_throw(const std::map<std::string, std::string>& m, const std
 }  // namespace
 
 std::vector<int64_t> parse_layer_ids(const std::string& s, const std::string& where) {
-  std::vector<int64_t> out;
-  std::set<int64_t> seen;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    int64_t id = 0;
-    if (b == std::string::npos || !parse_int(item.substr(b, e - b + 1), 0, 2147483647, &id))
-      throw std::invalid_argument(where + ": target_layer_ids must be a comma list of layer indices (integers in "
-                                  "[0, 2147483647]), got '" + s + "'");
-    if (!seen.insert(id).second)
-      throw std::invalid_argument(where + ": target_layer_ids '" + s + "' lists layer " + std::to_string(id) +
-                                  " twice (each target layer once)");
-    out.push_back(id);
-  }
-  if (out.empty()) throw std::invalid_argument(where + ": target_layer_ids is empty");
-  return out;
+  const util::IndexList l = util::read_index_list(s);
+  if (!l.bad_item.empty())
+    throw std::invalid_argument(where + ": target_layer_ids must be a comma list of layer indices (integers in "
+                                "[0, 2147483647]), got '" + s + "'");
+  if (l.repeated >= 0)
+    throw std::invalid_argument(where + ": target_layer_ids '" + s + "' lists layer " + std::to_string(l.repeated) +
+                                " twice (each target layer once)");
+  if (l.ids.empty()) throw std::invalid_argument(where + ": target_layer_ids is empty");
+  return l.ids;
 }
 
-std::string join_ids(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (auto id : ids) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(id);
-  }
-  return out;
-}
+std::string join_ids(const std::vector<int64_t>& ids) { return util::join_indices(ids); }
 
 std::vector<std::string> parse_shard_index(const std::string& text, const std::string& index_path) {
   nlohmann::json j;

@@ -19,7 +19,8 @@ struct HiddenMeta {
   std::string target;             // the target's identity as recorded ("" when not)
 };
 
-// "1,9,17" -> {1, 9, 17}: integers in [0, 2^31-1], each once; throws std::invalid_argument naming `where`.
+// "1,9,17" -> {1, 9, 17} (util/index_list.h's grammar: integers in [0, 2^31-1], each once); a list that is not one,
+// or an empty one, is an std::invalid_argument naming `where`.
 std::vector<int64_t> parse_layer_ids(const std::string& s, const std::string& where);
 std::string join_ids(const std::vector<int64_t>& ids);
 

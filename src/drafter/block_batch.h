@@ -1,4 +1,4 @@
-// Training blocks from one batch of sequences (SPEC.md "Training sample construction"): anchor sampling,
+// Training blocks from one batch of sequences (docs/DFLASH.md "Training samples"): anchor sampling,
 // block inputs [token[a], MASK, ...], same-position labels and the per-slot loss weights.
 #pragma once
 #include <cstdint>

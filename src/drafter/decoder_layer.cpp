@@ -8,7 +8,7 @@
 
 namespace dflash::drafter {
 
-at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const LayerShared& sh) {
+at::Tensor decoder_layer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& x, const LayerShared& sh) {
   const int64_t b = x.size(0), T = x.size(1), C = sh.context.size(1);
   const at::Tensor h1 = rms_norm(x, w[kInputNorm], s.eps);
 
@@ -47,7 +47,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                             int64_t head_dim, int64_t block_size, int64_t window, double eps, int64_t attention) {
     LayerWeights w;
     for (size_t i = 0; i < w.t.size(); ++i) w.t[i] = weights[i];
-    const LayerShape s{q_heads, kv_heads, head_dim, block_size, window, eps, ops::AttentionBackend(attention)};
+    const DecoderLayerShape s{q_heads, kv_heads, head_dim, block_size, window, eps, ops::attention_backend_of_code(attention)};
     at::Tensor y;
     {
       at::NoGradGuard no_grad;
@@ -68,10 +68,10 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const LayerShape s{ctx->saved_data["q_heads"].toInt(), ctx->saved_data["kv_heads"].toInt(),
+    const DecoderLayerShape s{ctx->saved_data["q_heads"].toInt(), ctx->saved_data["kv_heads"].toInt(),
                        ctx->saved_data["head_dim"].toInt(), ctx->saved_data["block_size"].toInt(),
                        ctx->saved_data["window"].toInt(), ctx->saved_data["eps"].toDouble(),
-                       ops::AttentionBackend(ctx->saved_data["attention"].toInt())};
+                       ops::attention_backend_of_code(ctx->saved_data["attention"].toInt())};
     at::AutoGradMode grad_on(true);
     // Fresh leaves for the recomputation, so grad() returns exactly this layer's contributions.
     auto leaf = [](const at::Tensor& t) { return t.detach().requires_grad_(t.requires_grad()); };
@@ -107,13 +107,13 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 }  // namespace
 
-at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& x,
                                       const LayerShared& sh) {
   // ctx_start travels as a tensor (zeros when absent: the same mask) so the saved list has a fixed layout.
   const at::Tensor cs = sh.ctx_start.defined() ? sh.ctx_start : at::zeros_like(sh.anchors);
   return CheckpointedLayer::apply(x, sh.context, sh.q_cos, sh.q_sin, sh.k_cos, sh.k_sin, sh.anchors, sh.keep, cs,
                                   at::TensorList(w.t.data(), w.t.size()), s.q_heads, s.kv_heads, s.head_dim,
-                                  s.block_size, s.window, s.eps, int64_t(s.attention));
+                                  s.block_size, s.window, s.eps, ops::attention_backend_code(s.attention));
 }
 
 }  // namespace dflash::drafter

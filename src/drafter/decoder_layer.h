@@ -9,7 +9,7 @@
 
 namespace dflash::drafter {
 
-struct LayerShape {
+struct DecoderLayerShape {
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0, window = 0;
   double eps = 1e-6;
   ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // Fused or Reference (chosen per device)
@@ -25,11 +25,11 @@ struct LayerShared {
 };
 
 // x [b, T, H] (T = N*B block tokens) -> [b, T, H].
-at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const LayerShared& sh);
+at::Tensor decoder_layer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& x, const LayerShared& sh);
 
 // Same result; runs the layer without autograd in forward, keeps only x, and recomputes the layer with
 // autograd in backward (activation checkpointing).
-at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& x,
                                       const LayerShared& sh);
 
 }  // namespace dflash::drafter

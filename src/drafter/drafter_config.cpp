@@ -124,18 +124,6 @@ std::vector<int64_t> default_target_layer_ids(int64_t L, int64_t n) {
   return ids;
 }
 
-double default_loss_gamma(int64_t block_size) {
-  if (block_size == 16) return 7.0;
-  if (block_size == 10) return 5.0;
-  if (block_size == 8) return 4.0;
-  return std::max(1.0, double(block_size) / 2.0);
-}
-
-double loss_gamma(double gamma, bool decay, int64_t block_size) {
-  if (!decay) return std::numeric_limits<double>::infinity();
-  return gamma > 0 ? gamma : default_loss_gamma(block_size);
-}
-
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) fail(where, "(top level)", "a JSON object", j.type_name());
   DrafterConfig c;

@@ -40,14 +40,8 @@ struct DrafterConfig {
   void validate(const std::string& where) const;
 };
 
-// SPEC.md default: round(1 + i*(L-4)/(n-1)) for i in [0, n) (Python's round: ties to even); n=1 -> [L/2].
+// docs/DFLASH.md's default: round(1 + i*(L-4)/(n-1)) for i in [0, n) (Python's round: ties to even); n=1 -> [L/2].
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t num_drafter_layers);
-
-// Loss decay gamma by block size (SPEC.md: 7 for B=16, 5 for B=10, 4 for B=8); other sizes get B/2 (>= 1).
-double default_loss_gamma(int64_t block_size);
-// The gamma of the loss weights w_k = exp(-(k-1)/gamma): `gamma` when > 0, else default_loss_gamma(block_size);
-// without `decay`, +inf: every slot k >= 1 weighs exp(-0) = 1.
-double loss_gamma(double gamma, bool decay, int64_t block_size);
 
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where);
 DrafterConfig load_drafter_config(const std::string& path);

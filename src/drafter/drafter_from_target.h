@@ -1,5 +1,7 @@
 // The drafter config `dflash train` builds when the user gives none, and `dflash plan --target-config` plans:
 // derived from the target's config.json.
+// This is the one rule for every caller: `dflash train`, `plan --target-config`, and every preset of `plan` and
+// `bench step` (plan/drafter_presets.h), so one target name plans and trains one drafter.
 // - Llama / dense Qwen3 targets: the target's own attention layout (heads, KV heads, head_dim), its MLP width,
 //   all layers full attention.
 // - Qwen3.5 / Qwen3.6 hybrids: the layout of the released DFlash drafters for these targets (z-lab
@@ -10,7 +12,7 @@
 //   target has the Qwen3.5 vocabulary (248320 entries).
 // Every drafter takes the target's RoPE (theta and scaling; a GGUF target's rope_freqs divisors have no config.json
 // spelling, so such a drafter config fails validation and asks for a drafter_config).
-// Target layer ids default to SPEC.md's rule (for 64 target layers and 5 drafter layers: 1, 16, 31, 46, 61 as
+// Target layer ids default to docs/DFLASH.md's rule (for 64 target layers and 5 drafter layers: 1, 16, 31, 46, 61 as
 // in the released Qwen3.6-27B drafter).
 #pragma once
 #include <cstdint>
@@ -21,12 +23,8 @@
 
 namespace dflash::drafter {
 
-inline constexpr int64_t kQwen35Vocab = 248320;
-inline constexpr int64_t kQwen35MaskToken = 248070;
-inline constexpr int64_t kQwen36SlidingWindow = 2048;
-
 // mask_token_id < 0: the default above where there is one (else stays -1: the caller must ask for it).
-// target_layer_ids empty: SPEC.md's default for (target layers, drafter layers). Not validated here.
+// target_layer_ids empty: the default for (target layers, drafter layers), docs/DFLASH.md. Not validated here.
 DrafterConfig drafter_config_for_target(const models::TargetConfig& target, int64_t drafter_layers, int64_t block_size,
                                         int64_t mask_token_id, const std::vector<int64_t>& target_layer_ids);
 

@@ -9,27 +9,6 @@
 
 namespace dflash::drafter {
 
-CheckpointPolicy CheckpointPolicy::parse(const std::string& s) {
-  if (s == "none" || s == "0") return {0};
-  if (s == "layer" || s == "all" || s == "every" || s == "1") return {1};
-  const bool every = s.rfind("every:", 0) == 0;
-  std::string k = every ? s.substr(6) : s;
-  try {
-    size_t used = 0;
-    const long v = std::stol(k, &used);
-    // "every:0" would mean "every 0th layer": not "none" in disguise, an error.
-    if (used == k.size() && k[0] != '-' && k[0] != '+' && v >= (every ? 1 : 0)) return {int64_t(v)};
-  } catch (const std::exception&) {
-  }
-  throw std::invalid_argument("checkpoint policy: expected none, layer, or every:K (K >= 1), got '" + s + "'");
-}
-
-std::string CheckpointPolicy::name() const {
-  if (every == 0) return "none";
-  if (every == 1) return "layer";
-  return "every:" + std::to_string(every);
-}
-
 RopePositions rope_positions(const at::Tensor& anchors, int64_t S, int64_t block_size, const at::Tensor& doc_start,
                              const at::Tensor& ctx_start) {
   const int64_t b = anchors.size(0);
@@ -72,7 +51,7 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
   const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start};
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const LayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
+    const DecoderLayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
                        c.rms_norm_eps, attention};
     x = ckpt.applies(i) ? checkpointed_decoder_layer(w.layers[size_t(i)], s, x, shared)
                         : decoder_layer(w.layers[size_t(i)], s, x, shared);

@@ -1,4 +1,4 @@
-// The DFlash drafter forward and its training loss (SPEC.md "Drafter architecture" and "Loss").
+// The DFlash drafter forward and its training loss (docs/DFLASH.md "The drafter" and "The loss").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,19 +7,13 @@
 
 #include "attention_backend.h"
 #include "block_batch.h"
+#include "checkpoint_policy.h"
 #include "chunked_loss.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
+#include "loss_weighting.h"
 
 namespace dflash::drafter {
-
-// Which decoder layers recompute their activations in backward: none, all, or layers i with i % k == 0.
-struct CheckpointPolicy {
-  int64_t every = 0;  // 0 = none, 1 = every layer, k = every k-th layer
-  bool applies(int64_t layer) const { return every > 0 && layer % every == 0; }
-  static CheckpointPolicy parse(const std::string& s);  // "none", "layer"/"all"/"1", "every:K" or "K"
-  std::string name() const;
-};
 
 // The frozen pieces borrowed from the target. With tie_word_embeddings the caller passes the same tensor twice.
 struct FrozenTarget {

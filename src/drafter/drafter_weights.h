@@ -1,4 +1,4 @@
-// The drafter's trainable tensors under the exact key names of released DFlash drafters (SPEC.md
+// The drafter's trainable tensors under the exact key names of released DFlash drafters (docs/DFLASH.md
 // "Formats"): fc.weight, hidden_norm.weight, norm.weight and layers.{i}.{self_attn,mlp,...}.weight.
 #pragma once
 #include <array>
@@ -50,7 +50,7 @@ DrafterWeights drafter_weights_from(const DrafterConfig& c, const std::vector<st
                                     const std::function<at::Tensor(const std::string&)>& load,
                                     at::ScalarType dtype, const std::string& where);
 
-// model.safetensors read/write (unprefixed SPEC.md names; any of bf16/fp16/fp32/fp64 on disk).
+// model.safetensors read/write (unprefixed docs/DFLASH.md names; any of bf16/fp16/fp32/fp64 on disk).
 DrafterWeights load_drafter_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype);
 void save_drafter_weights(const std::string& path, const DrafterWeights& w, at::ScalarType dtype);
 

@@ -1,6 +1,4 @@
-// `dflash eval`: speculative decoding of held-out prompts with the target and a drafter (or a test
-// proposer), against the target alone in the same run: tau, acceptance histogram, per-slot acceptance,
-// tokens/s, speedup and (at temperature 0) the lossless check, per dataset; --json writes them.
+// `dflash eval` (eval_run.h): the flags into EvalOptions, and run_eval in named phases.
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -15,8 +13,10 @@
 #include "attention_selfcheck.h"
 #include "compute_settings.h"
 #include "dflash_proposer.h"
+#include "drafter_attention.h"
 #include "eval_commands.h"
 #include "eval_report.h"
+#include "eval_run.h"
 #include "progress.h"
 #include "prompt_sources.h"
 #include "response_generator.h"
@@ -30,30 +30,108 @@ namespace dflash::eval {
 using util::Args;
 namespace {
 
-// The drafter's attention backend before decoding: auto / fused run the forward self-check on the drafter's device
-// at its heads, head_dim, block size, windows and dtype, with a context of a 512-token prompt plus --max-new.
-ops::AttentionChoice choose_drafter_attention(ops::AttentionBackend requested, const LoadedDrafter& d,
-                                              const at::Device& device, int64_t max_new) {
-  ops::AttentionCheckSpec base;
-  base.device = device;
-  base.dtype = d.weights.fc.scalar_type();
-  base.context_len = 512 + std::max<int64_t>(0, max_new);
-  base.q_heads = d.config.num_attention_heads;
-  base.kv_heads = d.config.num_key_value_heads;
-  base.head_dim = d.config.head_dim;
-  base.block_size = d.config.block_size;
-  base.backward = false;
-  std::vector<int64_t> windows;
-  for (int64_t i = 0; i < d.config.num_hidden_layers; ++i) windows.push_back(d.config.window_for_layer(i));
-  return ops::choose_attention_backend(requested, ops::specs_for_windows(base, windows));
-}
-
-struct DatasetArg {
-  std::string name, path;
+// What proposes the blocks: the DFlash drafter (on its device, with the attention backend chosen for it) or a test
+// proposer.
+struct ProposerSide {
+  std::unique_ptr<LoadedDrafter> drafter;
+  std::unique_ptr<Proposer> proposer;
+  std::optional<ops::AttentionChoice> attention;
 };
 
-std::vector<DatasetArg> parse_datasets(const std::vector<std::string>& items) {
-  std::vector<DatasetArg> out;
+ProposerSide make_proposer(const EvalOptions& o, const models::TargetModel& target) {
+  ProposerSide s;
+  if (o.proposer == "dflash") {
+    if (o.drafter.empty()) throw std::invalid_argument("eval: --drafter is required with --proposer dflash");
+    const at::Device ddev = o.drafter_device == "target" ? target.input_device()
+                                                          : ops::parse_device(o.drafter_device, "eval: --drafter-device");
+    s.drafter = std::make_unique<LoadedDrafter>(load_drafter(o.drafter, ddev));
+    // The forward self-check at the drafter's shapes, with a context of a 512-token prompt plus --max-new.
+    s.attention = drafter::choose_drafter_attention(
+        o.attention_backend, s.drafter->config, ddev, s.drafter->weights.fc.scalar_type(),
+        {.context_len = 512 + std::max<int64_t>(0, o.max_new), .packed = false, .backward = false});
+    std::fprintf(stderr, "%s\n", s.attention->line.c_str());
+    s.proposer = std::make_unique<DFlashProposer>(*s.drafter, target, o.max_draft, s.attention->backend);
+  } else if (o.proposer == "oracle") {
+    s.proposer = std::make_unique<OracleProposer>(o.block_size);
+  } else if (o.proposer == "random") {
+    s.proposer = std::make_unique<RandomProposer>(o.block_size, target.config().vocab_size, o.seed + 17);
+  } else {
+    throw std::invalid_argument("--proposer must be dflash, oracle or random; got '" + o.proposer + "'");
+  }
+  return s;
+}
+
+// One dataset: every prompt (and repeat) with the target alone, then speculatively, back to back.
+DatasetReport evaluate_dataset(const EvalOptions& o, const EvalDataset& ds, const models::TargetModel& target,
+                               Proposer& proposer, const tok::Tokenizer* tokenizer, const tok::ChatFormat* chat,
+                               const data::GenerationOptions& gen, std::ofstream* tokens_out) {
+  const auto prompts = data::read_prompts(ds.path, o.limit);
+  DatasetReport rep(ds.name, proposer.block_size());
+  rep.lossless_checked = o.baseline && gen.temperature <= 0;
+  data::Progress bar("eval " + ds.name, static_cast<int64_t>(prompts.size()) * o.repeats);
+  int64_t done = 0, toks = 0;
+  for (const auto& p : prompts) {
+    const std::vector<int64_t> ids =
+        data::prompt_token_ids(p, tokenizer, chat, ds.path + ": prompt " + std::to_string(p.index), target.config());
+    for (int64_t r = 0; r < o.repeats; ++r) {
+      const uint64_t stream = static_cast<uint64_t>(p.index * o.repeats + r);
+      // The target alone and with speculation, back to back so both see the same machine load.
+      data::GenerationResult base;
+      double base_s = 0;
+      if (o.baseline) {
+        // Its own random stream: an oracle built from this run must not share draws with the check below.
+        base = data::generate_response(target, ids, gen, stream + (uint64_t{1} << 40));
+        base_s = base.prefill_seconds + base.decode_seconds;
+      }
+      std::vector<int64_t> ref = ids;
+      ref.insert(ref.end(), base.tokens.begin(), base.tokens.end());
+      proposer.set_reference(ref);
+      const SpecResult spec = speculative_generate(target, proposer, ids, gen, stream, o.max_draft);
+      rep.add(spec, base_s, static_cast<int64_t>(base.tokens.size()), p.index);
+      Mismatch mm;
+      if (rep.lossless_checked && !compare_tokens(base.tokens, spec.tokens, p.index, &mm)) {
+        rep.mismatches.push_back(mm);
+        std::fprintf(stderr, "\n%s: prompt %lld differs from the target's greedy decode at new token %lld "
+                     "(target %lld, speculative %lld)\n", ds.name.c_str(), static_cast<long long>(p.index),
+                     static_cast<long long>(mm.position), static_cast<long long>(mm.expected),
+                     static_cast<long long>(mm.got));
+      }
+      if (tokens_out)
+        *tokens_out << nlohmann::json{{"dataset", ds.name}, {"index", p.index}, {"repeat", r},
+                                      {"tokens", spec.tokens}, {"baseline", base.tokens},
+                                      {"accept_lengths", spec.accept_lengths}}.dump()
+                    << "\n";
+      toks += static_cast<int64_t>(spec.tokens.size());
+      bar.update(++done, toks);
+    }
+  }
+  bar.finish();
+  return rep;
+}
+
+void write_eval_json(const EvalOptions& o, const ProposerSide& side, const data::GenerationOptions& gen,
+                     const std::vector<DatasetReport>& reports) {
+  nlohmann::json j = {{"target", o.target.path},
+                      {"drafter", side.drafter ? side.drafter->dir : o.proposer},
+                      {"block_size", side.proposer->block_size()},
+                      {"temperature", gen.temperature},
+                      {"max_new", gen.max_new},
+                      {"max_draft", o.max_draft},
+                      {"datasets", nlohmann::json::array()}};
+  if (side.attention)
+    j["attention_backend"] = {{"requested", ops::attention_backend_name(side.attention->requested)},
+                              {"backend", ops::attention_backend_name(side.attention->backend)},
+                              {"device", side.attention->device}, {"line", side.attention->line}};
+  for (const auto& r : reports) j["datasets"].push_back(r.to_json());
+  std::ofstream out(o.json);
+  if (!out) throw std::runtime_error(o.json + ": cannot open for writing");
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+std::vector<EvalDataset> parse_eval_datasets(const std::vector<std::string>& items) {
+  std::vector<EvalDataset> out;
   for (const auto& s : items) {
     const auto eq = s.find('=');
     if (eq == std::string::npos) {
@@ -70,7 +148,37 @@ std::vector<DatasetArg> parse_datasets(const std::vector<std::string>& items) {
   return out;
 }
 
-}  // namespace
+int run_eval(const EvalOptions& o) {
+  if (o.repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
+  if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
+  if (o.datasets.empty()) throw std::invalid_argument("eval: --data is required (NAME=PATH,...)");
+  const models::TargetModel target = models::load_target(o.target);
+  auto tokenizer = models::load_target_tokenizer(o.target);
+  std::unique_ptr<tok::ChatFormat> chat;
+  if (tokenizer) chat = std::make_unique<tok::ChatFormat>(tok::ChatFormat::from_tokenizer(*tokenizer));
+  const ProposerSide side = make_proposer(o, target);
+
+  data::GenerationOptions gen;
+  gen.max_new = o.max_new;
+  gen.temperature = o.temperature;
+  gen.seed = o.seed;
+  gen.eos_ids = data::parse_stop_ids(o.target.eos, target, tokenizer.get());
+
+  std::unique_ptr<std::ofstream> tokens_out;
+  if (!o.tokens_out.empty()) {
+    tokens_out = std::make_unique<std::ofstream>(o.tokens_out);
+    if (!*tokens_out) throw std::runtime_error(o.tokens_out + ": cannot open for writing");
+  }
+  std::vector<DatasetReport> reports;
+  for (const auto& ds : o.datasets)
+    reports.push_back(evaluate_dataset(o, ds, target, *side.proposer, tokenizer.get(), chat.get(), gen, tokens_out.get()));
+  print_table(reports);
+  print_cycle_breakdown(reports);
+  if (!o.json.empty()) write_eval_json(o, side, gen, reports);
+  bool all_lossless = true;
+  for (const auto& r : reports) all_lossless = all_lossless && r.mismatches.empty();
+  return all_lossless ? 0 : 3;
+}
 
 int eval_main(const std::vector<std::string>& args) {
   Args a("eval", "speculative decoding with a drafter vs the target alone: tau, speedup, lossless check");
@@ -95,122 +203,24 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("json", "FILE", "", "write the results as JSON");
   a.option("tokens-out", "FILE", "", "write the generated tokens per prompt and repeat as JSONL");
   if (!a.parse(args)) return 0;
-  const models::TargetOptions topt = models::read_target_options(a, target_set);
-  const auto datasets = parse_datasets(a.str_list("data"));
-  const int64_t repeats = a.i64("repeats");
-  if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
-  const bool baseline = a.i64("baseline") != 0;
-  const ops::AttentionBackend attention_request =
-      ops::parse_attention_backend(a.str("attention-backend"), "eval: --attention-backend");
-
-  const models::TargetModel target = models::load_target(topt);
-  auto tokenizer = models::load_target_tokenizer(topt);
-  std::unique_ptr<tok::ChatFormat> chat;
-  if (tokenizer) chat = std::make_unique<tok::ChatFormat>(tok::ChatFormat::from_tokenizer(*tokenizer));
-
-  std::unique_ptr<eval::LoadedDrafter> drafter;
-  std::unique_ptr<eval::Proposer> proposer;
-  std::optional<ops::AttentionChoice> attention;
-  const std::string kind = a.str("proposer");
-  if (kind == "dflash") {
-    if (a.str("drafter").empty()) throw std::invalid_argument("eval: --drafter is required with --proposer dflash");
-    const at::Device ddev = a.str("drafter-device") == "target"
-                                ? target.input_device()
-                                : ops::parse_device(a.str("drafter-device"), "eval: --drafter-device");
-    drafter = std::make_unique<eval::LoadedDrafter>(eval::load_drafter(a.str("drafter"), ddev));
-    attention = choose_drafter_attention(attention_request, *drafter, ddev, a.i64("max-new"));
-    std::fprintf(stderr, "%s\n", attention->line.c_str());
-    proposer = std::make_unique<eval::DFlashProposer>(*drafter, target, a.i64("max-draft"), attention->backend);
-  } else if (kind == "oracle") {
-    proposer = std::make_unique<eval::OracleProposer>(a.i64("block-size"));
-  } else if (kind == "random") {
-    proposer = std::make_unique<eval::RandomProposer>(a.i64("block-size"), target.config().vocab_size,
-                                                      static_cast<uint64_t>(a.i64("seed")) + 17);
-  } else {
-    throw std::invalid_argument("--proposer must be dflash, oracle or random; got '" + kind + "'");
-  }
-  const int64_t B = proposer->block_size();
-
-  data::GenerationOptions gen;
-  gen.max_new = a.i64("max-new");
-  gen.temperature = a.f64("temperature");
-  gen.seed = static_cast<uint64_t>(a.i64("seed"));
-  gen.eos_ids = data::parse_stop_ids(topt.eos, target, tokenizer.get());
-  if (gen.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
-
-  std::unique_ptr<std::ofstream> tokens_out;
-  if (!a.str("tokens-out").empty()) {
-    tokens_out = std::make_unique<std::ofstream>(a.str("tokens-out"));
-    if (!*tokens_out) throw std::runtime_error(a.str("tokens-out") + ": cannot open for writing");
-  }
-
-  std::vector<eval::DatasetReport> reports;
-  for (const auto& ds : datasets) {
-    const auto prompts = data::read_prompts(ds.path, a.i64("limit"));
-    eval::DatasetReport rep(ds.name, B);
-    rep.lossless_checked = baseline && gen.temperature <= 0;
-    data::Progress bar("eval " + ds.name, static_cast<int64_t>(prompts.size()) * repeats);
-    int64_t done = 0, toks = 0;
-    for (const auto& p : prompts) {
-      const std::vector<int64_t> ids =
-          data::prompt_token_ids(p, tokenizer.get(), chat.get(), ds.path + ": prompt " + std::to_string(p.index), target.config());
-      for (int64_t r = 0; r < repeats; ++r) {
-        const uint64_t stream = static_cast<uint64_t>(p.index * repeats + r);
-        // The target alone and with speculation, back to back so both see the same machine load.
-        data::GenerationResult base;
-        double base_s = 0;
-        if (baseline) {
-          // Its own random stream: an oracle built from this run must not share draws with the check below.
-          base = data::generate_response(target, ids, gen, stream + (uint64_t{1} << 40));
-          base_s = base.prefill_seconds + base.decode_seconds;
-        }
-        std::vector<int64_t> ref = ids;
-        ref.insert(ref.end(), base.tokens.begin(), base.tokens.end());
-        proposer->set_reference(ref);
-        const eval::SpecResult spec = eval::speculative_generate(target, *proposer, ids, gen, stream, a.i64("max-draft"));
-        rep.add(spec, base_s, static_cast<int64_t>(base.tokens.size()), p.index);
-        eval::Mismatch mm;
-        if (rep.lossless_checked && !eval::compare_tokens(base.tokens, spec.tokens, p.index, &mm)) {
-          rep.mismatches.push_back(mm);
-          std::fprintf(stderr, "\n%s: prompt %lld differs from the target's greedy decode at new token %lld "
-                       "(target %lld, speculative %lld)\n", ds.name.c_str(), static_cast<long long>(p.index),
-                       static_cast<long long>(mm.position), static_cast<long long>(mm.expected),
-                       static_cast<long long>(mm.got));
-        }
-        if (tokens_out)
-          *tokens_out << nlohmann::json{{"dataset", ds.name}, {"index", p.index}, {"repeat", r},
-                                        {"tokens", spec.tokens}, {"baseline", base.tokens},
-                                        {"accept_lengths", spec.accept_lengths}}.dump()
-                      << "\n";
-        toks += static_cast<int64_t>(spec.tokens.size());
-        bar.update(++done, toks);
-      }
-    }
-    bar.finish();
-    reports.push_back(std::move(rep));
-  }
-  eval::print_table(reports);
-  eval::print_cycle_breakdown(reports);
-  if (!a.str("json").empty()) {
-    nlohmann::json j = {{"target", topt.path},
-                        {"drafter", drafter ? drafter->dir : kind},
-                        {"block_size", B},
-                        {"temperature", gen.temperature},
-                        {"max_new", gen.max_new},
-                        {"max_draft", a.i64("max-draft")},
-                        {"datasets", nlohmann::json::array()}};
-    if (attention)
-      j["attention_backend"] = {{"requested", ops::attention_backend_name(attention->requested)},
-                                {"backend", ops::attention_backend_name(attention->backend)},
-                                {"device", attention->device}, {"line", attention->line}};
-    for (const auto& r : reports) j["datasets"].push_back(r.to_json());
-    std::ofstream out(a.str("json"));
-    if (!out) throw std::runtime_error(a.str("json") + ": cannot open for writing");
-    out << j.dump(2) << "\n";
-  }
-  bool all_lossless = true;
-  for (const auto& r : reports) all_lossless = all_lossless && r.mismatches.empty();
-  return all_lossless ? 0 : 3;
+  EvalOptions o;
+  o.target = models::read_target_options(a, target_set);
+  o.datasets = parse_eval_datasets(a.str_list("data"));
+  o.repeats = a.i64("repeats");
+  o.baseline = a.i64("baseline") != 0;
+  o.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "eval: --attention-backend");
+  o.proposer = a.str("proposer");
+  o.drafter = a.str("drafter");
+  o.drafter_device = a.str("drafter-device");
+  o.block_size = a.i64("block-size");
+  o.max_draft = a.i64("max-draft");
+  o.limit = a.i64("limit");
+  o.max_new = a.i64("max-new");
+  o.temperature = a.f64("temperature");
+  o.seed = static_cast<uint64_t>(a.i64("seed"));
+  o.json = a.str("json");
+  o.tokens_out = a.str("tokens-out");
+  return run_eval(o);
 }
 
 }  // namespace dflash::eval

@@ -1,7 +1,7 @@
-// Speculative decoding (SPEC.md "Inference"): the proposer drafts B-1 tokens after the last committed one,
-// the target verifies the block [last, drafts] in one forward on its KV cache, the longest agreeing prefix
-// is accepted, the target's own next token is committed after it, and the cache is cropped to the committed
-// length. Greedy (temperature 0) accepts a draft iff it equals the target's argmax; sampling accepts a
+// Speculative decoding (docs/DFLASH.md "Inference and tau"): the proposer drafts B-1 tokens after the last
+// committed one, the target verifies the block [last, drafts] in one forward on its KV cache, the longest
+// agreeing prefix is accepted, the target's own next token is committed after it, and the cache is cropped to
+// the committed length. Greedy (temperature 0) accepts a draft iff it equals the target's argmax; sampling accepts a
 // (point-mass) draft d with probability p(d) and otherwise draws from p with d removed, which leaves the
 // output distributed exactly as the target's own sampling.
 #pragma once

@@ -1,4 +1,4 @@
-// The DFlash anchor-block mask in row form (SPEC.md "The attention mask"), shared by every kernel.
+// The DFlash anchor-block mask in row form (docs/DFLASH.md "The attention mask"), shared by every kernel.
 // A query at slot j of a block anchored at a sees two contiguous key ranges:
 //   context keys [ctx_lo, ctx_hi) with ctx_hi = a (strictly before the anchor) and ctx_lo the larger of the
 //   block's context start (packed rows: its document's first token; else 0) and, in sliding-window layers,

@@ -28,8 +28,9 @@ int target_rope_main(const std::vector<std::string>& args) {
   if (!a.parse(args)) return 0;
   a.require("config");
   a.require("out");
-  const std::string dtype = util::canonical_dtype(a.str("dtype"), "target rope: --dtype");
-  if (dtype != "fp32" && dtype != "fp64") throw std::invalid_argument("target rope: --dtype must be fp32 or fp64");
+  const util::Dtype dtype = util::parse_dtype(a.str("dtype"), "target rope: --dtype");
+  if (dtype != util::Dtype::F32 && dtype != util::Dtype::F64)
+    throw std::invalid_argument("target rope: --dtype must be fp32 or fp64");
   const std::string path = a.str("config");
   nlohmann::json j;
   try {
@@ -50,7 +51,7 @@ int target_rope_main(const std::vector<std::string>& args) {
   if (positions.empty()) throw std::invalid_argument("target rope: --positions is empty");
   const int64_t seq_len = *std::max_element(positions.begin(), positions.end()) + 1;
   const RopeFrequencies f =
-      rope_frequencies(rope, dim, max_positions, seq_len, dtype == "fp64" ? at::kDouble : at::kFloat);
+      rope_frequencies(rope, dim, max_positions, seq_len, dtype == util::Dtype::F64 ? at::kDouble : at::kFloat);
   auto [cos, sin] = rope_cos_sin_at(f, at::tensor(positions, at::kLong));
   io::save_safetensors(a.str("out"), {{"inv_freq", f.inv_freq},
                                       {"attention_scaling", at::tensor({f.attention_scaling}, at::kDouble)},

@@ -7,7 +7,7 @@
 namespace dflash::bench {
 namespace {
 
-// SPEC.md mask for query rows `rows` (block qb = row / B, slot j = row % B) over key columns `cols`.
+// docs/DFLASH.md mask for query rows `rows` (block qb = row / B, slot j = row % B) over key columns `cols`.
 at::Tensor spec_mask(const at::Tensor& anchors2d, const at::Tensor& keep2d, const at::Tensor& rows,
                      const at::Tensor& cols, int64_t S, int64_t B, int64_t window) {
   const auto qb = at::floor_divide(rows, B);

@@ -1,7 +1,5 @@
-// `dflash bench attention`: the fused op against our reference attention (LibTorch ops only, the fallback of
-// attention_backend auto) and the ways the DFlash mask is run without either (dense mask, the seed's per-block
-// SDPA, compiled flex_attention through the Python driver), on the same inputs in one run: forward and
-// forward+backward time, peak extra memory, error vs an fp64 result, and the reference's memory ratios.
+// `dflash bench attention` (bench_attention.h): the flags into BenchAttentionOptions, and run_bench_attention, one
+// shape and one implementation at a time.
 #include <time.h>
 
 #include <algorithm>
@@ -26,6 +24,7 @@
 #include "anchor_attention_op.h"
 #include "args.h"
 #include "attention_baselines.h"
+#include "bench_attention.h"
 #include "compute_settings.h"
 #include "cpu_isa.h"
 #include "gemm_rate.h"
@@ -56,8 +55,11 @@ std::vector<BenchConfig> known_configs() {
   for (int64_t N : {128, 512}) c.push_back({"series-N" + std::to_string(N), 2048, N, 16, 8, 2, 128, 0, at::kFloat});
   c.push_back({"seed-scaled-window", 2048, 256, 16, 8, 2, 128, 512, at::kFloat});
   c.push_back({"seed-scaled-bf16", 2048, 256, 16, 8, 2, 128, 0, at::kBFloat16});
-  c.push_back({"seed", 8000, 1024, 16, 32, 8, 128, 0, at::kBFloat16});          // the seed's GPU shape
-  c.push_back({"qwen3.6-27b", 8000, 1024, 16, 24, 4, 256, 0, at::kBFloat16});  // the 27B drafter shape
+  // The seed's GPU scale (seq 8000, 1024 anchors) at the released drafters' heads (32 x 128, 8 KV heads: the
+  // drafter of the qwen3-8b and qwen3.6-27b presets), and at the heads of the seed's own 27B drafter (24 x 256, 4 KV
+  // heads: plan's seed-27b), which no released drafter has.
+  c.push_back({"seed", 8000, 1024, 16, 32, 8, 128, 0, at::kBFloat16});
+  c.push_back({"seed-27b", 8000, 1024, 16, 24, 4, 256, 0, at::kBFloat16});
   return c;
 }
 
@@ -282,7 +284,134 @@ void print_reference_memory(const std::string& config, const std::vector<Row>& r
   out["reference_memory"].push_back(j);
 }
 
+// The fused op's row, with its GEMM-rate share (and, with cpu_efficiency, its single-thread CPU-time share).
+Row run_fused(const BenchAttentionOptions& o, const BenchConfig& c, const Inputs& in, const at::Tensor& ref,
+              double flops, double gflops) {
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  Row row = measure(c, "fused",
+                    [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                      return ops::anchor_block_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale);
+                    },
+                    in, ref, o.reps, true);
+  if (row.fwd_ms <= 0) return row;
+  const double rate = flops / (row.fwd_ms * 1e-3) / 1e9;
+  char note[200];
+  std::snprintf(note, sizeof note, "fwd %.1f GFLOP/s = %.0f%% of torch.mm", rate, 100.0 * rate / gflops);
+  row.note = note;
+  if (!o.device.is_cuda() && o.cpu_efficiency) {
+    at::NoGradGuard ng;
+    auto a = at::randn({2048, 2048}), b = at::randn({2048, 2048});
+    const double mm1 = single_thread_gflops(2.0 * 2048 * 2048 * 2048, [&] { at::mm(a, b); }, 3);
+    const double ours1 = single_thread_gflops(
+        flops, [&] { ops::anchor_block_attention(in.q, in.k, in.v, in.anchors, in.keep, c.B, c.window, scale); }, 3);
+    std::snprintf(note, sizeof note, "; 1 thread, CPU time: fwd %.0f vs torch.mm %.0f GFLOP/s = %.0f%%", ours1, mm1,
+                  100.0 * ours1 / mm1);
+    row.note += note;
+    row.efficiency = ours1 / mm1;
+  }
+  return row;
+}
+
+// A baseline that materialises what the fused op never does (the dense mask, the per-block gathers): skipped when
+// its predicted memory exceeds the limit.
+Row run_materialising(const BenchAttentionOptions& o, const std::string& impl, const BenchConfig& c, const Inputs& in,
+                      const at::Tensor& ref, double limit_bytes) {
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  const int64_t elem = c.dtype == at::kFloat ? 4 : 2;
+  const double predicted = impl == "dense" ? bench::dense_predicted_bytes(1, c.N * c.B, c.S + c.N * c.B, c.Hq, elem)
+                                           : bench::per_block_sdpa_predicted_bytes(1, c.N, c.B, c.S, c.Hq, c.D, elem);
+  Row row{c.name, impl};
+  if (predicted > limit_bytes) {
+    row.predicted_mb = predicted / (1 << 20);
+    char note[160];
+    std::snprintf(note, sizeof note, "skipped: predicted %.0f MB exceeds the %.0f MB limit", row.predicted_mb,
+                  limit_bytes / (1 << 20));
+    row.note = note;
+    return row;
+  }
+  row = measure(c, impl,
+                [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                  return impl == "dense"
+                             ? bench::dense_masked_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale)
+                             : bench::per_block_sdpa_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale,
+                                                               o.chunk_blocks);
+                },
+                in, ref, o.reps, true);
+  row.predicted_mb = predicted / (1 << 20);
+  return row;
+}
+
+// One shape: its inputs, an fp64 result to measure errors against, then every implementation's row.
+void bench_config(const BenchAttentionOptions& o, const BenchConfig& c, double gflops, double limit_bytes,
+                  nlohmann::json& out) {
+  const Inputs in = make_inputs(c, o.device, 1234);
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  const double flops = fused_forward_flops(in, c);
+  std::printf("[%s] S=%lld N=%lld B=%lld Hq=%lld Hkv=%lld D=%lld window=%lld %s, %.2f GFLOP per forward (visible pairs)\n",
+              c.name.c_str(), (long long)c.S, (long long)c.N, (long long)c.B, (long long)c.Hq, (long long)c.Hkv,
+              (long long)c.D, (long long)c.window, c10::toString(c.dtype), flops / 1e9);
+  // Reference: the fused op in fp64 on the CPU (checked against a dense fp64 mask in the tests).
+  at::Tensor ref;
+  if (flops < 5e10) {
+    at::NoGradGuard ng;
+    ref = ops::anchor_block_attention(in.q.cpu().to(at::kDouble), in.k.cpu().to(at::kDouble), in.v.cpu().to(at::kDouble),
+                                      in.anchors.cpu(), in.keep.cpu(), c.B, c.window, scale);
+  }
+  std::printf("  %-15s %10s %11s %13s %11s %12s\n", "impl", "fwd_ms", "fwdbwd_ms", "peak_extra_MB", "max_abs_err",
+              "vs fused");
+  std::vector<Row> rows;
+  for (const auto& impl : o.impls) {
+    Row row;
+    if (impl == "fused") {
+      row = run_fused(o, c, in, ref, flops, gflops);
+    } else if (impl == "reference") {
+      row = measure(c, impl,
+                    [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                      return ops::anchor_block_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale,
+                                                         at::Tensor(), AttentionBackend::Reference);
+                    },
+                    in, ref, o.reps, true);
+    } else if (impl == "dense" || impl == "per_block_sdpa") {
+      row = run_materialising(o, impl, c, in, ref, limit_bytes);
+    } else {  // "flex"
+      row = run_flex(c, o.device.str(), at::get_num_threads(), o.reps);
+    }
+    rows.push_back(row);
+    const Row* fused = nullptr;
+    for (const auto& r : rows)
+      if (r.impl == "fused") fused = &r;
+    print_row(row, fused);
+    out["configs"].push_back(to_json(row));
+  }
+  print_reference_memory(c.name, rows, out);
+  std::printf("\n");
+}
+
 }  // namespace
+
+nlohmann::json run_bench_attention(const BenchAttentionOptions& o) {
+  std::vector<BenchConfig> configs;
+  const auto known = known_configs();
+  for (const auto& name : o.configs) {
+    const auto it = std::find_if(known.begin(), known.end(), [&](const BenchConfig& c) { return c.name == name; });
+    if (it == known.end()) throw std::invalid_argument("bench attention: unknown config '" + name + "' (see --help)");
+    configs.push_back(*it);
+  }
+  for (const auto& impl : o.impls)
+    if (impl != "fused" && impl != "reference" && impl != "dense" && impl != "per_block_sdpa" && impl != "flex")
+      throw std::invalid_argument("bench attention: unknown impl '" + impl +
+                                  "' (fused, reference, dense, per_block_sdpa, flex)");
+  util::PeakRss::configure_allocator();
+  const double limit_bytes = o.mem_limit_bytes > 0 ? o.mem_limit_bytes : 0.6 * double(util::available_memory_bytes());
+  const GemmRate gemm = measure_gemm_rate(o.device);
+  std::printf("dflash bench attention: device %s, %lld threads, kernel ISA %s\n", o.device.str().c_str(),
+              (long long)at::get_num_threads(), kernels::isa_name(kernels::cpu_isa()));
+  std::printf("torch.mm %s rate measured now: %.1f GFLOP/s\n\n", gemm.shape.c_str(), gemm.gflops);
+  nlohmann::json out = {{"gemm_gflops", gemm.gflops}, {"device", o.device.str()}, {"threads", at::get_num_threads()},
+                        {"cpu_isa", kernels::isa_name(kernels::cpu_isa())}, {"configs", nlohmann::json::array()}};
+  for (const auto& c : configs) bench_config(o, c, gemm.gflops, limit_bytes, out);
+  return out;
+}
 
 int bench_attention_main(const std::vector<std::string>& argv) {
   Args args("bench attention",
@@ -292,7 +421,7 @@ int bench_attention_main(const std::vector<std::string>& argv) {
             "the reference's peak memory against the fused op's and the per-block SDPA's.");
   args.option("configs", "LIST", "quick,seed-scaled,series-S1024,series-S4096,series-N128,series-N512",
               "configs to run: quick, seed-scaled, series-S1024, series-S4096, series-N128, series-N512, "
-              "seed-scaled-window, seed-scaled-bf16, seed, qwen3.6-27b")
+              "seed-scaled-window, seed-scaled-bf16, seed, seed-27b")
       .option("impls", "LIST", "fused,reference,dense,per_block_sdpa,flex",
               "implementations to compare: fused, reference, dense, per_block_sdpa, flex")
       .option("device", "DEV", "cpu", "cpu or cuda[:N]")
@@ -303,119 +432,16 @@ int bench_attention_main(const std::vector<std::string>& argv) {
       .option("json", "FILE", "", "also write the results as JSON")
       .flag("cpu-efficiency", "also time the fused forward and torch.mm on one thread by CPU time (robust on a busy machine)");
   if (!args.parse(argv)) return 0;
-
-  util::PeakRss::configure_allocator();
+  BenchAttentionOptions o;
+  o.configs = args.str_list("configs");
+  o.impls = args.str_list("impls");
+  o.device = parse_device(args.str("device"), "bench attention: --device");
+  o.reps = args.i64("reps");
+  o.chunk_blocks = args.i64("chunk-blocks");
+  if (args.given("mem-limit-gb")) o.mem_limit_bytes = args.f64("mem-limit-gb") * 1e9;
+  o.cpu_efficiency = args.on("cpu-efficiency");
   set_threads(args.i64("threads"), "bench attention: --threads");
-  const at::Device device = parse_device(args.str("device"), "bench attention: --device");
-  const double limit_bytes = args.given("mem-limit-gb") ? args.f64("mem-limit-gb") * 1e9
-                                                        : 0.6 * double(util::available_memory_bytes());
-  std::vector<BenchConfig> configs;
-  const auto known = known_configs();
-  for (const auto& name : args.str_list("configs")) {
-    const auto it = std::find_if(known.begin(), known.end(), [&](const BenchConfig& c) { return c.name == name; });
-    if (it == known.end()) throw std::invalid_argument("bench attention: unknown config '" + name + "' (see --help)");
-    configs.push_back(*it);
-  }
-  const auto impls = args.str_list("impls");
-  const int64_t reps = args.i64("reps");
-
-  const GemmRate gemm = measure_gemm_rate(device);
-  const double gflops = gemm.gflops;
-  std::printf("dflash bench attention: device %s, %lld threads, kernel ISA %s\n", device.str().c_str(),
-              (long long)at::get_num_threads(), kernels::isa_name(kernels::cpu_isa()));
-  std::printf("torch.mm %s rate measured now: %.1f GFLOP/s\n\n", gemm.shape.c_str(), gflops);
-
-  nlohmann::json out = {{"gemm_gflops", gflops}, {"device", device.str()}, {"threads", at::get_num_threads()},
-                        {"cpu_isa", kernels::isa_name(kernels::cpu_isa())}, {"configs", nlohmann::json::array()}};
-  for (const auto& c : configs) {
-    const Inputs in = make_inputs(c, device, 1234);
-    const double scale = 1.0 / std::sqrt(double(c.D));
-    const double flops = fused_forward_flops(in, c);
-    std::printf("[%s] S=%lld N=%lld B=%lld Hq=%lld Hkv=%lld D=%lld window=%lld %s, %.2f GFLOP per forward (visible pairs)\n",
-                c.name.c_str(), (long long)c.S, (long long)c.N, (long long)c.B, (long long)c.Hq, (long long)c.Hkv,
-                (long long)c.D, (long long)c.window, c10::toString(c.dtype), flops / 1e9);
-    // Reference: the fused op in fp64 on the CPU (checked against a dense fp64 mask in the tests).
-    at::Tensor ref;
-    if (flops < 5e10) {
-      at::NoGradGuard ng;
-      ref = ops::anchor_block_attention(in.q.cpu().to(at::kDouble), in.k.cpu().to(at::kDouble),
-                                        in.v.cpu().to(at::kDouble), in.anchors.cpu(), in.keep.cpu(), c.B, c.window, scale);
-    }
-    std::printf("  %-15s %10s %11s %13s %11s %12s\n", "impl", "fwd_ms", "fwdbwd_ms", "peak_extra_MB", "max_abs_err",
-                "vs fused");
-    std::vector<Row> rows;
-    for (const auto& impl : impls) {
-      Row row;
-      const int64_t elem = c.dtype == at::kFloat ? 4 : 2;
-      if (impl == "fused") {
-        row = measure(c, impl,
-                      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                        return ops::anchor_block_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale);
-                      },
-                      in, ref, reps, true);
-        if (row.fwd_ms > 0) {
-          const double rate = flops / (row.fwd_ms * 1e-3) / 1e9;
-          char note[200];
-          std::snprintf(note, sizeof note, "fwd %.1f GFLOP/s = %.0f%% of torch.mm", rate, 100.0 * rate / gflops);
-          row.note = note;
-          if (!device.is_cuda() && args.on("cpu-efficiency")) {
-            at::NoGradGuard ng;
-            auto a = at::randn({2048, 2048}), b = at::randn({2048, 2048});
-            const double mm1 = single_thread_gflops(2.0 * 2048 * 2048 * 2048, [&] { at::mm(a, b); }, 3);
-            const double ours1 = single_thread_gflops(
-                flops, [&] { ops::anchor_block_attention(in.q, in.k, in.v, in.anchors, in.keep, c.B, c.window, scale); },
-                3);
-            std::snprintf(note, sizeof note, "; 1 thread, CPU time: fwd %.0f vs torch.mm %.0f GFLOP/s = %.0f%%", ours1,
-                          mm1, 100.0 * ours1 / mm1);
-            row.note += note;
-            row.efficiency = ours1 / mm1;
-          }
-        }
-      } else if (impl == "reference") {
-        row = measure(c, impl,
-                      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                        return ops::anchor_block_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale,
-                                                           at::Tensor(), AttentionBackend::Reference);
-                      },
-                      in, ref, reps, true);
-      } else if (impl == "dense" || impl == "per_block_sdpa") {
-        const double predicted = impl == "dense" ? bench::dense_predicted_bytes(1, c.N * c.B, c.S + c.N * c.B, c.Hq, elem)
-                                                 : bench::per_block_sdpa_predicted_bytes(1, c.N, c.B, c.S, c.Hq, c.D, elem);
-        if (predicted > limit_bytes) {
-          row = Row{c.name, impl};
-          row.predicted_mb = predicted / (1 << 20);
-          char note[160];
-          std::snprintf(note, sizeof note, "skipped: predicted %.0f MB exceeds the %.0f MB limit", row.predicted_mb,
-                        limit_bytes / (1 << 20));
-          row.note = note;
-        } else {
-          const int64_t chunk = args.i64("chunk-blocks");
-          row = measure(c, impl,
-                        [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                          return impl == "dense"
-                                     ? bench::dense_masked_attention(q, k, v, in.anchors, in.keep, c.B, c.window, scale)
-                                     : bench::per_block_sdpa_attention(q, k, v, in.anchors, in.keep, c.B, c.window,
-                                                                       scale, chunk);
-                        },
-                        in, ref, reps, true);
-          row.predicted_mb = predicted / (1 << 20);
-        }
-      } else if (impl == "flex") {
-        row = run_flex(c, device.str(), at::get_num_threads(), reps);
-      } else {
-        throw std::invalid_argument("bench attention: unknown impl '" + impl +
-                                    "' (fused, reference, dense, per_block_sdpa, flex)");
-      }
-      rows.push_back(row);
-      const Row* fused = nullptr;
-      for (const auto& r : rows)
-        if (r.impl == "fused") fused = &r;
-      print_row(row, fused);
-      out["configs"].push_back(to_json(row));
-    }
-    print_reference_memory(c.name, rows, out);
-    std::printf("\n");
-  }
+  const nlohmann::json out = run_bench_attention(o);
   if (!args.str("json").empty()) {
     std::ofstream(args.str("json")) << out.dump(2) << "\n";
     std::printf("wrote %s\n", args.str("json").c_str());

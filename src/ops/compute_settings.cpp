@@ -8,26 +8,36 @@
 #include <stdexcept>
 #include <thread>
 
-#include "dtype_names.h"
 #include "memory_probe.h"
 #include "parallel_threads.h"
 
 namespace dflash::ops {
 
-at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
-  const std::string c = util::canonical_dtype(name, where);
-  return c == "fp32" ? at::kFloat : c == "bf16" ? at::kBFloat16 : c == "fp16" ? at::kHalf : at::kDouble;
+at::ScalarType scalar_type(util::Dtype d) {
+  switch (d) {
+    case util::Dtype::BF16: return at::kBFloat16;
+    case util::Dtype::F16: return at::kHalf;
+    case util::Dtype::F64: return at::kDouble;
+    case util::Dtype::F32: break;
+  }
+  return at::kFloat;
 }
 
-std::string dtype_name(at::ScalarType t) {
+util::Dtype dtype_of(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "fp32";
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "fp16";
-    case at::kDouble: return "fp64";
+    case at::kFloat: return util::Dtype::F32;
+    case at::kBFloat16: return util::Dtype::BF16;
+    case at::kHalf: return util::Dtype::F16;
+    case at::kDouble: return util::Dtype::F64;
     default: throw std::invalid_argument(std::string("no dtype name for ") + c10::toString(t));
   }
 }
+
+at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
+  return scalar_type(util::parse_dtype(name, where));
+}
+
+std::string dtype_name(at::ScalarType t) { return util::dtype_name(dtype_of(t)); }
 
 at::Device parse_device_name(const std::string& name, const std::string& where) {
   // Checked by hand first: c10's own parser reports a bad string with a C++ stack trace.

@@ -9,8 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "dtype_names.h"
+
 namespace dflash::ops {
 
+// LibTorch's type of a dtype (util/dtype_names.h reads the names), and back (a floating type only).
+at::ScalarType scalar_type(util::Dtype d);
+util::Dtype dtype_of(at::ScalarType t);
+// scalar_type(util::parse_dtype(name, where)): a flag straight to LibTorch's type.
 at::ScalarType parse_dtype(const std::string& name, const std::string& where);
 // The canonical short name ("fp32", "bf16", "fp16", "fp64") of a floating dtype.
 std::string dtype_name(at::ScalarType t);

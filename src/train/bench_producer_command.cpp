@@ -200,8 +200,8 @@ int bench_producer_main(const std::vector<std::string>& argv) {
   c.num_anchors = 8;
   c.max_len = len;
   c.steps = steps;
-  c.dtype = "fp32";
-  c.target_dtype = a.str("dtype");
+  c.dtype = util::Dtype::F32;
+  c.target_dtype = util::parse_dtype(a.str("dtype"), "bench producer: --dtype");
   c.threads = threads;
   c.log_every = 1;
   c.checkpoint_every = steps;

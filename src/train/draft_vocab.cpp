@@ -11,10 +11,10 @@
 
 namespace dflash::train {
 
-std::vector<int64_t> count_answer_tokens(const SampleSource& samples, int64_t vocab, int64_t max_len) {
+std::vector<int64_t> count_answer_tokens(const data::SampleSource& samples, int64_t vocab, int64_t max_len) {
   std::vector<int64_t> counts(size_t(vocab), 0);
   for (int64_t i = 0; i < samples.size(); ++i) {
-    const Sample s = samples.get(i);
+    const data::Sample s = samples.get(i);
     const int64_t n = std::min<int64_t>(s.input_ids.numel(), max_len);
     const at::Tensor ids = s.input_ids.reshape({-1}).narrow(0, 0, n).to(at::kLong).contiguous();
     const at::Tensor mask = s.loss_mask.reshape({-1}).narrow(0, 0, n).to(at::kBool).contiguous();

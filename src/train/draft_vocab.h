@@ -24,7 +24,7 @@ using drafter::target_to_draft_table;
 
 // How often each target token occurs at loss-masked positions (the answers) of the first max_len tokens of
 // every sample: the labels training sees. [vocab] int64; a token id outside [0, vocab) is an error naming it.
-std::vector<int64_t> count_answer_tokens(const SampleSource& samples, int64_t vocab, int64_t max_len);
+std::vector<int64_t> count_answer_tokens(const data::SampleSource& samples, int64_t vocab, int64_t max_len);
 
 // The K target ids of the draft vocabulary, ascending [K] int64: every id of `keep` (in range, deduplicated),
 // then the most frequent tokens (count descending, ties: the lower id first), then, when fewer than K tokens

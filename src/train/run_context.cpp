@@ -89,9 +89,7 @@ RunContext open_run(const TrainConfig& cfg) {
   bool all_cuda = true;
   for (const auto& d : run.drafter_devices) all_cuda = all_cuda && d.is_cuda();
   run.grad_device = all_cuda ? run.drafter_devices.front() : at::Device(at::kCPU);
-  run.compute = ops::parse_dtype(cfg.dtype, "train config: 'dtype'");
-  if (run.compute == at::kHalf)
-    throw std::invalid_argument("train config: 'dtype' fp16 is not supported for training (use bf16, fp32 or fp64)");
+  run.compute = ops::scalar_type(cfg.dtype);  // validate() refused fp16
   run.master_dtype = run.compute == at::kDouble ? at::kDouble : at::kFloat;
   run.coll = collective_from_env(cfg.dist_backend, run.grad_device);
   run.lead = run.coll->rank() == 0;

@@ -15,6 +15,14 @@
 
 namespace dflash::train {
 
+drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const drafter::DrafterConfig& d) {
+  drafter::DrafterLossOptions o;
+  o.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay, d.block_size);
+  o.chunk.chunk_rows = cfg.loss_chunk_rows;
+  o.chunk.kl_weight = cfg.kl_weight;
+  return o;
+}
+
 ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, int64_t workers, int rank,
                                    int world, int64_t replicas, int64_t stages) {
   ProducerSettings ps;
@@ -28,7 +36,7 @@ ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::Drafte
   ps.num_anchors = cfg.num_anchors;
   ps.seed = cfg.seed;
   ps.pack = cfg.pack;
-  ps.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay != "none", d.block_size);
+  ps.gamma = run_loss_options(cfg, d).gamma;
   ps.want_last_hidden = cfg.kl_weight > 0;
   ps.queue_depth = cfg.queue_depth;
   // As the workers: `threads` each, else the machine's cores shared among the threads that compute at once.

@@ -25,12 +25,17 @@
 
 #include "block_batch.h"
 #include "drafter_config.h"
+#include "drafter_model.h"
 #include "ordered_lanes.h"
 #include "sample_source.h"
 #include "target_model.h"
 #include "train_config.h"
 
 namespace dflash::train {
+
+// The samples the producer collates come from the data layer's readers (sample_source.h).
+using data::Sample;
+using data::SampleSource;
 
 struct MicroBatch {
   int64_t index = 0;   // m within the step
@@ -112,6 +117,11 @@ class StepProducer {
   std::unique_ptr<util::OrderedLanes<Job>> lanes_;
   int64_t next_step_;
 };
+
+// The loss a run trains with, resolved once from its settings and the drafter config (loss_weighting.h): gamma
+// from loss_decay and gamma (by block size when 0), loss chunk rows and kl_weight. The workers' loss and the
+// producer's block weights both take it from here.
+drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const drafter::DrafterConfig& d);
 
 // Pads samples to the longest (input 0, loss_mask false, features 0) after truncating to max_len, then to
 // a multiple of pad_multiple (never past max_len). Padding is never an anchor, never a label with weight

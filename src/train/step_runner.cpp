@@ -34,10 +34,8 @@ DivergedError::DivergedError(int64_t step_, double loss, double grad_norm)
 StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,
                        const TrainHooks& hooks)
     : cfg_(cfg), run_(run), dcfg_(side.dcfg), master_(master), hooks_(hooks) {
-  loss_.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay != "none", dcfg_.block_size);
-  loss_.chunk.chunk_rows = cfg.loss_chunk_rows;
-  loss_.chunk.kl_weight = cfg.kl_weight;
-  checkpointing_ = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint);
+  loss_ = run_loss_options(cfg, dcfg_);
+  checkpointing_ = cfg.activation_checkpoint;
   const size_t W = run.drafter_devices.size();
   // Threads per worker: as set, else the machine's cores shared among the workers.
   const int64_t threads = cfg.threads > 0 ? ops::resolve_threads(cfg.threads, "train config: 'threads'")
@@ -70,34 +68,34 @@ StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const Targ
 
 StepRunner::~StepRunner() = default;
 
+drafter::DrafterAttentionUse run_attention_use(const TrainConfig& cfg) {
+  drafter::DrafterAttentionUse use;
+  use.context_len = cfg.max_len;
+  use.packed = cfg.pack;
+  use.backward = true;
+  use.seed = uint64_t(cfg.seed);
+  return use;
+}
+
 std::vector<ops::AttentionCheckSpec> run_attention_specs(const TrainConfig& cfg, const drafter::DrafterConfig& d,
                                                          at::ScalarType compute, at::Device device) {
-  ops::AttentionCheckSpec base;
-  base.device = device;
-  base.dtype = compute;
-  base.context_len = cfg.max_len;
-  base.q_heads = d.num_attention_heads;
-  base.kv_heads = d.num_key_value_heads;
-  base.head_dim = d.head_dim;
-  base.block_size = d.block_size;
-  base.packed = cfg.pack;
-  base.seed = uint64_t(cfg.seed);
-  std::vector<int64_t> windows;
-  for (int64_t i = 0; i < d.num_hidden_layers; ++i) windows.push_back(d.window_for_layer(i));
-  return ops::specs_for_windows(base, windows);
+  return drafter::drafter_attention_specs(d, device, compute, run_attention_use(cfg));
 }
 
 std::vector<ops::AttentionChoice> StepRunner::choose_attention() {
-  const ops::AttentionBackend requested =
-      ops::parse_attention_backend(cfg_.attention_backend, "train config: 'attention_backend'");
+  const ops::AttentionBackend requested = cfg_.attention_backend;
   std::vector<at::Device> devices;
   std::vector<std::future<ops::AttentionChoice>> futs;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     const at::Device d = replicas_[i].device;
     if (std::find(devices.begin(), devices.end(), d) != devices.end()) continue;
     devices.push_back(d);
-    const auto specs = run_attention_specs(cfg_, dcfg_, run_.compute, d);
-    futs.push_back(workers_[i]->submit([requested, specs] { return ops::choose_attention_backend(requested, specs); }));
+    const drafter::DrafterConfig& dcfg = dcfg_;
+    const at::ScalarType compute = run_.compute;
+    const drafter::DrafterAttentionUse use = run_attention_use(cfg_);
+    futs.push_back(workers_[i]->submit([requested, &dcfg, d, compute, use] {
+      return drafter::choose_drafter_attention(requested, dcfg, d, compute, use);
+    }));
   }
   std::vector<ops::AttentionChoice> choices;
   std::exception_ptr err;

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "attention_selfcheck.h"
+#include "drafter_attention.h"
 #include "loss_selfcheck.h"
 #include "drafter_model.h"
 #include "master_state.h"
@@ -41,9 +42,10 @@ struct StepOutcome {
   bool stop = false;  // some process asked to stop (SIGINT)
 };
 
-// The attention self-check's shapes for a run on `device` (what choose_attention() checks, and `dflash doctor
-// --config`): max_len, heads, head_dim, block size, the compute dtype, packed rows when `pack` is on, forward and
-// backward; one spec per distinct window of the drafter's layers.
+// How a run uses the drafter's attention, for the one chooser (drafter_attention.h): max_len tokens of context,
+// packed rows when `pack` is on, forward and backward.
+drafter::DrafterAttentionUse run_attention_use(const TrainConfig& cfg);
+// The self-check's shapes for a run on `device` (what choose_attention() checks, and `dflash doctor --config`).
 std::vector<ops::AttentionCheckSpec> run_attention_specs(const TrainConfig& cfg, const drafter::DrafterConfig& d,
                                                          at::ScalarType compute, at::Device device);
 

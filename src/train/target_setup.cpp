@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -20,21 +19,6 @@ namespace fs = std::filesystem;
 
 namespace dflash::train {
 namespace {
-
-std::vector<int64_t> parse_id_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    try {
-      out.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      throw std::invalid_argument("train config: 'target_layer_ids' must be a comma list of integers, got '" + s + "'");
-    }
-  }
-  return out;
-}
 
 // Embedding and LM head of the target (CPU copies; the same tensor when the target ties them).
 drafter::FrozenTarget frozen_from_model(const models::TargetModel& m) {
@@ -68,7 +52,7 @@ drafter::FrozenTarget frozen_from_folder(const std::string& dir, bool tied) {
 }
 
 // Offline features only fit the drafter they were dumped for: the same target layers of a target as deep.
-void check_features_match(const SampleSource& samples, const drafter::DrafterConfig& d, const std::string& path) {
+void check_features_match(const data::SampleSource& samples, const drafter::DrafterConfig& d, const std::string& path) {
   const auto ids = samples.target_layer_ids();
   const std::string have = data::join_ids(ids), want = data::join_ids(d.target_layer_ids);
   if (!ids.empty() && ids != d.target_layer_ids)
@@ -97,39 +81,39 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
 
 }  // namespace
 
-drafter::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
-                                        at::ScalarType compute, const std::string& device_kind) {
-  drafter::PlanSettings ps;
+plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute,
+                                     plan::PlanDevice device) {
+  plan::PlanSettings ps;
   ps.cfg = d;
   ps.batch = cfg.batch_size;
   ps.seq_len = cfg.max_len;
   ps.num_anchors = cfg.num_anchors;
   ps.dtype_bytes = int64_t(c10::elementSize(compute));
-  ps.checkpoint_every = drafter::CheckpointPolicy::parse(cfg.activation_checkpoint).every;
+  ps.checkpoint = cfg.activation_checkpoint;
   ps.loss_chunk_rows = cfg.loss_chunk_rows;
   ps.kl_weight = cfg.kl_weight;
-  ps.optimizer = "adamw";
+  ps.optimizer = plan::PlanOptimizer::AdamW;
   ps.master_fp32 = compute != at::kFloat && compute != at::kDouble;
-  ps.device = device_kind;
+  ps.device = device;
   ps.deterministic = cfg.deterministic;
   ps.attention_backend = cfg.attention_backend;
   return ps;
 }
 
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
-  if (cfg.budget.empty()) return;
-  const drafter::PlanSettings ps = run_plan_settings(
-      cfg, d, compute, cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? "cuda" : "cpu");
-  const double budget = drafter::parse_bytes(cfg.budget);
-  const auto plan = drafter::plan_memory(ps);
+  if (!cfg.budget.set()) return;
+  const plan::PlanSettings ps = run_plan_settings(
+      cfg, d, compute, cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
+  const double budget = cfg.budget.bytes;
+  const auto plan = plan::plan_memory(ps);
   if (plan.peak_bytes <= budget) return;
-  const auto choice = drafter::plan_for_budget(ps, budget);
+  const auto choice = plan::plan_for_budget(ps, budget);
   std::string hint = choice.fits ? "; it fits with activation_checkpoint " +
-                                       drafter::CheckpointPolicy{choice.plan.settings.checkpoint_every}.name() +
+                                       choice.plan.settings.checkpoint.name() +
                                        " and loss_chunk_rows " + std::to_string(choice.plan.settings.loss_chunk_rows)
                                  : "; nothing fits: " + choice.why;
-  throw std::invalid_argument("budget: the planned peak per worker is " + drafter::human_bytes(plan.peak_bytes) +
-                              " (at " + plan.peak_phase + "), over the budget of " + drafter::human_bytes(budget) + hint);
+  throw std::invalid_argument("budget: the planned peak per worker is " + util::human_bytes(plan.peak_bytes) +
+                              " (at " + plan.peak_phase + "), over the budget of " + util::human_bytes(budget) + hint);
 }
 
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d) {
@@ -192,8 +176,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
   } else {
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
-                                           cfg.target_layer_ids.empty() ? std::vector<int64_t>{}
-                                                                        : parse_id_list(cfg.target_layer_ids));
+                                           cfg.target_layer_ids);
   }
   if (d.mask_token_id < 0)
     throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "
@@ -213,7 +196,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
 TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   const at::ScalarType compute = run.compute;
   TargetSide t;
-  t.samples = open_samples(cfg.data, cfg.data_format);
+  t.samples = data::open_samples(cfg.data, cfg.data_format);
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
   // this project cannot run still work with their existing hidden-state dumps.
   const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);
@@ -230,7 +213,7 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
     t.dcfg = resolve_drafter_config(cfg, tcfg);
     check_budget(cfg, t.dcfg, compute);
     models::TargetLoadOptions topt;
-    topt.dtype = ops::parse_dtype(cfg.target_dtype, "train config: 'target_dtype'");
+    topt.dtype = ops::scalar_type(cfg.target_dtype);
     const bool online = !t.samples->has_features();
     const models::DeviceLayout& layout = run.target_layout;
     if (online) {  // the target's layers over target_devices: replicas x pipeline stages

@@ -17,7 +17,7 @@
 namespace dflash::train {
 
 struct TargetSide {
-  std::unique_ptr<SampleSource> samples;
+  std::unique_ptr<data::SampleSource> samples;
   std::unique_ptr<models::TargetModel> target;  // null when only the frozen matrices are read (offline data)
   // Online data with several replicas in target_devices: replicas 1.. (target is replica 0), copied from it.
   std::vector<std::unique_ptr<models::TargetModel>> more_replicas;
@@ -42,7 +42,7 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run);
 void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSide& side);
 
 // The drafter config: cfg.drafter_config's file, else derived from the target's architecture (hidden/heads/MLP
-// of the target, cfg.drafter_layers layers, SPEC default target_layer_ids).
+// of the target, cfg.drafter_layers layers, the default target_layer_ids of docs/DFLASH.md).
 drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& target);
 
 // Without reading any weights (what `dflash doctor --config` needs): the drafter config as above from the target's
@@ -53,9 +53,9 @@ drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg)
 // The target shapes a drafter config names (vocabulary, hidden size, layers, tied embeddings).
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d);
 
-// The memory planner's settings for one worker of this run on a `device_kind` ("cpu" or "cuda") device.
-drafter::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d,
-                                        at::ScalarType compute, const std::string& device_kind);
+// The memory planner's settings for one worker of this run on a `device` of that kind.
+plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute,
+                                     plan::PlanDevice device);
 // `budget` (when set): the planned peak of one worker's micro-batch must fit it, else an std::invalid_argument
 // naming both and the settings that would fit. Checked before any weight is read.
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);

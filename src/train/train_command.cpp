@@ -1,4 +1,4 @@
-// `dflash train`, `dflash export`, `dflash plot` (docs/TRAINING.md).
+// `dflash train`, `dflash plot` (docs/TRAINING.md).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -7,7 +7,6 @@
 
 #include "args.h"
 #include "checkpoint.h"
-#include "export_run.h"
 #include "python_driver.h"
 #include "train_commands.h"
 #include "train_config.h"
@@ -33,41 +32,11 @@ TrainHooks hooks_from_environment() {
 }  // namespace
 
 int train_main(const std::vector<std::string>& argv) {
-  train::TrainConfig cfg;
-  nlohmann::json flags;
-  if (!train::parse_train_args(argv, cfg, &flags)) return 0;
-  if (cfg.resume) {
-    // The run's saved settings, then the --config file and flags given now on top.
-    if (cfg.out.empty()) throw std::invalid_argument("train: --resume needs --out RUN_DIR");
-    const std::string saved = (fs::path(cfg.out) / "train_config.json").string();
-    train::TrainConfig base;
-    train::apply_json(base, train::read_config_file(saved), saved);
-    base.stop_after = 0;  // a pause applies to the invocation that asked for it
-    for (size_t i = 0; i < argv.size(); ++i) {
-      if (argv[i] == "--config" && i + 1 < argv.size()) {
-        train::apply_config_file(base, argv[i + 1]);
-        ++i;
-      } else if (argv[i].rfind("--config=", 0) == 0) {
-        train::apply_config_file(base, argv[i].substr(9));
-      }
-    }
-    train::apply_json(base, flags, "command line");
-    cfg = base;
-    cfg.resume = true;
-  }
-  train::install_sigint_handler();
-  return train::run_training(cfg, hooks_from_environment());
-}
-
-int export_main(const std::vector<std::string>& argv) {
-  Args a("export", "write a run's latest checkpoint as an HF drafter folder");
-  a.positional("RUN_DIR", "the training run folder (train's --out)");
-  a.option("out", "DIR", "", "output folder (config.json + model.safetensors)");
-  a.option("dtype", "DTYPE", "", "weights dtype: bf16 | fp32 | fp16 | fp64 (default: the drafter config's torch_dtype)");
-  if (!a.parse(argv)) return 0;
-  a.require("out");
-  export_run(a.str("RUN_DIR"), a.str("out"), a.str("dtype"));
-  return 0;
+  TrainArgs args;
+  if (!read_train_args(argv, args)) return 0;
+  const TrainConfig cfg = train_config_of(args);  // with --resume: the run's saved settings under these
+  install_sigint_handler();
+  return run_training(cfg, hooks_from_environment());
 }
 
 int plot_main(const std::vector<std::string>& argv) {

@@ -3,16 +3,17 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <variant>
 
 #include "args.h"
-#include "attention_backend_name.h"
 #include "config_yaml.h"
-#include "dtype_names.h"
+#include "index_list.h"
 #include "input_file.h"
 #include "strict_json.h"
 
@@ -20,7 +21,10 @@ namespace dflash::train {
 namespace {
 
 using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, double TrainConfig::*,
-                            bool TrainConfig::*>;
+                            bool TrainConfig::*, util::Dtype TrainConfig::*, drafter::CheckpointPolicy TrainConfig::*,
+                            drafter::LossDecay TrainConfig::*, ops::AttentionBackend TrainConfig::*,
+                            util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
+                            data::SampleFormat TrainConfig::*>;
 struct Field {
   FieldInfo info;
   Member member;
@@ -35,7 +39,8 @@ const std::vector<Field>& fields() {
       {{"out", "str", "run directory (required)"}, &C::out},
       {{"drafter_config", "str", "drafter config.json (empty: built from the target)"}, &C::drafter_config},
       {{"drafter_layers", "int", "drafter decoder layers (without drafter_config)"}, &C::drafter_layers},
-      {{"target_layer_ids", "str", "comma list of target layers (empty: SPEC default)"}, &C::target_layer_ids},
+      {{"target_layer_ids", "str", "comma list of target layers (empty: the default, docs/DFLASH.md)"},
+       &C::target_layer_ids},
       {{"mask_token_id", "int", "block mask token id (required without drafter_config)"}, &C::mask_token_id},
       {{"block_size", "int", "block size B (without drafter_config)"}, &C::block_size},
       {{"steps", "int", "optimizer steps (0: from epochs)"}, &C::steps},
@@ -131,31 +136,115 @@ void in_range(const std::string& key, int64_t v, int64_t lo, int64_t hi, const s
 // Float settings are finite first (a flag can say inf or nan), then in their own range.
 void finite(const std::string& key, double v) { require(std::isfinite(v), key, "a finite number", shown(v)); }
 
-// activation_checkpoint as drafter::CheckpointPolicy::parse reads it, checked before anything loads:
-// none | layer | all | every | every:K (K >= 1) | K. "every:0" is no spelling of "none".
-bool checkpoint_policy_ok(const std::string& s) {
-  if (s == "none" || s == "layer" || s == "all" || s == "every") return true;
-  const bool every = s.rfind("every:", 0) == 0;
-  const std::string k = every ? s.substr(6) : s;
-  if (k.empty() || k.size() > 9 || k.find_first_not_of("0123456789") != std::string::npos) return false;
-  return !every || std::stoll(k) >= 1;
-}
+// A setting written as text and read into a type of its own, once, when the file or flag is read. read() returns
+// "" or what the setting must be (for "<where>: '<key>' must be <that>, got '<text>'"), with an optional detail.
+struct TextError {
+  std::string must_be, detail;
+};
 
-// target_layer_ids: integers, each layer once (a repeated layer would feed the drafter the same features twice).
-void check_layer_id_list(const std::string& s) {
-  std::set<int64_t> seen;
-  for (const auto& item : split_list(s)) {
-    size_t used = 0;
-    int64_t id = -1;
-    try {
-      id = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == item.size() && id >= 0 && id <= 2147483647, "target_layer_ids",
-            "a comma list of layer indices in [0, 2147483647]", "'" + s + "'");
-    require(seen.insert(id).second, "target_layer_ids", "a list without repeats", "'" + s + "' (layer " + item + " twice)");
+template <class T>
+struct TextKind;
+
+template <>
+struct TextKind<util::Dtype> {
+  static std::optional<TextError> read(const std::string& s, util::Dtype& out) {
+    const auto d = util::dtype_from_name(s);
+    if (!d) return TextError{util::kDtypeSpellings, ""};
+    out = *d;
+    return std::nullopt;
   }
+  static std::string write(util::Dtype d) { return util::dtype_name(d); }
+};
+
+template <>
+struct TextKind<drafter::CheckpointPolicy> {
+  static std::optional<TextError> read(const std::string& s, drafter::CheckpointPolicy& out) {
+    const auto p = drafter::CheckpointPolicy::from_text(s);
+    if (!p) return TextError{drafter::kCheckpointPolicySpellings, ""};
+    out = *p;
+    return std::nullopt;
+  }
+  static std::string write(const drafter::CheckpointPolicy& p) { return p.name(); }
+};
+
+template <>
+struct TextKind<drafter::LossDecay> {
+  static std::optional<TextError> read(const std::string& s, drafter::LossDecay& out) {
+    const auto d = drafter::loss_decay_from_text(s);
+    if (!d) return TextError{"exp or none", ""};
+    out = *d;
+    return std::nullopt;
+  }
+  static std::string write(drafter::LossDecay d) { return drafter::loss_decay_name(d); }
+};
+
+template <>
+struct TextKind<ops::AttentionBackend> {
+  static std::optional<TextError> read(const std::string& s, ops::AttentionBackend& out) {
+    const auto b = ops::attention_backend_from_text(s);
+    if (!b) return TextError{ops::kAttentionBackendSpellings, ""};
+    out = *b;
+    return std::nullopt;
+  }
+  static std::string write(ops::AttentionBackend b) { return ops::attention_backend_name(b); }
+};
+
+template <>
+struct TextKind<data::SampleFormat> {
+  static std::optional<TextError> read(const std::string& s, data::SampleFormat& out) {
+    const auto f = data::sample_format_from_text(s);
+    if (!f) return TextError{data::kSampleFormatSpellings, ""};
+    out = *f;
+    return std::nullopt;
+  }
+  static std::string write(data::SampleFormat f) { return data::sample_format_name(f); }
+};
+
+// budget: empty text = no budget.
+template <>
+struct TextKind<util::ByteSize> {
+  static std::optional<TextError> read(const std::string& s, util::ByteSize& out) {
+    if (s.empty()) {
+      out = {};
+      return std::nullopt;
+    }
+    try {
+      out = util::parse_byte_size(s, "budget");
+    } catch (const std::invalid_argument&) {
+      return TextError{"a size like 90GB, 80GiB or 512MB (empty: no budget)", ""};
+    }
+    return std::nullopt;
+  }
+  static std::string write(const util::ByteSize& b) { return b.text; }
+};
+
+// target_layer_ids: each layer once (a repeated layer would feed the drafter the same features twice).
+template <>
+struct TextKind<std::vector<int64_t>> {
+  static std::optional<TextError> read(const std::string& s, std::vector<int64_t>& out) {
+    const util::IndexList l = util::read_index_list(s);
+    if (!l.bad_item.empty()) return TextError{"a comma list of layer indices in [0, 2147483647]", ""};
+    if (l.repeated >= 0) return TextError{"a list without repeats", " (layer " + std::to_string(l.repeated) + " twice)"};
+    out = l.ids;
+    return std::nullopt;
+  }
+  static std::string write(const std::vector<int64_t>& ids) { return util::join_indices(ids); }
+};
+
+template <class T>
+constexpr bool is_plain = std::is_same_v<T, std::string> || std::is_same_v<T, int64_t> || std::is_same_v<T, double> ||
+                          std::is_same_v<T, bool>;
+
+// The text of a setting written as a string, or as a JSON array (lists: [1, 9, 17] or ["cpu", "cpu"]).
+std::string text_of(const nlohmann::json& value, const std::string& bad) {
+  if (value.is_string()) return value.get<std::string>();
+  if (!value.is_array()) throw std::invalid_argument(bad + "a string, got " + io::json_shown(value));
+  std::string s;
+  for (const auto& e : value) {
+    if (!s.empty()) s += ',';
+    s += e.is_string() ? e.get<std::string>() : e.dump();
+  }
+  return s;
 }
 
 }  // namespace
@@ -176,11 +265,7 @@ void TrainConfig::validate() const {
   require(!target.empty(), "target", "a model path (HF folder or .gguf)", "nothing");
   require(!data.empty(), "data", "a samples file or folder", "nothing");
   require(!out.empty(), "out", "a run directory", "nothing");
-  const std::string fmts[] = {"auto", "tokens", "dflash", "specforge"};
-  require(std::find(std::begin(fmts), std::end(fmts), data_format) != std::end(fmts), "data_format",
-          "auto, tokens, dflash or specforge", "'" + data_format + "'");
   in_range("drafter_layers", drafter_layers, 1, 256);
-  check_layer_id_list(target_layer_ids);
   in_range("mask_token_id", mask_token_id, -1, 2147483647, " (-1: from the drafter config)");
   in_range("block_size", block_size, 2, 1024);
   in_range("steps", steps, 0, 1000000000000);
@@ -203,14 +288,10 @@ void TrainConfig::validate() const {
   require(eps > 0, "eps", "> 0", shown(eps));
   require(clip >= 0, "clip", ">= 0", shown(clip));
   require(gamma >= 0, "gamma", ">= 0", shown(gamma));
-  require(loss_decay == "exp" || loss_decay == "none", "loss_decay", "exp or none", "'" + loss_decay + "'");
-  require(loss_decay == "exp" || gamma == 0, "gamma", "0 (unset) with loss_decay none (no decay, no gamma)",
+  require(loss_decay == drafter::LossDecay::Exp || gamma == 0, "gamma", "0 (unset) with loss_decay none (no decay, no gamma)",
           shown(gamma));
   require(kl_weight >= 0 && kl_weight <= 1, "kl_weight", "in [0, 1]", shown(kl_weight));
-  util::canonical_dtype(target_dtype, "train config: 'target_dtype'");
-  require(util::canonical_dtype(dtype, "train config: 'dtype'") != "fp16", "dtype", "bf16, fp32 or fp64", "'fp16'");
-  require(checkpoint_policy_ok(activation_checkpoint), "activation_checkpoint", "none, layer or every:K with K >= 1",
-          "'" + activation_checkpoint + "'");
+  require(dtype != util::Dtype::F16, "dtype", "bf16, fp32 or fp64", "'fp16'");
   in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
   in_range("draft_vocab", draft_vocab, 0, 16777216, " (0: the full vocabulary; at most the target's vocabulary size)");
   require(!drafter_device_list().empty(), "drafter_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
@@ -227,14 +308,18 @@ void TrainConfig::validate() const {
   in_range("init_from_target_layer", init_from_target_layer, -1, 2147483647, " (-1: off, else a target layer index)");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
-  require(util::is_attention_backend_name(attention_backend), "attention_backend", "auto, fused or reference",
-          "'" + attention_backend + "'");
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& f : fields())
-    std::visit([&](auto m) { j[f.info.key] = c.*m; }, f.member);
+    std::visit(
+        [&](auto m) {
+          using T = std::remove_cv_t<std::remove_reference_t<decltype(c.*m)>>;
+          if constexpr (is_plain<T>) j[f.info.key] = c.*m;
+          else j[f.info.key] = TextKind<T>::write(c.*m);
+        },
+        f.member);
   return j;
 }
 
@@ -257,18 +342,12 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
         [&](auto m) {
           using T = std::remove_reference_t<decltype(c.*m)>;
           if constexpr (std::is_same_v<T, std::string>) {
-            if (value.is_array()) {  // lists may be written as JSON arrays: [1, 9, 17] or ["cpu", "cpu"]
-              std::string s;
-              for (const auto& e : value) {
-                if (!s.empty()) s += ',';
-                s += e.is_string() ? e.get<std::string>() : e.dump();
-              }
-              c.*m = s;
-            } else if (value.is_string()) {
-              c.*m = value.get<std::string>();
-            } else {
-              throw std::invalid_argument(bad + "a string, got " + io::json_shown(value));
-            }
+            c.*m = text_of(value, bad);
+          } else if constexpr (!is_plain<T>) {
+            const std::string text = text_of(value, bad);
+            if (const auto e = TextKind<T>::read(text, c.*m))
+              throw std::invalid_argument(where + ": '" + key + "' must be " + e->must_be + ", got '" + text + "'" +
+                                          e->detail);
           } else if constexpr (std::is_same_v<T, int64_t>) {
             if (!value.is_number_integer()) throw std::invalid_argument(bad + "an integer, got " + io::json_shown(value));
             // 2^64-1 must not wrap to -1: the value is shown as written.
@@ -334,10 +413,11 @@ void apply_config_text(TrainConfig& c, const std::string& text, const std::strin
     apply_json(c, parse_json_text(text, path), path);
 }
 
-bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nlohmann::json* flag_values) {
+bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
   util::Args a("train", "train a DFlash drafter (settings: docs/TRAINING.md)");
   a.option("config", "FILE", "", "JSON or YAML settings file (flags override it)");
-  const nlohmann::json defaults = to_json(TrainConfig{});
+  const TrainConfig default_config;
+  const nlohmann::json defaults = to_json(default_config);
   for (const auto& f : fields()) {
     // The parser's own default stays empty so that given() tells flags from file values; the help shows it.
     const auto& d = defaults[f.info.key];
@@ -346,20 +426,51 @@ bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nl
              "", f.info.help + (f.info.kind == "bool" || shown.empty() ? "" : " [" + shown + "]"));
   }
   if (!a.parse(argv)) return false;
-  TrainConfig c;
-  if (a.given("config")) apply_config_file(c, a.str("config"));
-  nlohmann::json flags = nlohmann::json::object();
+  TrainArgs args;
+  args.config_file = a.str("config");
   for (const auto& f : fields()) {
     const std::string name = flag_name(f.info.key);
     if (!a.given(name)) continue;
-    if (f.info.kind == "str") flags[f.info.key] = a.str(name);
-    else if (f.info.kind == "int") flags[f.info.key] = a.i64(name);
-    else if (f.info.kind == "float") flags[f.info.key] = a.f64(name);
-    else flags[f.info.key] = true;
+    if (f.info.kind == "str") args.flags[f.info.key] = a.str(name);
+    else if (f.info.kind == "int") args.flags[f.info.key] = a.i64(name);
+    else if (f.info.kind == "float") args.flags[f.info.key] = a.f64(name);
+    else args.flags[f.info.key] = true;
   }
-  apply_json(c, flags, "command line");
-  out = c;
-  if (flag_values) *flag_values = flags;
+  out = args;
+  return true;
+}
+
+namespace {
+
+// `base`, then the --config file, then the flags.
+TrainConfig over(TrainConfig base, const TrainArgs& args) {
+  if (!args.config_file.empty()) apply_config_file(base, args.config_file);
+  apply_json(base, args.flags, "command line");
+  return base;
+}
+
+}  // namespace
+
+TrainConfig train_config_of(const TrainArgs& args) {
+  const TrainConfig defaults;
+  const TrainConfig given = over(defaults, args);
+  if (!given.resume) return given;
+  // The run's saved settings, then the --config file and flags given now on top.
+  if (given.out.empty()) throw std::invalid_argument("train: --resume needs --out RUN_DIR");
+  const std::string saved = (std::filesystem::path(given.out) / "train_config.json").string();
+  TrainConfig base;
+  apply_json(base, read_config_file(saved), saved);
+  base.stop_after = 0;  // a pause applies to the invocation that asked for it
+  TrainConfig resumed = over(base, args);
+  resumed.resume = true;
+  return resumed;
+}
+
+bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out) {
+  TrainArgs args;
+  if (!read_train_args(argv, args)) return false;
+  const TrainConfig defaults;
+  out = over(defaults, args);
   return true;
 }
 

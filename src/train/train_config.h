@@ -1,7 +1,8 @@
 // `dflash train` settings: one table of fields (name, kind, default, help) read from a JSON or YAML file and
 // from flags (--num-anchors for num_anchors); flags override the file; unknown keys and flags are errors.
-// Defaults follow SPEC.md (AdamW wd 0, lr 6e-4, cosine with 4% warmup, clip 1.0, 512 anchors, B=16).
-// Torch-free.
+// Every setting is parsed once, when it is read, into the type the run uses (a dtype, a checkpoint policy, a
+// list of layer ids, a size in bytes, ...); validate() then checks ranges and combinations. Defaults follow
+// docs/DFLASH.md (AdamW wd 0, lr 6e-4, cosine with 4% warmup, clip 1.0, 512 anchors, B=16). Torch-free.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,13 +10,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attention_backend.h"
+#include "byte_size.h"
+#include "checkpoint_policy.h"
+#include "dtype_names.h"
+#include "loss_weighting.h"
+#include "sample_format.h"
+
 namespace dflash::train {
 
 struct TrainConfig {
-  std::string target, data, data_format = "auto", out;
+  std::string target, data, out;
+  data::SampleFormat data_format = data::SampleFormat::Auto;
   std::string drafter_config;
   int64_t drafter_layers = 1;
-  std::string target_layer_ids;  // comma list, empty = SPEC default
+  std::vector<int64_t> target_layer_ids;  // empty = the default for (target layers, drafter layers)
   int64_t mask_token_id = -1, block_size = 16;
   int64_t steps = 0, epochs = 6, batch_size = 1, grad_accum = 1, max_len = 4096;
   bool pack = false;  // several samples per row of max_len tokens (sequence_packing.h)
@@ -23,19 +32,20 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
   int64_t seed = 0, num_anchors = 512;
   double gamma = 0.0, kl_weight = 0.0;
-  std::string loss_decay = "exp";  // "exp": w_k = exp(-(k-1)/gamma); "none": every slot k >= 1 weighs 1
-  std::string dtype = "bf16", target_dtype = "fp32", activation_checkpoint = "none";
+  drafter::LossDecay loss_decay = drafter::LossDecay::Exp;  // exp: w_k = exp(-(k-1)/gamma); none: every slot 1
+  util::Dtype dtype = util::Dtype::BF16, target_dtype = util::Dtype::F32;
+  drafter::CheckpointPolicy activation_checkpoint;  // none
   int64_t loss_chunk_rows = 1024;
   int64_t draft_vocab = 0;  // K > 0: LM head restricted to the K most frequent answer tokens (+ EOS ids)
   std::string drafter_devices = "cpu", target_devices = "cpu";
   int64_t checkpoint_every = 100, keep_checkpoints = 2, log_every = 10, threads = 0;
-  std::string budget;
+  util::ByteSize budget;  // unset: no budget
   int64_t queue_depth = 2;
   double init_std = 0.02;
   double init_final_norm = 1.0;
   int64_t init_from_target_layer = -1;  // >= 0: drafter layer i starts as a copy of target layer N + i
   std::string dist_backend = "auto";  // auto | gloo | nccl (multi-process gradient all-reduce)
-  std::string attention_backend = "auto";  // auto | fused | reference (docs/TRAINING.md "Attention backend")
+  ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;  // docs/TRAINING.md "Attention backend"
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
   bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)
@@ -49,13 +59,16 @@ struct TrainConfig {
 // Field metadata, in documentation order (also drives the flag parser's help).
 struct FieldInfo {
   std::string key;    // snake_case JSON key; the flag is --key with '_' -> '-'
-  std::string kind;   // "str", "int", "float", "bool"
+  std::string kind;   // how it is written: "str" (text, parsed into the field's type), "int", "float", "bool"
   std::string help;
 };
 const std::vector<FieldInfo>& train_fields();
 
+// Each field as it is written (typed fields in their canonical spelling), so a saved config reads back the same.
 nlohmann::json to_json(const TrainConfig& c);
-// Sets the fields present in `j` on `c`; `where` names the source (a file) in errors.
+// Sets the fields present in `j` on `c`, parsing each into its type; `where` names the source (a file, or
+// "command line") in errors: "<where>: key 'lr' expects a number, got ..." for a JSON type,
+// "<where>: 'dtype' must be bf16, fp32 or fp64, got 'x'" for a value of the wrong spelling.
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where);
 // Reads a JSON config file (YAML files are read by apply_config_file).
 nlohmann::json read_config_file(const std::string& path);
@@ -70,8 +83,18 @@ void apply_config_text(TrainConfig& c, const std::string& text, const std::strin
 // Whether this build reads YAML (libyaml-cpp-dev found at configure time).
 bool have_yaml();
 
-// Parses `dflash train` argv: --config FILE first, then every other flag over it. Returns false for --help.
-// `given` receives the keys set by flags (used by --resume to override the saved settings).
-bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out, nlohmann::json* flag_values = nullptr);
+// What `dflash train`'s command line says: the settings file and the flags given, each read once.
+struct TrainArgs {
+  std::string config_file;  // --config ("" when none)
+  nlohmann::json flags = nlohmann::json::object();  // the keys set by flags, as apply_json takes them
+};
+// Reads `dflash train` argv once; false for --help (printed).
+bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out);
+// The run's settings: the --config file, then the flags over it. With `resume` set (by either), the run's saved
+// settings (out/train_config.json) come first and the file and flags given now override them; `stop_after` is not
+// carried over (a pause applies to the invocation that asked for it).
+TrainConfig train_config_of(const TrainArgs& args);
+// read_train_args, then the file and the flags over the defaults (no saved settings): for tools and tests.
+bool parse_train_args(const std::vector<std::string>& argv, TrainConfig& out);
 
 }  // namespace dflash::train

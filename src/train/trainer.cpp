@@ -70,11 +70,109 @@ nlohmann::json loss_kernel_event(const ops::LossCheckResult& r, int64_t step) {
   return j;
 }
 
+// Before step 1: each drafter device's attention backend and the CPU loss kernel, checked and chosen by the runner,
+// into the log (metrics.jsonl events); a process that is not the lead says a fallback itself.
+void choose_and_log_kernels(StepRunner& runner, const RunContext& run, TrainLog& log, int64_t start_step) {
+  for (const auto& choice : runner.choose_attention()) {
+    if (run.lead) {
+      log.message(choice.line);
+      log.event(attention_event(choice, start_step));
+    } else if (choice.fell_back()) {  // only the lead writes the log: other ranks say it themselves
+      std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), choice.line.c_str());
+    }
+  }
+  if (const auto loss_check = runner.check_loss_kernel()) {
+    const std::string line = "loss: cpu: the fused cross-entropy kernel failed its self-check (" +
+                             loss_check->spec.describe() + ": " + loss_check->summary() +
+                             "); falling back to the generic cross-entropy";
+    if (run.lead) {
+      if (!loss_check->passed) log.message(line);
+      log.event(loss_kernel_event(*loss_check, start_step));
+    } else if (!loss_check->passed) {
+      std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), line.c_str());
+    }
+  }
+}
+
+// Writes the run's checkpoints (the lead only): the master weights, AdamW state, data position and draft vocabulary,
+// atomically; remembers the last step saved for the divergence message.
+class Checkpointer {
+ public:
+  Checkpointer(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, const MasterState& master,
+               TrainLog& log, const TrainHooks& hooks)
+      : cfg_(cfg), run_(run), side_(side), master_(master), log_(log), hooks_(hooks),
+        saved_step_(run.resume ? run.resume->step : -1) {}
+
+  void save(int64_t step, int64_t pos) {
+    if (!run_.lead) return;
+    if (!master_.finite())  // the step checks loss and gradient norm; this guards the file itself
+      throw std::runtime_error("step " + std::to_string(step) + ": the master weights hold NaN/Inf; not saved");
+    const nlohmann::json info = {{"settings", to_json(cfg_)}, {"seed", cfg_.seed}, {"world", run_.coll->world()},
+                                 {"workers", run_.drafter_devices.size()}};
+    auto kill_hook = [&] {
+      if (hooks_.kill_in_save_step != step) return;
+      std::fprintf(stderr, "test hook: killing the process between write and rename\n");
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    };
+    TrainState st = master_.checkpoint(step, pos, info);
+    st.draft_ids = side_.draft_ids;  // the mapping travels with the weights it was trained with
+    log_.message("checkpoint " + save_checkpoint(cfg_.out, st, cfg_.keep_checkpoints, kill_hook));
+    saved_step_ = step;
+  }
+  // "the latest checkpoint stays the one of step N" or "no checkpoint was written"
+  std::string kept() const {
+    return saved_step_ >= 0 ? "the latest checkpoint stays the one of step " + std::to_string(saved_step_)
+                            : "no checkpoint was written";
+  }
+
+ private:
+  const TrainConfig& cfg_;
+  const RunContext& run_;
+  const TargetSide& side_;
+  const MasterState& master_;
+  TrainLog& log_;
+  const TrainHooks& hooks_;
+  int64_t saved_step_;
+};
+
+// What this process's rows held, summed over the run, for the closing summary.
+struct RowTotals {
+  double real_tokens = 0, positions = 0, kept_blocks = 0, block_slots = 0;
+  void add(const StepItem& item) {
+    for (const auto& mb : item.micro)
+      real_tokens += double(mb.tokens), positions += double(mb.positions), kept_blocks += double(mb.kept_blocks),
+          block_slots += double(mb.block_slots);
+  }
+};
+
+// After the last step: skipped samples, how full the rows were (what `pack` saves), the ranks' weights for the
+// test hook, and the closing line.
+void log_run_summary(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, const MasterState& master,
+                     const RowTotals& rows, const TrainHooks& hooks, TrainLog& log, bool stopped) {
+  if (run.lead && side.samples->skipped() > 0)
+    log.message("data: " + std::to_string(side.samples->skipped()) + " invalid samples skipped (named in the warnings above)");
+  if (run.lead && rows.positions > 0) {
+    char line[160];
+    std::snprintf(line, sizeof line, "rows (pack %s): %.1f%% of positions are tokens, %.1f%% of blocks have an anchor",
+                  cfg.pack ? "on" : "off", 100 * rows.real_tokens / rows.positions,
+                  100 * rows.kept_blocks / std::max(1.0, rows.block_slots));
+    log.message(line);
+  }
+  if (hooks.dump_rank_weights) {
+    NamedTensors host;
+    for (const auto& [n, tensor] : master.named) host.emplace_back(n, tensor.to(at::kCPU));
+    io::save_safetensors((fs::path(cfg.out) / ("weights.rank" + std::to_string(run.coll->rank()) + ".safetensors")).string(),
+                         host);
+  }
+  log.finish(stopped ? "interrupted: checkpoint written, exiting" : "done");
+}
+
 std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, const std::string& kept) {
   std::ostringstream s;
   s << e.what() << "; the weights were not updated and " << kept
     << ". Try a lower lr (now " << cfg.lr << "), gradient clipping (clip, now " << cfg.clip
-    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << ") or bf16 -> fp32 (dtype, now " << cfg.dtype
+    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype)
     << "), then --resume";
   return s.str();
 }
@@ -111,47 +209,12 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       *side.samples, targets, start_step, total_steps, start_pos);
 
   TrainLog log(cfg.out, run.lead, start_step, total_steps, cfg.log_every);
-  for (const auto& choice : runner.choose_attention()) {
-    if (run.lead) {
-      log.message(choice.line);
-      log.event(attention_event(choice, start_step));
-    } else if (choice.fell_back()) {  // only the lead writes the log: other ranks say it themselves
-      std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), choice.line.c_str());
-    }
-  }
-  if (const auto loss_check = runner.check_loss_kernel()) {
-    const std::string line = "loss: cpu: the fused cross-entropy kernel failed its self-check (" +
-                             loss_check->spec.describe() + ": " + loss_check->summary() +
-                             "); falling back to the generic cross-entropy";
-    if (run.lead) {
-      if (!loss_check->passed) log.message(line);
-      log.event(loss_kernel_event(*loss_check, start_step));
-    } else if (!loss_check->passed) {
-      std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), line.c_str());
-    }
-  }
+  choose_and_log_kernels(runner, run, log, start_step);
   log.set_producer_name(online ? "target" : "data");
-  int64_t step = start_step, pos = start_pos, saved_step = run.resume ? run.resume->step : -1;
-  auto save = [&] {
-    if (!run.lead) return;
-    if (!master.finite())  // the step checks loss and gradient norm; this guards the file itself
-      throw std::runtime_error("step " + std::to_string(step) + ": the master weights hold NaN/Inf; not saved");
-    const nlohmann::json info = {{"settings", to_json(cfg)}, {"seed", cfg.seed}, {"world", run.coll->world()},
-                                 {"workers", run.drafter_devices.size()}};
-    auto kill_hook = [&] {
-      if (hooks.kill_in_save_step != step) return;
-      std::fprintf(stderr, "test hook: killing the process between write and rename\n");
-      std::fflush(stderr);
-      std::raise(SIGKILL);
-    };
-    TrainState st = master.checkpoint(step, pos, info);
-    st.draft_ids = side.draft_ids;  // the mapping travels with the weights it was trained with
-    log.message("checkpoint " + save_checkpoint(cfg.out, st, cfg.keep_checkpoints, kill_hook));
-    saved_step = step;
-  };
-
+  Checkpointer checkpoints(cfg, run, side, master, log, hooks);
+  int64_t step = start_step, pos = start_pos;
   bool stopped = false;
-  double real_tokens = 0, positions = 0, kept_blocks = 0, block_slots = 0;  // this process's, for the summary
+  RowTotals rows;  // this process's, for the summary
   auto t0 = std::chrono::steady_clock::now();  // wall time per step includes waiting for the producer
   double producer_busy = producer.busy_seconds(), drafter_busy = runner.busy_seconds();
   try {
@@ -161,9 +224,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       StepOutcome o = runner.step(*item, step, total_steps, g_stop.load());
       ++step;
       pos = item->pos_after;
-      for (const auto& mb : item->micro)
-        real_tokens += double(mb.tokens), positions += double(mb.positions), kept_blocks += double(mb.kept_blocks),
-            block_slots += double(mb.block_slots);
+      rows.add(*item);
       const auto t1 = std::chrono::steady_clock::now();
       o.metrics.step_seconds = std::chrono::duration<double>(t1 - t0).count();
       t0 = t1;
@@ -175,31 +236,15 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
       log.step(o.metrics);
       stopped = o.stop;
       const bool pause = cfg.stop_after > 0 && step - start_step >= cfg.stop_after;
-      if (stopped || pause || step == total_steps || step % cfg.checkpoint_every == 0) save();
+      if (stopped || pause || step == total_steps || step % cfg.checkpoint_every == 0) checkpoints.save(step, pos);
       if (stopped || pause) break;
     }
   } catch (const DivergedError& e) {
     producer.stop();
-    const std::string kept = saved_step >= 0 ? "the latest checkpoint stays the one of step " + std::to_string(saved_step)
-                                             : "no checkpoint was written";
-    throw std::runtime_error(diverged_advice(cfg, e, kept));
+    throw std::runtime_error(diverged_advice(cfg, e, checkpoints.kept()));
   }
   producer.stop();
-  if (run.lead && side.samples->skipped() > 0)
-    log.message("data: " + std::to_string(side.samples->skipped()) + " invalid samples skipped (named in the warnings above)");
-  if (run.lead && positions > 0) {  // what `pack` saves: computed positions and blocks that are padding
-    char line[160];
-    std::snprintf(line, sizeof line, "rows (pack %s): %.1f%% of positions are tokens, %.1f%% of blocks have an anchor",
-                  cfg.pack ? "on" : "off", 100 * real_tokens / positions, 100 * kept_blocks / std::max(1.0, block_slots));
-    log.message(line);
-  }
-  if (hooks.dump_rank_weights) {
-    NamedTensors host;
-    for (const auto& [n, t] : master.named) host.emplace_back(n, t.to(at::kCPU));
-    io::save_safetensors((fs::path(cfg.out) / ("weights.rank" + std::to_string(run.coll->rank()) + ".safetensors")).string(),
-                         host);
-  }
-  log.finish(stopped ? "interrupted: checkpoint written, exiting" : "done");
+  log_run_summary(cfg, run, side, master, rows, hooks, log, stopped);
   return stopped ? 130 : 0;
 }
 

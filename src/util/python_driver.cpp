@@ -22,11 +22,14 @@ std::string project_python() {
   return std::string(DFLASH_SOURCE_DIR) + "/.venv/bin/python";
 }
 
-std::string project_script(const std::string& script) { return std::string(DFLASH_SOURCE_DIR) + "/python/dflash_py/" + script; }
+std::string project_script(const std::string& script) {
+  return std::string(DFLASH_SOURCE_DIR) + "/python/cli_scripts/" + script;
+}
 
 PythonResult run_python(const std::string& script, const std::vector<std::string>& args) {
   std::string cmd = shell_quote(project_python()) + " " + shell_quote(project_script(script));
-  for (const auto& a : args) cmd += " " + shell_quote(a);
+  // (Appended piecewise: GCC 12 warns, a false positive of -Wrestrict, on `" " + std::string` inlined here.)
+  for (const auto& a : args) (cmd += " ") += shell_quote(a);
   PythonResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;

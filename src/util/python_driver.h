@@ -1,4 +1,4 @@
-// Runs the project's Python helpers (python/dflash_py/*.py) with the project's .venv interpreter, for
+// Runs the project's Python helpers (python/cli_scripts/*.py) with the project's .venv interpreter, for
 // baselines that only exist in Python (compiled flex_attention).
 #pragma once
 #include <string>
@@ -13,7 +13,7 @@ struct PythonResult {
 
 // The interpreter: $DFLASH_PYTHON, else the .venv of the source tree this binary was built from.
 std::string project_python();
-// Path of python/dflash_py/<script> in the source tree.
+// Path of python/cli_scripts/<script> in the source tree.
 std::string project_script(const std::string& script);
 // Runs `python script args...`; stderr passes through to ours so progress stays visible.
 PythonResult run_python(const std::string& script, const std::vector<std::string>& args);

@@ -249,10 +249,10 @@ TEST(BlockBatch, LabelsAndWeightsByHand) {
 
 TEST(BlockBatch, NoDecayWeighsEveryKeptLabelOne) {
   // loss_gamma without decay is +inf: exp(-(k-1)/inf) = 1 for every slot k >= 1, slot 0 still 0.
-  const double inf = loss_gamma(0, /*decay=*/false, 16);
+  const double inf = loss_gamma(0, LossDecay::None, 16);
   EXPECT_TRUE(std::isinf(inf) && inf > 0);
-  EXPECT_DOUBLE_EQ(loss_gamma(0, true, 16), 7.0);  // the paper's, by block size
-  EXPECT_DOUBLE_EQ(loss_gamma(3.5, true, 16), 3.5);
+  EXPECT_DOUBLE_EQ(loss_gamma(0, LossDecay::Exp, 16), 7.0);  // the paper's, by block size
+  EXPECT_DOUBLE_EQ(loss_gamma(3.5, LossDecay::Exp, 16), 3.5);
   const at::Tensor w = slot_decay_weights(16, inf);
   EXPECT_EQ(w[0].item<double>(), 0.0);
   EXPECT_TRUE(at::equal(w.narrow(0, 1, 15), at::ones({15}, at::kDouble)));

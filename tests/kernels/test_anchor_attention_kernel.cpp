@@ -1,4 +1,4 @@
-// The framework-free CPU kernel against a naive fp64 implementation written from the SPEC.md mask
+// The framework-free CPU kernel against a naive fp64 implementation written from the docs/DFLASH.md mask
 // formula (not from anchor_mask.h), forward and backward, through the kernel API alone, for every
 // instruction-set build (isa_param.h).
 #include <gtest/gtest.h>
@@ -70,7 +70,7 @@ Data make_data(const Case& c, uint64_t seed) {
   return d;
 }
 
-// SPEC.md: ((kv < S) & (kv < anchor[qb])) | ((kv >= S) & ((kv-S)//B == qb)), and keep[qb]; with a
+// docs/DFLASH.md: ((kv < S) & (kv < anchor[qb])) | ((kv >= S) & ((kv-S)//B == qb)), and keep[qb]; with a
 // window, context kv >= anchor + j - (window-1) and causal inside the block.
 bool visible(const Data& d, int64_t b, int64_t row, int64_t kv) {
   const Case& c = d.c;

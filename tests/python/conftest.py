@@ -23,6 +23,8 @@ torch.set_num_threads(os.cpu_count() or 1)
 # The Python package from the checkout (python/dflash) runs on the library loaded above; the installed
 # package itself is tested by test_pypkg_install.py.
 sys.path.insert(0, str(ROOT / "python"))
+# The plain-PyTorch drafter and the dense attention reference the tests compare against (python/cli_scripts).
+sys.path.insert(0, str(ROOT / "python" / "cli_scripts"))
 
 
 @pytest.fixture(scope="session")

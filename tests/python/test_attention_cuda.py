@@ -1,4 +1,4 @@
-"""CUDA anchor-block attention vs a dense fp64 reference of SPEC.md "The attention mask".
+"""CUDA anchor-block attention vs a dense fp64 reference of docs/DFLASH.md "The attention mask".
 
 Forward output, LSE and all three gradients (through autograd) are compared with a dense fp64
 computation on the CPU from the same bf16/fp16-rounded inputs. The error budget is relative to

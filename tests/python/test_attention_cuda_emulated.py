@@ -9,7 +9,7 @@ Every tile configuration compiled in runs here: the emulated op chooses the conf
 sm_90/sm_100), gives the kernel exactly that configuration's dynamic shared memory, and runs the
 deterministic dQ kernel and the chunked backward when asked.
 
-Same reference and budget as test_attention_cuda.py: a dense fp64 computation of the SPEC mask
+Same reference and budget as test_attention_cuda.py: a dense fp64 computation of the DFlash mask (docs/DFLASH.md)
 from the same rounded inputs; our error <= 2x that of PyTorch's own low-precision dense computation
 (on the CPU here) + a small floor. Sizes are small: the emulation runs ~1e5 warp collectives/s.
 """

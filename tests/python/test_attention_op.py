@@ -1,4 +1,4 @@
-"""torch.ops.dflash.anchor_block_attention against a dense fp64 reference of the SPEC.md mask.
+"""torch.ops.dflash.anchor_block_attention against a dense fp64 reference of the docs/DFLASH.md mask.
 
 Forward and all three gradients, over the anchor patterns that break attention masks: anchor 0
 (no context), anchor S (all context), duplicates, unsorted, all-invalid batches, S < B, sliding

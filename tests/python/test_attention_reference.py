@@ -1,5 +1,5 @@
 """torch.ops.dflash.anchor_block_attention_reference (LibTorch ops only) against the dense fp64 reference of the
-SPEC.md mask, on every edge case the fused op's tests use (test_attention_op.py's cases and anchor patterns:
+docs/DFLASH.md mask, on every edge case the fused op's tests use (test_attention_op.py's cases and anchor patterns:
 anchor 0, anchor S, duplicates, unsorted, dropped and all-dropped blocks, S < B, B = 1, windows, GQA groups,
 packed rows with ctx_start, batch > 1, per-row and shared [N] anchors), with one block per tile and with the
 default budget; gradcheck; the tile budget not changing results; fp32/bf16 accuracy; memory bounded by the
@@ -22,7 +22,7 @@ import dflash
 from attention_reference import dense_attention
 from test_attention_op import (CASES, PACKED_CASES, PATTERNS, abs_err, make_inputs, make_packed, rel_err, run)
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "dflash_py"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "cli_scripts"))
 from memory import PeakMemory  # noqa: E402
 
 ref_op = torch.ops.dflash.anchor_block_attention_reference

@@ -1,5 +1,5 @@
 """The memory planner: its prediction vs the measured peak of real steps (dflash bench step at CPU size),
-the SPEC.md-scale acceptance numbers, and --budget."""
+the 27B-scale acceptance numbers, and --budget."""
 import json
 import os
 import pathlib
@@ -55,7 +55,7 @@ def test_qwen36_27b_preset_fits_the_acceptance_numbers(drafter_cli):
     for want in ("weights", "frozen embedding + LM head", "grads", "optimizer state", "loss chunk",
                  "saved activations layer 0", "context features (fc, hidden_norm)"):
         assert want in names
-    # 5 layers x 2 x 1835M params... sanity of the parameter count for SPEC.md's 27B drafter scale
+    # 5 layers x 2 x 1835M params... sanity of the parameter count for the 27B drafter scale of docs/DFLASH.md
     assert 1.7e9 < none["settings"]["params"] < 2.0e9
 
 
@@ -94,7 +94,7 @@ def test_cuda_attention_workspace_is_counted_in_chunks(drafter_cli):
     """The CUDA attention backward's fp32 workspace as the op allocates it: delta + the dQ accumulator of one chunk
     of (batch, KV head) pairs under 1 GiB, or delta alone in the deterministic mode (no accumulator)."""
     term = "attention (O + LSE saved; backward workspace)"
-    # qwen3.6-27b at batch 8: Hq 24, Hkv 4, D 256, S 8000, 1024 anchors x 16.
+    # The seed's 27B drafter (seed-27b) at batch 8: Hq 24, Hkv 4, D 256, S 8000, 1024 anchors x 16.
     T, C, Hq, Hkv, D, e = 8 * 1024 * 16, 8 * 8000, 24, 4, 256, 2
     grads = T * Hq * D * e + 2 * (C + T) * Hkv * D * e                    # dq, dk, dv
     pair_rows = (Hq // Hkv) * 1024 * 16                                   # rows of one (batch, KV head)
@@ -105,7 +105,7 @@ def test_cuda_attention_workspace_is_counted_in_chunks(drafter_cli):
         ("--device", "cpu"): grads + 4 * T * Hq + 4 * 4 * T * Hq * D,     # 4 fp32 dQ partitions
     }
     for extra, want in expected.items():
-        p, _ = plan(drafter_cli, "--preset", "qwen3.6-27b", "--batch", "8", "--attention-backend", "fused", *extra)
+        p, _ = plan(drafter_cli, "--preset", "seed-27b", "--batch", "8", "--attention-backend", "fused", *extra)
         got = {t["name"]: t for t in p["breakdown"]}[term]
         assert got["bytes"] == want, (extra, got)
         assert p["settings"]["deterministic"] == ("--deterministic" in extra)

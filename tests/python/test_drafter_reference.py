@@ -1,4 +1,4 @@
-"""The C++ drafter against reference_drafter.py (plain PyTorch from SPEC.md, dense mask): same weights and
+"""The C++ drafter against reference_drafter.py (plain PyTorch from docs/DFLASH.md, dense mask): same weights and
 batch through safetensors -> same logits, loss and every parameter gradient."""
 import json
 import pathlib

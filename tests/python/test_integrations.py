@@ -2,7 +2,7 @@
 transformers-style DFlash drafter of examples/transformers_drafter.py.
 
 - fp64: one drafter layer (GQA, full and sliding-window, dropped blocks, anchors at 0 and S) through the registered
-  attention equals the same layer on transformers' SDPA with the dense SPEC mask (attention_reference.py): output and
+  attention equals the same layer on transformers' SDPA with the dense mask of docs/DFLASH.md (attention_reference.py): output and
   the gradients of its input, the context features and every parameter. The mask reaches the function as mask
   arguments, as the `anchor_block_mask=` keyword through the forward, or as the dense mask itself.
 - Dense masks are read back exactly, and anything that is not a DFlash mask is refused.

@@ -23,7 +23,7 @@ def test_seed_node_table_and_json(dflash_bin):
     assert best["samples_per_s"] == min(best["target_samples_per_s"], best["drafter_samples_per_s"])
     assert f"best: {best['replicas']} replica(s) x {best['stages']} stage(s) + {best['workers']}" in r.stdout
     # the same target from its config file plans the same target forward
-    f = _plan(dflash_bin, "--target-config", ROOT / "configs/qwen3.6-27b-target.json", "--json")
+    f = _plan(dflash_bin, "--target-config", ROOT / "configs/targets/qwen3.6-27b.json", "--json")
     assert f.returncode == 0, f.stderr
     assert json.loads(f.stdout)["target_flops"]["total"] == j["target_flops"]["total"]
 

@@ -14,7 +14,7 @@ import reference_drafter as ref
 from attention_reference import anchor_block_mask, dense_attention
 from dflash import attention as attention_mod
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "dflash_py"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "cli_scripts"))
 from memory import PeakMemory  # noqa: E402
 
 

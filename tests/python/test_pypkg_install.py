@@ -80,7 +80,7 @@ def test_pip_wheel_and_install_then_import_in_a_fresh_interpreter(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"dflash/__init__.py", "dflash/integrations.py", "dflash/libdflash_ops.so", "dflash/_build_info.py",
             "dflash/py.typed"} <= names
-    assert not any(n.endswith(".in") or "dflash_py" in n for n in names), sorted(names)
+    assert not any(n.endswith(".in") or "cli_scripts" in n for n in names), sorted(names)
 
     site = tmp_path / "site"
     pip("install", "--target", str(site))

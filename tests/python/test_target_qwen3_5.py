@@ -443,7 +443,7 @@ def test_online_training_on_a_hybrid_target(dflash_bin, small_vocab, tmp_path):
     jl = tmp_path / "tokens.jsonl"
     jl.write_text("".join(json.dumps({"input_ids": s["input_ids"].tolist(),
                                       "loss_mask": s["loss_mask"].long().tolist()}) + "\n" for s in samples))
-    layers = [1, 3]  # SPEC default for 2 drafter layers over 6 target layers: round(1 + i * (6 - 4) / 1)
+    layers = [1, 3]  # the default (docs/DFLASH.md) for 2 drafter layers over 6 target layers: round(1 + i * (6 - 4) / 1)
     shard = {}
     for i, s in enumerate(samples):
         hs = hf_forward(model, s["input_ids"].unsqueeze(0)).hidden_states
@@ -476,7 +476,7 @@ def test_online_training_on_a_hybrid_target(dflash_bin, small_vocab, tmp_path):
 
 
 def test_plan_target_config_qwen3_6_27b(dflash_bin):
-    r = subprocess.run([dflash_bin, "plan", "--target-config", str(ROOT / "configs/qwen3.6-27b-target.json"),
+    r = subprocess.run([dflash_bin, "plan", "--target-config", str(ROOT / "configs/targets/qwen3.6-27b.json"),
                         "--seq-len", "8000", "--anchors", "1024", "--json"], capture_output=True, text=True, env=ENV)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
@@ -489,7 +489,7 @@ def test_plan_target_config_qwen3_6_27b(dflash_bin):
     assert c["num_target_layers"] == 64 and c["vocab_size"] == 248320 and c["rope_theta"] == 1e7
     assert plan["settings"]["params"] == pytest.approx(1.73e9, rel=0.01)
     assert plan["peak_bytes"] > 0
-    bad = subprocess.run([dflash_bin, "plan", "--target-config", str(ROOT / "configs/qwen3.6-27b-target.json"),
+    bad = subprocess.run([dflash_bin, "plan", "--target-config", str(ROOT / "configs/targets/qwen3.6-27b.json"),
                           "--preset", "qwen3-8b"], capture_output=True, text=True, env=ENV)
     assert bad.returncode != 0 and "only one of" in bad.stderr
 

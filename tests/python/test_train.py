@@ -19,7 +19,7 @@ from hidden_format import write_shard as write_dflash_shard
 from tiny_models import tiny_llama
 
 HIDDEN, VOCAB, LAYERS, MASK_ID = 32, 256, 2, 255
-TARGET_LAYER_IDS = [1]  # SPEC default for a 1-layer drafter over 2 target layers: [L // 2]
+TARGET_LAYER_IDS = [1]  # the default (docs/DFLASH.md) for a 1-layer drafter over 2 target layers: [L // 2]
 TIMEOUT = 120
 
 
@@ -529,7 +529,7 @@ def test_failure_in_one_rank_stops_the_other(dflash_bin, target_dir, offline_dir
 
 def test_plot_trailing_mean():
     import importlib.util
-    path = pathlib.Path(__file__).resolve().parents[2] / "python/dflash_py/plot_metrics.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "python/cli_scripts/plot_metrics.py"
     spec = importlib.util.spec_from_file_location("plot_metrics", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

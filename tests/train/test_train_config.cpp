@@ -39,11 +39,11 @@ TrainConfig all_fields_changed() {
   TrainConfig c;
   c.target = "models/t.gguf";
   c.data = "data/dir";
-  c.data_format = "dflash";
+  c.data_format = dflash::data::SampleFormat::Dflash;
   c.out = "runs/a b";
   c.drafter_config = "d.json";
   c.drafter_layers = 3;
-  c.target_layer_ids = "1,9,17";
+  c.target_layer_ids = {1, 9, 17};
   c.mask_token_id = 151669;
   c.block_size = 8;
   c.steps = 1000;
@@ -62,11 +62,11 @@ TrainConfig all_fields_changed() {
   c.seed = 7;
   c.num_anchors = 256;
   c.gamma = 5.5;
-  c.loss_decay = "none";  // (validate() would refuse it with gamma 5.5; this only checks the readers)
+  c.loss_decay = dflash::drafter::LossDecay::None;  // (validate() would refuse it with gamma 5.5; this only checks the readers)
   c.kl_weight = 0.25;
-  c.dtype = "fp32";
-  c.target_dtype = "bf16";
-  c.activation_checkpoint = "every:2";
+  c.dtype = dflash::util::Dtype::F32;
+  c.target_dtype = dflash::util::Dtype::BF16;
+  c.activation_checkpoint = dflash::drafter::CheckpointPolicy{2};
   c.loss_chunk_rows = 256;
   c.drafter_devices = "cuda:0,cuda:1";
   c.target_devices = "cuda:2";
@@ -75,7 +75,8 @@ TrainConfig all_fields_changed() {
   c.keep_checkpoints = 3;
   c.log_every = 5;
   c.threads = 4;
-  c.budget = "90GB";
+  c.budget = dflash::util::parse_byte_size("90GB", "budget");
+  c.attention_backend = dflash::ops::AttentionBackend::Reference;
   c.queue_depth = 4;
   c.init_std = 0.01;
   c.init_final_norm = 0.25;
@@ -122,7 +123,7 @@ budget: 90GB
     "drafter_devices": ["cpu", "cpu"], "lr": 6.0e-4, "steps": 200, "resume": false, "budget": "90GB"})";
   const TrainConfig y = from_file(write_file("hand.yml", yaml)), j = from_file(write_file("hand.json", json));
   EXPECT_EQ(to_json(y), to_json(j));
-  EXPECT_EQ(y.target_layer_ids, "1,15,28");
+  EXPECT_EQ(y.target_layer_ids, (std::vector<int64_t>{1, 15, 28}));
   EXPECT_EQ(y.drafter_devices, "cpu,cpu");
   EXPECT_DOUBLE_EQ(y.lr, 6e-4);
   // Without a telling extension, the content decides.
@@ -204,7 +205,7 @@ TEST(TrainConfigFiles, DuplicateKeysAndSecondDocumentsAreErrors) {
   EXPECT_NE(e.find("ended.yaml:3: a second YAML document"), std::string::npos) << e;
   // A leading document marker is still one document; "---" inside a block scalar is no marker.
   EXPECT_DOUBLE_EQ(from_file(write_file("marker.yaml", "---\nlr: 1e-3\n")).lr, 1e-3);
-  EXPECT_EQ(from_file(write_file("block.yaml", "budget: |\n  ---\n  90GB\n")).budget, "---\n90GB\n");
+  EXPECT_EQ(from_file(write_file("block.yaml", "out: |\n  ---\n  runs\n")).out, "---\nruns\n");
   // yaml-cpp reads ",x" as an empty document (and its LoadAll loops forever on it): an error here.
   // A value that is not UTF-8 is named (the message used to fail to print it: nlohmann's dump throws on it).
   e = error_of<std::invalid_argument>([&] { from_file(write_file("latin1.yaml", "lr: caf\xe9\n")); });
@@ -237,8 +238,14 @@ TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
   EXPECT_EQ(error_of<std::invalid_argument>([&] { valid().validate(); }), "");
   auto err = [&](const std::function<void(TrainConfig&)>& set) {
     TrainConfig c = valid();
-    set(c);
-    return error_of<std::invalid_argument>([&] { c.validate(); });
+    return error_of<std::invalid_argument>([&] {
+      set(c);
+      c.validate();
+    });
+  };
+  // A setting written as text is read into its type (and refused) when it is set, as a file or flag sets it.
+  auto set_text = [](TrainConfig& c, const std::string& key, const std::string& text) {
+    apply_json(c, nlohmann::json{{key, text}}, "train config");
   };
   EXPECT_EQ(err([](TrainConfig& c) { c.threads = 1000000; }),
             "train config: 'threads' must be in [0, 1024] (0: cores / workers), got 1000000");
@@ -252,13 +259,15 @@ TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
   EXPECT_EQ(err([](TrainConfig& c) { c.lr = std::numeric_limits<double>::infinity(); }),
             "train config: 'lr' must be a finite number, got inf");
   EXPECT_EQ(err([](TrainConfig& c) { c.clip = std::nan(""); }), "train config: 'clip' must be a finite number, got nan");
-  EXPECT_EQ(err([](TrainConfig& c) { c.target_layer_ids = "1,9,1"; }),
+  EXPECT_EQ(err([&](TrainConfig& c) { set_text(c, "target_layer_ids", "1,9,1"); }),
             "train config: 'target_layer_ids' must be a list without repeats, got '1,9,1' (layer 1 twice)");
-  EXPECT_NE(err([](TrainConfig& c) { c.target_layer_ids = "1,x"; }).find("comma list of layer indices"), std::string::npos);
-  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = "off"; }), "train config: 'loss_decay' must be exp or none, got 'off'");
-  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = "none", c.gamma = 7; }),
+  EXPECT_NE(err([&](TrainConfig& c) { set_text(c, "target_layer_ids", "1,x"); }).find("comma list of layer indices"),
+            std::string::npos);
+  EXPECT_EQ(err([&](TrainConfig& c) { set_text(c, "loss_decay", "off"); }),
+            "train config: 'loss_decay' must be exp or none, got 'off'");
+  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = dflash::drafter::LossDecay::None, c.gamma = 7; }),
             "train config: 'gamma' must be 0 (unset) with loss_decay none (no decay, no gamma), got 7.0");
-  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = "none"; }), "");
+  EXPECT_EQ(err([](TrainConfig& c) { c.loss_decay = dflash::drafter::LossDecay::None; }), "");
   // A flag that says inf is refused by validate() the same way.
   TrainConfig c;
   ASSERT_TRUE(parse_train_args({"--target", "t", "--data", "d", "--out", "o", "--lr", "inf"}, c));
@@ -272,4 +281,41 @@ TEST(TrainConfigFiles, NonRegularConfigFilesAreRefusedAtOnce) {
   const std::string e = error_of<std::invalid_argument>([&] { from_file(fifo); });  // used to block forever
   EXPECT_NE(e.find(fifo + ": is a FIFO (named pipe), expected a regular file"), std::string::npos) << e;
   ::unlink(fifo.c_str());
+}
+
+// `dflash train --resume`: the command line is read once; the run's saved settings come first, then the --config
+// file and the flags given now, and a pause (stop_after) is not carried over.
+TEST(TrainArgs, ResumeLaysTheFileAndFlagsOverTheSavedSettings) {
+  const std::string dir = "/tmp/dflash_cfg_" + std::to_string(::getpid()) + "_resume";
+  ::mkdir(dir.c_str(), 0755);
+  TrainConfig saved;
+  saved.target = "t";
+  saved.data = "d";
+  saved.out = dir;
+  saved.lr = 1e-3;
+  saved.num_anchors = 7;
+  saved.stop_after = 5;
+  saved.activation_checkpoint = dflash::drafter::CheckpointPolicy{2};
+  std::ofstream(dir + "/train_config.json") << to_json(saved).dump();
+  const std::string file = write_file("resume.json", R"({"num_anchors": 9})");
+  TrainArgs args;
+  ASSERT_TRUE(read_train_args({"--config", file, "--resume", "--out", dir, "--lr", "2e-3"}, args));
+  const TrainConfig c = train_config_of(args);
+  EXPECT_TRUE(c.resume);
+  EXPECT_EQ(c.target, "t");                                             // saved
+  EXPECT_EQ(c.activation_checkpoint, dflash::drafter::CheckpointPolicy{2});  // saved, typed
+  EXPECT_EQ(c.num_anchors, 9);                                          // the file given now
+  EXPECT_DOUBLE_EQ(c.lr, 2e-3);                                         // the flag given now
+  EXPECT_EQ(c.stop_after, 0);
+  // Without --resume: the file and the flags over the defaults.
+  TrainArgs fresh;
+  ASSERT_TRUE(read_train_args({"--config", file}, fresh));
+  EXPECT_EQ(train_config_of(fresh).num_anchors, 9);
+  EXPECT_DOUBLE_EQ(train_config_of(fresh).lr, TrainConfig{}.lr);
+  EXPECT_NE(error_of<std::invalid_argument>([&] {
+              TrainArgs no_out;
+              read_train_args({"--resume"}, no_out);
+              train_config_of(no_out);
+            }).find("--resume needs --out"),
+            std::string::npos);
 }

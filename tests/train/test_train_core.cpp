@@ -122,7 +122,7 @@ TEST(TrainConfig, UnknownKeysAndTypes) {
   EXPECT_THROW(apply_json(c, nlohmann::json{{"steps", 1.5}}, "f.json"), std::invalid_argument);
   apply_json(c, nlohmann::json{{"drafter_devices", {"cpu", "cpu"}}, {"target_layer_ids", {1, 9}}}, "f.json");
   EXPECT_EQ(c.drafter_device_list().size(), 2u);
-  EXPECT_EQ(c.target_layer_ids, "1,9");
+  EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 9}));
   TrainConfig d;
   ASSERT_TRUE(parse_train_args({"--lr", "1e-3", "--num-anchors", "64", "--resume"}, d));
   EXPECT_DOUBLE_EQ(d.lr, 1e-3);
@@ -200,7 +200,7 @@ TrainConfig mini_config(const fs::path& root, const std::string& run, int count,
   c.block_size = 4;
   c.num_anchors = 4;
   c.steps = 3;
-  c.dtype = "fp32";
+  c.dtype = dflash::util::Dtype::F32;
   c.threads = 1;
   c.log_every = 1;
   return c;
@@ -364,7 +364,7 @@ TEST(MiniTraining, DeterministicCudaRunsAreBitwiseEqual) {
   for (int i = 0; i < 2; ++i) {
     TrainConfig c = mini_config(root, "run" + std::to_string(i), 6, 2);
     c.drafter_devices = "cuda:0";
-    c.dtype = "bf16";  // the CUDA attention's dtype
+    c.dtype = dflash::util::Dtype::BF16;  // the CUDA attention's dtype
     c.deterministic = true;
     c.checkpoint_every = 3;
     ASSERT_EQ(run_training(c), 0);

@@ -1,0 +1,99 @@
+#include "hf_export.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "atomic_file.h"
+#include "safetensors.h"
+
+namespace dflash::exporting {
+
+using namespace dflash::train;  // a run's checkpoint and draft vocabulary, as training wrote them
+namespace fs = std::filesystem;
+namespace {
+
+std::string dtype_name(at::ScalarType dt) {
+  switch (dt) {
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kDouble: return "float64";
+    default: return "float32";
+  }
+}
+
+// transformers' Qwen3Config default, written when the target's context length is unknown (a GGUF without
+// context_length, or a drafter config file without the field): only RoPE scaling would read it.
+constexpr int64_t kDefaultMaxPositions = 32768;
+
+}  // namespace
+
+nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype) {
+  nlohmann::json j = drafter::drafter_config_to_json(c);
+  j.erase("torch_dtype");  // transformers 5 reads `dtype`
+  j["dtype"] = dtype_name(dtype);
+  j["max_position_embeddings"] = c.max_position_embeddings > 0 ? c.max_position_embeddings : kDefaultMaxPositions;
+  j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
+  return j;
+}
+
+void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterConfig& c,
+                             const drafter::DrafterWeights& w, at::ScalarType dtype, const train::DraftVocabFile& draft) {
+  c.validate("drafter config to export to " + out_dir);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [n, t] : w.named()) tensors.emplace_back(n, t.detach().to(at::kCPU, dtype).contiguous());
+  if (c.draft_vocab_size > 0) {
+    if (!draft.draft_ids.defined() || draft.draft_ids.size(0) != c.draft_vocab_size || !draft.lm_head.defined() ||
+        draft.lm_head.sizes() != at::IntArrayRef({c.draft_vocab_size, c.hidden_size}))
+      throw std::invalid_argument("export: draft_vocab_size " + std::to_string(c.draft_vocab_size) +
+                                  " needs draft_ids [K] and lm_head [K, hidden_size]");
+    // vLLM (vllm/model_executor/models/qwen3_dflash.py and llama_eagle3.py, DFlashQwen3ForCausalLM /
+    // Eagle3LlamaForCausalLM.load_weights + compute_logits) reads `d2t` as int64 offsets [draft_vocab_size]:
+    // target = arange(K) + d2t, skips `t2d`, and loads `lm_head.weight` [draft_vocab_size, H] from the draft
+    // when present. SpecForge writes t2d as bool [target vocab]; we write both.
+    tensors.emplace_back("lm_head.weight", draft.lm_head.to(at::kCPU, dtype).contiguous());
+    tensors.emplace_back("d2t", draft_to_target_offsets(draft.draft_ids.to(at::kCPU, at::kLong)).contiguous());
+    tensors.emplace_back("t2d", target_in_draft_mask(draft.draft_ids, c.vocab_size));
+  }
+  const fs::path out(out_dir);
+  if (fs::exists(out) && !fs::is_directory(out)) throw std::invalid_argument(out_dir + ": exists and is not a folder");
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  // Everything is written into a hidden folder beside the output first, so a failure (a full disk, an
+  // interrupted run) leaves neither an empty nor a partial export behind.
+  // (Appended piecewise: GCC 12 warns, a false positive of -Wrestrict, on `"." + std::string` inlined here.)
+  std::string stage_name = ".";
+  (stage_name += out.filename().string()) += ".tmp-";
+  stage_name += std::to_string(::getpid());
+  const fs::path stage = parent / stage_name;
+  const char* files[] = {"model.safetensors", "dflash.py", "config.json"};  // config.json last: it completes a folder
+  auto clean_stage = [&] {
+    std::error_code ec;
+    for (const char* f : files) fs::remove(stage / f, ec);
+    fs::remove(stage, ec);
+  };
+  clean_stage();
+  try {
+    fs::create_directory(stage);
+    io::save_safetensors((stage / files[0]).string(), tensors, {{"format", "pt"}});
+    data::write_file_atomic((stage / files[1]).string(), hf_remote_code_source());
+    data::write_file_atomic((stage / files[2]).string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
+    if (!fs::exists(out)) {
+      fs::rename(stage, out);  // the whole folder appears at once
+    } else {  // replacing an earlier export: file by file, each rename atomic, the config last
+      for (const char* f : files) fs::rename(stage / f, out / f);
+      fs::remove(stage);
+    }
+    data::fsync_dir(out.string());
+    data::fsync_dir(parent.string());
+  } catch (...) {
+    clean_stage();
+    throw;
+  }
+}
+
+}  // namespace dflash::exporting

@@ -1,0 +1,33 @@
+// The folder `dflash export` writes: what transformers and inference engines load a DFlash drafter from.
+//   config.json        the drafter config with transformers 5 field names (dtype, rope_parameters,
+//                      max_position_embeddings; rope_theta + rope_scaling too, for transformers 4 readers) and an
+//                      auto_map to dflash.py
+//   dflash.py          our modelling code, so AutoModel.from_pretrained(dir, trust_remote_code=True) builds
+//                      the DFlash drafter (fc, hidden_norm, KV-injecting layers, norm) and loads every tensor
+//   model.safetensors  the weights, unprefixed names, in `dtype`; a draft vocabulary adds lm_head.weight [K, H]
+//                      (in `dtype`), d2t int64 [K] and t2d bool [V] (draft_vocab.h, the names vLLM loads)
+#pragma once
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include "draft_vocab.h"
+#include "drafter_config.h"
+#include "drafter_weights.h"
+
+namespace dflash::exporting {
+
+// The text of src/export/remote_code/dflash.py, compiled in.
+const char* hf_remote_code_source();
+
+// config.json's content for weights stored in `dtype`.
+nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype);
+
+// Writes the three files into out_dir: staged in a hidden folder beside it, then moved in (the whole folder at once
+// when out_dir is new, file by file with config.json last when it replaces an export). A failure leaves nothing.
+// `draft`: for c.draft_vocab_size > 0, the draft vocabulary (draft_ids and the lm_head rows); else unused.
+void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterConfig& c,
+                             const drafter::DrafterWeights& w, at::ScalarType dtype, const train::DraftVocabFile& draft = {});
+
+}  // namespace dflash::exporting

@@ -1,0 +1,33 @@
+// The drafters `plan`, `plan --node` and `bench step` know by name: one table.
+//  - Every target preset (models/target_presets.h, configs/targets/): the drafter `dflash train` builds for that
+//    target, from drafter::drafter_config_for_target with 5 layers and blocks of 16 (the released drafters').
+//  - Shapes that are no real target's drafter, under names of their own:
+//      seed-27b     the drafter of docs/DFLASH.md's seed run: the Qwen3.6-27B target's own attention layout (24 query
+//                   heads x head_dim 256, 4 KV heads) on the drafter of that target; the released drafters use
+//                   32 x 128 with 8 KV heads (the qwen3.6-27b preset). Kept to reproduce the seed's numbers.
+//      cpu-small, cpu-sliding, cpu-vocab   CPU-sized drafters for `bench step` and the planner's tests.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "drafter_config.h"
+#include "memory_planner.h"
+#include "target_config.h"
+
+namespace dflash::plan {
+
+struct DrafterPreset {
+  std::string name;
+  drafter::DrafterConfig drafter;
+  std::string target;  // the target preset it drafts for ("" for the CPU shapes): what `plan --node` runs
+};
+
+std::vector<std::string> drafter_preset_names();  // target presets first, then the named shapes
+// An unknown name is an std::invalid_argument "<where>: unknown preset 'x' (expected one of ...)".
+DrafterPreset drafter_preset(const std::string& name, const std::string& where);
+
+// docs/DFLASH.md's scale for a preset's drafter: seq 8000, 1024 anchors of 16, bf16 with fp32 master weights and AdamW,
+// soft labels (kl_weight 0.15), loss chunks of 1024 rows, on a GPU.
+PlanSettings plan_preset(const std::string& name, const std::string& where = "plan");
+
+}  // namespace dflash::plan

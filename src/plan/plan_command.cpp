@@ -1,0 +1,224 @@
+// `dflash plan`: predicted peak training memory of the drafter, with a breakdown, before any step runs.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "drafter_from_target.h"
+#include "drafter_model.h"
+#include "drafter_presets.h"
+#include "dtype_names.h"
+#include "input_file.h"
+#include "memory_planner.h"
+#include "node_planner.h"
+#include "plan_commands.h"
+#include "target_loader.h"
+#include "target_presets.h"
+
+namespace dflash::plan {
+
+using namespace dflash::drafter;  // the drafter this layer plans and measures
+
+using util::Args;
+
+namespace {
+
+// Bytes per element of a dtype name (util/dtype_names.h); torch-free, as the planner is.
+int64_t dtype_bytes_of(const std::string& s) { return util::dtype_bytes(util::parse_dtype(s, "plan: --dtype")); }
+
+PlanOptimizer optimizer_of(const std::string& s) {
+  if (const auto o = plan_optimizer_from_text(s)) return *o;
+  throw std::invalid_argument("plan: --optimizer: expected adamw, sgd or none, got '" + s + "'");
+}
+
+PlanDevice device_of(const std::string& s) {
+  if (const auto d = plan_device_from_text(s)) return *d;
+  throw std::invalid_argument("plan: --device: expected cuda or cpu, got '" + s + "'");
+}
+
+// A target's config.json (or a folder holding one, or a .gguf file).
+models::TargetConfig read_target(const std::string& path) {
+  if (std::filesystem::is_directory(path) || (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0))
+    return models::read_target_config(path);
+  std::string text;
+  try {
+    text = io::read_regular_file(path, 64 << 20);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("--target-config ") + e.what());
+  }
+  return models::parse_target_config(text, "'" + path + "'");
+}
+
+// "qwen3-8b|qwen3.6-27b": the target presets, as the flag's help and errors name them.
+std::string target_preset_list() {
+  std::string names;
+  for (const auto& n : models::target_preset_names()) names += (names.empty() ? "" : "|") + n;
+  return names;
+}
+
+}  // namespace
+
+// --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
+int plan_node_main(const Args& a) {
+  NodeSettings ns;
+  if (!a.str("preset").empty() == !a.str("target-config").empty())
+    throw std::invalid_argument("plan --node: give the target as --preset " + target_preset_list() +
+                                " or --target-config FILE");
+  if (!a.str("preset").empty()) {
+    const DrafterPreset preset = drafter_preset(a.str("preset"), "plan --node");
+    if (preset.target.empty())
+      throw std::invalid_argument("plan --node: preset '" + preset.name + "' drafts for no real target; give the "
+                                  "target as --preset " + target_preset_list() + " or --target-config FILE");
+    ns.target = models::target_preset(preset.target);
+    ns.drafter = plan_preset(preset.name, "plan --node");
+  } else {
+    ns.target = read_target(a.str("target-config"));
+    ns.drafter.cfg = a.str("config").empty()
+                         ? drafter_config_for_target(ns.target, a.i64("drafter-layers"), 16, a.i64("mask-token-id"), {})
+                         : load_drafter_config(a.str("config"));
+    if (ns.drafter.cfg.mask_token_id < 0) ns.drafter.cfg.mask_token_id = ns.target.vocab_size - 1;  // plans the same
+    ns.drafter.cfg.validate(a.str("config").empty() ? "drafter config for target " + a.str("target-config") : a.str("config"));
+    if (ns.drafter.cfg.hidden_size != ns.target.hidden_size || ns.drafter.cfg.vocab_size != ns.target.vocab_size)
+      throw std::invalid_argument("plan --node: the drafter config's hidden_size/vocab_size (" +
+                                  std::to_string(ns.drafter.cfg.hidden_size) + "/" +
+                                  std::to_string(ns.drafter.cfg.vocab_size) + ") must equal the target's (" +
+                                  std::to_string(ns.target.hidden_size) + "/" + std::to_string(ns.target.vocab_size) + ")");
+    ns.drafter.seq_len = 8000;  // the presets' scale (drafter_presets.h)
+    ns.drafter.num_anchors = 1024;
+    ns.drafter.kl_weight = 0.15;
+  }
+  if (a.given("seq-len")) ns.drafter.seq_len = a.i64("seq-len");
+  if (a.given("anchors")) ns.drafter.num_anchors = a.i64("anchors");
+  if (a.given("batch")) ns.drafter.batch = a.i64("batch");
+  if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
+  if (a.given("dtype")) ns.drafter.dtype_bytes = dtype_bytes_of(a.str("dtype"));
+  ns.drafter.device = PlanDevice::Cuda;
+  ns.gpu = gpu_spec(a.str("gpu"));
+  if (a.given("gpu-memory")) ns.gpu.memory_bytes = util::parse_byte_size(a.str("gpu-memory"), "plan: --gpu-memory").bytes;
+  if (a.given("gpu-tflops")) ns.gpu.bf16_flops = a.f64("gpu-tflops") * 1e12;
+  if (a.given("gpu-memory") || a.given("gpu-tflops")) ns.gpu.name += " (given)";
+  ns.gpus = a.i64("gpus");
+  ns.target_efficiency = a.f64("target-efficiency");
+  ns.drafter_efficiency = a.f64("drafter-efficiency");
+  ns.usable_memory = a.f64("usable-memory");
+  if (!(ns.usable_memory > 0 && ns.usable_memory <= 1))
+    throw std::invalid_argument("plan: --usable-memory must be in (0, 1], got " + a.str("usable-memory"));
+  const NodePlan p = plan_node(ns);
+  if (a.on("json")) std::cout << node_plan_to_json(p).dump(2) << "\n";
+  else std::cout << format_node_plan(p);
+  return p.splits.empty() ? 3 : 0;
+}
+
+int plan_main(const std::vector<std::string>& argv) {
+  Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget); with --node, "
+                 "split a node's GPUs between the target and the drafter workers");
+  a.option("config", "FILE", "", "drafter config.json (or use --preset)");
+  std::string presets;
+  for (const auto& n : drafter_preset_names()) presets += (presets.empty() ? "" : " | ") + n;
+  a.option("preset", "NAME", "", presets + " (drafter_presets.h: a target's drafter as `dflash train` builds it, or a "
+                                 "named shape; seq 8000, 1024 anchors, bf16, AdamW)");
+  a.option("target-config", "FILE", "", "a target's config.json: plan the drafter `dflash train` would build for it");
+  a.option("drafter-layers", "N", "5", "drafter layers (with --target-config)");
+  a.option("mask-token-id", "ID", "-1", "mask token (with --target-config; only checked, memory does not depend on it)");
+  a.option("seq-len", "S", "4096", "context tokens per sequence");
+  a.option("anchors", "N", "512", "blocks per sequence");
+  a.option("batch", "B", "1", "sequences per step");
+  a.option("block-size", "B", "", "override the config's block size");
+  a.option("dtype", "DTYPE", "bf16", "weight/activation dtype: bf16 | fp16 | fp32 | fp64");
+  a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
+  a.option("loss-chunk", "ROWS", "1024", "rows of logits per loss chunk");
+  a.option("kl-weight", "X", "0.15", "soft-label weight (0: hard labels only)");
+  a.option("optimizer", "NAME", "adamw", "adamw | sgd | none");
+  a.flag("no-master", "no fp32 master weights");
+  a.option("device", "NAME", "cuda", "cuda | cpu (attention backward workspace differs)");
+  a.flag("deterministic", "CUDA: deterministic algorithms (train's `deterministic`): dQ without the fp32 accumulator");
+  a.option("attention-backend", "NAME", "auto",
+           "fused | reference (its tiles and dK/dV accumulators) | auto (the larger of the two: a run may fall back)");
+  a.option("draft-vocab", "K", "0", "LM head restricted to a draft vocabulary of K tokens (0: the full vocabulary)");
+  a.option("budget", "SIZE", "", "pick the cheapest checkpoint policy and loss chunk that fit, e.g. 90GB");
+  a.flag("json", "print JSON instead of text");
+  a.flag("node", "throughput of a node: the split of --gpus GPUs into target replicas x pipeline stages and drafter "
+                 "workers with the most samples/s that fits (target from --preset or --target-config)");
+  a.option("gpus", "N", "8", "with --node: GPUs of the node");
+  std::string gpus;
+  for (const auto& g : gpu_specs()) gpus += (gpus.empty() ? "" : " | ") + g.name;
+  a.option("gpu", "KIND", "rtx-pro-6000", "with --node: " + gpus + " (memory, dense bf16 rate)");
+  a.option("gpu-memory", "SIZE", "", "with --node: memory of a GPU instead of --gpu's, e.g. 96GB");
+  a.option("gpu-tflops", "X", "", "with --node: dense bf16 TFLOP/s of a GPU instead of --gpu's");
+  a.option("target-efficiency", "X", "0.5", "with --node: achieved share of peak FLOP/s of the target forward");
+  a.option("drafter-efficiency", "X", "0.4", "with --node: achieved share of peak FLOP/s of a drafter step");
+  a.option("usable-memory", "X", "0.9", "with --node: share of a GPU's memory a plan may fill");
+  if (!a.parse(argv)) return 0;
+  if (a.on("node")) return plan_node_main(a);
+
+  using namespace dflash::drafter;
+  PlanSettings s;
+  if (int(!a.str("preset").empty()) + int(!a.str("config").empty()) + int(!a.str("target-config").empty()) > 1)
+    throw std::invalid_argument("plan: give only one of --config, --preset and --target-config");
+  if (!a.str("preset").empty()) {
+    s = plan_preset(a.str("preset"), "plan");
+  } else if (!a.str("config").empty()) {
+    s.cfg = load_drafter_config(a.str("config"));
+  } else if (!a.str("target-config").empty()) {
+    const models::TargetConfig t = read_target(a.str("target-config"));
+    s.cfg = drafter_config_for_target(t, a.i64("drafter-layers"), 16, a.i64("mask-token-id"), {});
+    if (s.cfg.mask_token_id < 0) s.cfg.mask_token_id = t.vocab_size - 1;  // no default mask: any id plans the same
+    s.cfg.validate("drafter config for target " + a.str("target-config"));
+  } else {
+    throw std::invalid_argument("plan: give --config FILE, --target-config FILE or --preset " + target_preset_list());
+  }
+  const bool preset = !a.str("preset").empty();
+  auto pick = [&](const char* name) { return !preset || a.given(name); };
+  if (pick("seq-len")) s.seq_len = a.i64("seq-len");
+  if (pick("anchors")) s.num_anchors = a.i64("anchors");
+  if (pick("batch")) s.batch = a.i64("batch");
+  if (a.given("block-size")) s.cfg.block_size = a.i64("block-size");
+  if (pick("dtype")) s.dtype_bytes = dtype_bytes_of(a.str("dtype"));
+  if (pick("checkpoint")) s.checkpoint = CheckpointPolicy::parse(a.str("checkpoint"));
+  if (pick("loss-chunk")) s.loss_chunk_rows = a.i64("loss-chunk");
+  if (pick("kl-weight")) s.kl_weight = a.f64("kl-weight");
+  if (pick("optimizer")) s.optimizer = optimizer_of(a.str("optimizer"));
+  if (a.on("no-master")) s.master_fp32 = false;
+  if (pick("device")) s.device = device_of(a.str("device"));
+  if (a.on("deterministic")) s.deterministic = true;
+  s.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
+  if (a.given("draft-vocab")) {
+    const int64_t k = a.i64("draft-vocab");
+    if (k < 0 || k > s.cfg.vocab_size)
+      throw std::invalid_argument("plan: --draft-vocab must be in [0, " + std::to_string(s.cfg.vocab_size) +
+                                  "] (0: the full vocabulary; at most the target's vocabulary size), got " +
+                                  std::to_string(k));
+    s.cfg.draft_vocab_size = k == s.cfg.vocab_size ? 0 : k;
+  }
+
+  if (!a.str("budget").empty()) {
+    const double budget = util::parse_byte_size(a.str("budget"), "plan: --budget").bytes;
+    const BudgetChoice c = plan_for_budget(s, budget);
+    if (a.on("json")) {
+      nlohmann::json j = plan_to_json(c.plan);
+      j["budget_bytes"] = budget;
+      j["fits"] = c.fits;
+      if (!c.fits) j["why"] = c.why;
+      std::cout << j.dump(2) << "\n";
+    } else {
+      if (c.fits)
+        std::cout << "fits in " << human_bytes(budget) << " with checkpoint "
+                  << c.plan.settings.checkpoint.name() << ", loss chunk "
+                  << c.plan.settings.loss_chunk_rows << " rows\n\n";
+      else
+        std::cout << c.why << "\n\n";
+      std::cout << format_plan(c.plan);
+    }
+    return c.fits ? 0 : 3;
+  }
+  const MemoryPlan p = plan_memory(s);
+  if (a.on("json")) std::cout << plan_to_json(p).dump(2) << "\n";
+  else std::cout << format_plan(p);
+  return 0;
+}
+
+}  // namespace dflash::plan

@@ -1,9 +1,0 @@
-#include "source_version.h"
-
-#include "dflash_source_version.h"
-
-namespace dflash::train {
-
-std::string source_version() { return DFLASH_SOURCE_VERSION; }
-
-}  // namespace dflash::train
