@@ -14,6 +14,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD = pathlib.Path(os.environ.get("DFLASH_BUILD_DIR", ROOT / "build"))
@@ -74,6 +76,7 @@ def pip(*args, timeout=1200):
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
 
 
+@pytest.mark.slow
 def test_pip_wheel_and_install_then_import_in_a_fresh_interpreter(tmp_path):
     pip("wheel", "-w", str(tmp_path / "wheels"))
     (wheel,) = (tmp_path / "wheels").glob("dflash-*.whl")
