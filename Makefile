@@ -29,4 +29,4 @@ fuzz: build
 	@bash scripts/fuzz.sh --build $(BUILD) $(if $(FUZZ_RUNS),--runs $(FUZZ_RUNS),--seconds $(FUZZ_SECONDS)) $(FUZZ_TARGETS)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-pypkg

@@ -35,3 +35,29 @@ def dflash_bin():
 @pytest.fixture(scope="session")
 def shared_dir():
     return SHARED
+
+
+# --cpu-times FILE: each test's CPU seconds (this process and the CLI processes it ran, setup and teardown
+# included) as JSON lines, to see what the suite's time goes to on a machine shared with other work, where
+# wall-clock durations mislead.
+def pytest_addoption(parser):
+    parser.addoption("--cpu-times", metavar="FILE", default=None, help="write each test's CPU seconds to FILE")
+
+
+def _cpu_seconds():
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = item.config.getoption("--cpu-times")
+    start, wall = _cpu_seconds(), __import__("time").monotonic()
+    yield
+    if path:
+        import json
+        import time
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - start, 2),
+                                "wall_s": round(time.monotonic() - wall, 2)}) + "\n")

@@ -1,6 +1,8 @@
 """The dflash command line: every subcommand it lists answers --help, and bad words are clear errors."""
 import subprocess
 
+import pytest
+
 
 def run(dflash_bin, *args):
     return subprocess.run([dflash_bin, *args], capture_output=True, text=True, timeout=60)
@@ -14,6 +16,7 @@ def listed_subcommands(dflash_bin):
     return [row.split("  ")[0].split() for row in rows]
 
 
+@pytest.mark.slow
 def test_every_subcommand_has_help(dflash_bin):
     subcommands = listed_subcommands(dflash_bin)
     assert ["bench", "attention"] in subcommands

@@ -25,6 +25,7 @@ def plan(drafter_cli, *args):
     ("cpu-vocab", 384, 24, 64, "fused"),
     ("cpu-sliding", 640, 24, 256, "reference"),  # the reference attention's tiles and dK/dV accumulators
 ])
+@pytest.mark.slow
 def test_planner_within_15_percent_of_measured(tmp_path, drafter_cli, model, seq, anchors, chunk, backend):
     out = tmp_path / "bench.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -188,6 +188,7 @@ def test_corrupt_file_is_a_clear_error(dflash_bin, tmp_path, name):
     assert str(path) in p.stderr and needle in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_truncated_files_are_clear_errors(dflash_bin, tmp_path):
     full = make_gguf()
     cuts = sorted(set(list(range(0, 64, 3)) + list(range(64, len(full), 17)) + [len(full) - 1]))

@@ -5,9 +5,12 @@ import json
 import os
 import subprocess
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_seed_step_dry_run(tmp_path, dflash_bin):
     env = dict(os.environ, OUT=str(tmp_path), DFLASH_BUILD_DIR=os.path.dirname(dflash_bin), OMP_WAIT_POLICY="passive")
     r = subprocess.run(["bash", "scripts/gpu_seed_step.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
@@ -31,6 +34,7 @@ def test_seed_step_dry_run(tmp_path, dflash_bin):
     assert abs(losses["dflash"] - losses["per_block_sdpa"]) < 1e-4 * abs(losses["dflash"])
 
 
+@pytest.mark.slow
 def test_pipeline_dry_run(tmp_path, dflash_bin):
     """The --full recipe end to end at a tiny scale: regenerate, train online, export, eval on three datasets."""
     env = dict(os.environ, OUT=str(tmp_path), DFLASH_BUILD_DIR=os.path.dirname(dflash_bin), OMP_WAIT_POLICY="passive")

@@ -146,6 +146,7 @@ def test_importing_dflash_needs_no_transformers():
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_example_trains_the_same_with_anchor_block_and_sdpa():
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"),
                DFLASH_OPS_LIBRARY=str(pathlib.Path(os.environ.get("DFLASH_BUILD_DIR", ROOT / "build")) / "libdflash_ops.so"))

@@ -353,6 +353,7 @@ def _chi2_crit(df, z=3.29):  # Wilson-Hilferty, upper tail p ~ 5e-4
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
+@pytest.mark.slow
 def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     V, N = 8, 2000
     m = make_model("text", vocab=V, seed=4, layers=4)
@@ -494,6 +495,7 @@ def test_plan_target_config_qwen3_6_27b(dflash_bin):
     assert bad.returncode != 0 and "only one of" in bad.stderr
 
 
+@pytest.mark.slow
 def test_bench_decode_prefill_runs_both_sides(dflash_bin, tiny, tmp_path):
     _, d = tiny
     out = tmp_path / "b.json"

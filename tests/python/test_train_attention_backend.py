@@ -48,7 +48,8 @@ def test_auto_keeps_the_fused_op_when_it_passes(dflash_bin, target_dir, offline_
     run_with(dflash_bin, target_dir, offline_dir, fused, "fused")
     a, f = [x["loss"] for x in metrics(auto)], [x["loss"] for x in metrics(fused)]
     assert a == f  # auto kept the very same kernels
-    assert a == pytest.approx(reference_losses, rel=1e-5) and a != reference_losses  # fp32: same losses to rounding
+    # Two implementations of one attention: equal to fp32 rounding (bitwise on some CPUs' kernels, which is fine).
+    assert a == pytest.approx(reference_losses, rel=1e-5)
 
 
 @pytest.mark.parametrize("fault,figure", [("attention_wrong", r"out max error"), ("attention_throw", "threw: ")])
