@@ -89,7 +89,7 @@ def test_pip_wheel_and_install_then_import_in_a_fresh_interpreter(tmp_path):
     site = tmp_path / "site"
     pip("install", "--target", str(site))
     env = {k: v for k, v in os.environ.items() if k not in ("DFLASH_OPS_LIBRARY", "PYTHONPATH")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), str(HERE)])
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT / "python" / "cli_scripts")])
     r = subprocess.run([sys.executable, "-c", CHECK, str(site)], capture_output=True, text=True, timeout=300,
                        env=env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
