@@ -22,4 +22,21 @@ start=$SECONDS
 # --dist loadscope keeps each module's tests (and its module-scoped fixtures) in one worker.
 .venv/bin/python -m pytest -q -n "$JOBS" --dist loadscope tests/python || status=1
 echo "pytest took $((SECONDS - start)) s"
+# The suite above runs the best kernels this CPU has. The C++ kernel tests cover every ISA; these Python tests
+# compare the fused ops with references end to end, so they run again on each lower ISA the CPU can run
+# (ATen's own kernels follow), so a build that passes on AVX-512 passes on AVX2 and SSE2 machines too.
+isa_tests="tests/python/test_train_attention_backend.py tests/python/test_attention_op.py tests/python/test_drafter_reference.py"
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+for isa in base avx2; do
+  case "$isa:$flags" in
+    avx2:*" avx512f"*) aten=avx2 ;;
+    base:*" avx2"*) aten=default ;;
+    *) continue ;;
+  esac
+  echo "== pytest on $isa kernels =="
+  start=$SECONDS
+  DFLASH_CPU_ISA=$isa ATEN_CPU_CAPABILITY=$aten .venv/bin/python -m pytest -q -n "$JOBS" --dist loadscope $isa_tests \
+    || status=1
+  echo "pytest on $isa kernels took $((SECONDS - start)) s"
+done
 exit $status
