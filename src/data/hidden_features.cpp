@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "drafter_config.h"
+#include "serving_engines.h"
 
 namespace fs = std::filesystem;
 
@@ -20,6 +21,7 @@ std::vector<int64_t> feature_layer_ids(const std::string& flag, int64_t drafter_
     if (id < 0 || id >= cfg.num_hidden_layers)
       throw std::invalid_argument("--target-layer-ids: layer " + std::to_string(id) + " is outside the target's " +
                                   std::to_string(cfg.num_hidden_layers) + " layers");
+  drafter::check_capturable_layer_ids(ids, cfg.num_hidden_layers, "--target-layer-ids");
   return ids;
 }
 

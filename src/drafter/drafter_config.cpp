@@ -156,6 +156,11 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   // block_size lives at the top level in released configs; some put it in dflash_config.
   c.block_size = j.contains("block_size") ? get_int(j, "block_size", where, true, 16)
                                           : get_int(dc, "block_size", where + " dflash_config", false, 16);
+  // Both places (as `dflash export` writes them): engines read one or the other first, so they must agree.
+  if (j.contains("block_size") && dc.contains("block_size") &&
+      get_int(dc, "block_size", where + " dflash_config", true, 16) != c.block_size)
+    fail(where, "dflash_config.block_size", "the top-level block_size " + std::to_string(c.block_size),
+         shown(dc.at("block_size")));
   c.rms_norm_eps = get_double(j, "rms_norm_eps", where, 1e-6);
   c.sliding_window = get_int(j, "sliding_window", where, false, 0);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", where, false, 0);

@@ -1,4 +1,4 @@
-// `dflash export` (docs/TRAINING.md): a training run's latest checkpoint as an HF drafter folder.
+// `dflash export` (docs/TRAINING.md, docs/SERVING.md): a training run's latest checkpoint as an HF drafter folder.
 #include <string>
 #include <vector>
 
@@ -13,9 +13,18 @@ int export_main(const std::vector<std::string>& argv) {
   a.positional("RUN_DIR", "the training run folder (train's --out)");
   a.option("out", "DIR", "", "output folder (config.json + model.safetensors)");
   a.option("dtype", "DTYPE", "", "weights dtype: bf16 | fp32 | fp16 | fp64 (default: the drafter config's torch_dtype)");
+  a.option("engine", "NAMES", "all",
+           "all | sglang | vllm | llama.cpp | zlab | speculators, or a comma list: refuse an export any of them would "
+           "read differently from what was trained (docs/SERVING.md); vllm alone allows a --draft-vocab run");
+  a.option("max-position-embeddings", "N", "0",
+           "the target's context length, for a run that does not know it (a GGUF target without context_length)");
   if (!a.parse(argv)) return 0;
   a.require("out");
-  export_run(a.str("RUN_DIR"), a.str("out"), a.str("dtype"));
+  ExportOptions o;
+  o.dtype = a.str("dtype");
+  o.engines = a.str("engine");
+  o.max_position_embeddings = a.i64("max-position-embeddings");
+  export_run(a.str("RUN_DIR"), a.str("out"), o);
   return 0;
 }
 

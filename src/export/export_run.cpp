@@ -9,6 +9,7 @@
 #include "drafter_config.h"
 #include "drafter_weights.h"
 #include "hf_export.h"
+#include "serving_engines.h"
 
 namespace fs = std::filesystem;
 
@@ -16,11 +17,56 @@ namespace dflash::exporting {
 
 using namespace dflash::train;  // a run's checkpoint and draft vocabulary, as training wrote them
 
-void export_run(const std::string& run_dir, const std::string& out_dir, const std::string& dtype) {
+namespace {
+
+// Refuses, in one line naming them, the engines of --engine that would read this export differently from what was
+// trained (serving_engines.h's table).
+void check_engines(const drafter::DrafterConfig& c, const std::string& engine_flag, const std::string& config_path) {
+  const std::vector<std::string> engines = drafter::parse_engine_list(engine_flag, "export: --engine");
+  drafter::ExportTraits t;
+  t.draft_vocab = c.draft_vocab_size > 0;
+  for (auto id : c.target_layer_ids) t.last_target_layer |= id == c.num_target_layers - 1;
+  std::string refused;
+  for (const auto& e : engines) {
+    const std::string why = drafter::engine_refusal(t, e);
+    if (!why.empty()) (refused += refused.empty() ? "" : "; ") += e + " (" + why + ")";
+  }
+  if (refused.empty()) return;
+  std::string what = t.draft_vocab ? "a draft-vocabulary run (draft_vocab_size " + std::to_string(c.draft_vocab_size) + ")"
+                                   : std::string("this run");
+  if (t.last_target_layer) what += " with the target's last layer in target_layer_ids";
+  const std::vector<std::string> serving = drafter::engines_serving(t);
+  std::string flag;
+  for (const auto& e : serving) (flag += flag.empty() ? "" : ",") += e;
+  throw std::invalid_argument("export: " + config_path + ": " + what + " would be read differently from what was "
+                              "trained by " + refused + "; " +
+                              (serving.empty() ? std::string("no engine reads it as trained")
+                                               : "export it with --engine " + flag) + " (docs/SERVING.md)");
+}
+
+}  // namespace
+
+void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& o) {
+  const std::string config_path = (fs::path(run_dir) / "drafter_config.json").string();
+  auto dcfg = drafter::load_drafter_config(config_path);
+  check_engines(dcfg, o.engines, config_path);
+  if (o.max_position_embeddings < 0)
+    throw std::invalid_argument("export: --max-position-embeddings must be a positive context length, got " +
+                                std::to_string(o.max_position_embeddings));
+  if (o.max_position_embeddings > 0) {
+    if (dcfg.max_position_embeddings > 0 && dcfg.max_position_embeddings != o.max_position_embeddings)
+      throw std::invalid_argument("export: --max-position-embeddings " + std::to_string(o.max_position_embeddings) +
+                                  " differs from " + config_path + "'s max_position_embeddings " +
+                                  std::to_string(dcfg.max_position_embeddings) + " (the target's context length)");
+    dcfg.max_position_embeddings = o.max_position_embeddings;
+  }
+  if (dcfg.max_position_embeddings <= 0)
+    throw std::invalid_argument("export: " + config_path + ": max_position_embeddings is unknown (the target gave no "
+                                "context length); engines size the drafter's RoPE table from it: give the target's "
+                                "context length with --max-position-embeddings N");
   std::string path;
   const TrainState st = load_latest_checkpoint(run_dir, &path);
-  const auto dcfg = drafter::load_drafter_config((fs::path(run_dir) / "drafter_config.json").string());
-  const at::ScalarType dt = ops::parse_dtype(dtype.empty() ? dcfg.torch_dtype : dtype, "export: --dtype");
+  const at::ScalarType dt = ops::parse_dtype(o.dtype.empty() ? dcfg.torch_dtype : o.dtype, "export: --dtype");
   std::vector<std::string> names;
   for (const auto& [n, t] : st.master) names.push_back(n);
   // Straight from the master weights (fp32, or fp64 for fp64 runs) to `dt`: exact for fp64, rounded once for

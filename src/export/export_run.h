@@ -1,11 +1,18 @@
 // `dflash export`: a training run's latest checkpoint as a Hugging Face drafter folder (hf_export.h: config.json,
-// dflash.py, model.safetensors; the layout released DFlash drafters use, loadable by transformers).
+// dflash.py, model.safetensors; the layout released DFlash drafters use, loadable by transformers), checked against
+// the serving engines it is meant for (serving_engines.h, docs/SERVING.md).
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace dflash::exporting {
 
-// `dtype`: the weights' dtype on disk (any name of util/dtype_names.h); "" = the drafter config's torch_dtype.
-void export_run(const std::string& run_dir, const std::string& out_dir, const std::string& dtype);
+struct ExportOptions {
+  std::string dtype;                    // any name of util/dtype_names.h; "" = the drafter config's torch_dtype
+  std::string engines = "all";          // --engine: all | a comma list of serving_engines.h's engine_names()
+  int64_t max_position_embeddings = 0;  // --max-position-embeddings: the target's context length when the run has none
+};
+
+void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& o);
 
 }  // namespace dflash::exporting

@@ -26,17 +26,20 @@ std::string dtype_name(at::ScalarType dt) {
   }
 }
 
-// transformers' Qwen3Config default, written when the target's context length is unknown (a GGUF without
-// context_length, or a drafter config file without the field): only RoPE scaling would read it.
-constexpr int64_t kDefaultMaxPositions = 32768;
-
 }  // namespace
 
 nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype) {
   nlohmann::json j = drafter::drafter_config_to_json(c);
   j.erase("torch_dtype");  // transformers 5 reads `dtype`
   j["dtype"] = dtype_name(dtype);
-  j["max_position_embeddings"] = c.max_position_embeddings > 0 ? c.max_position_embeddings : kDefaultMaxPositions;
+  // Engines size the drafter's RoPE table from it (vLLM, SGLang): the target's context length, never a default.
+  if (c.max_position_embeddings <= 0)
+    throw std::invalid_argument("export: max_position_embeddings is unknown (the target's context length); give it "
+                                "with --max-position-embeddings N");
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  // Both places, equal: llama.cpp's converter and SpecForge read the top level only, z-lab and SGLang dflash_config
+  // first (docs/SERVING.md).
+  j["dflash_config"]["block_size"] = c.block_size;
   j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
   return j;
 }

@@ -16,6 +16,7 @@
 #include "memory_planner.h"
 #include "node_planner.h"
 #include "plan_commands.h"
+#include "serving_engines.h"
 #include "target_loader.h"
 #include "target_presets.h"
 
@@ -82,6 +83,9 @@ int plan_node_main(const Args& a) {
                          : load_drafter_config(a.str("config"));
     if (ns.drafter.cfg.mask_token_id < 0) ns.drafter.cfg.mask_token_id = ns.target.vocab_size - 1;  // plans the same
     ns.drafter.cfg.validate(a.str("config").empty() ? "drafter config for target " + a.str("target-config") : a.str("config"));
+    check_capturable_layer_ids(ns.drafter.cfg.target_layer_ids, ns.target.num_hidden_layers,
+                               a.str("config").empty() ? "plan --node: target_layer_ids"
+                                                       : a.str("config") + ": dflash_config.target_layer_ids");
     if (ns.drafter.cfg.hidden_size != ns.target.hidden_size || ns.drafter.cfg.vocab_size != ns.target.vocab_size)
       throw std::invalid_argument("plan --node: the drafter config's hidden_size/vocab_size (" +
                                   std::to_string(ns.drafter.cfg.hidden_size) + "/" +
@@ -163,6 +167,8 @@ int plan_main(const std::vector<std::string>& argv) {
     s = plan_preset(a.str("preset"), "plan");
   } else if (!a.str("config").empty()) {
     s.cfg = load_drafter_config(a.str("config"));
+    check_capturable_layer_ids(s.cfg.target_layer_ids, s.cfg.num_target_layers,
+                               a.str("config") + ": dflash_config.target_layer_ids");
   } else if (!a.str("target-config").empty()) {
     const models::TargetConfig t = read_target(a.str("target-config"));
     s.cfg = drafter_config_for_target(t, a.i64("drafter-layers"), 16, a.i64("mask-token-id"), {});

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "draft_vocab.h"
+#include "serving_engines.h"
 #include "target_loader.h"
 #include "target_setup.h"
 
@@ -60,6 +61,16 @@ void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSid
   side.draft_ids = ids;
   side.frozen.lm_head = side.frozen.lm_head.index_select(0, ids).contiguous();  // [K, H]: rows copied once
   side.dcfg.draft_vocab_size = ids.size(0);
+  if (run.lead) {  // said before training: only some engines serve a draft head (docs/SERVING.md)
+    drafter::ExportTraits traits;
+    traits.draft_vocab = true;
+    std::vector<std::string> others;
+    for (const auto& e : drafter::engine_names())
+      if (!drafter::engine_refusal(traits, e).empty()) others.push_back(e);
+    std::fprintf(stderr, "draft vocabulary: served by %s only (dflash export --engine vllm); %s would draft "
+                 "differently (docs/SERVING.md)\n", drafter::join_engines(drafter::engines_serving(traits)).c_str(),
+                 drafter::join_engines(others).c_str());
+  }
   if (run.lead && !resumed.defined()) save_draft_vocab(cfg.out, {ids, counts, side.frozen.lm_head});
 }
 

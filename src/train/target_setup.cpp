@@ -11,6 +11,7 @@
 #include "drafter_from_target.h"
 #include "hidden_shards.h"
 #include "memory_planner.h"
+#include "serving_engines.h"
 #include "safetensors.h"
 #include "target_cost.h"
 #include "target_loader.h"
@@ -189,6 +190,9 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     if (id < 0 || id >= t.num_hidden_layers)
       throw std::invalid_argument("drafter config: target layer id " + std::to_string(id) + " is outside the target's " +
                                   std::to_string(t.num_hidden_layers) + " layers");
+  drafter::check_capturable_layer_ids(d.target_layer_ids, t.num_hidden_layers,
+                                      cfg.drafter_config.empty() ? "train config: target_layer_ids"
+                                                                 : cfg.drafter_config + ": dflash_config.target_layer_ids");
   d.validate(cfg.drafter_config.empty() ? "drafter config (from the target)" : cfg.drafter_config);
   return d;
 }

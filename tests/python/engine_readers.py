@@ -654,6 +654,10 @@ def llama_cpp(folder, target=None):
         r.silent.append(f"dflash_config.target_layer_ids absent: the converter spaces {ids} its own way")
     s["target_layer_ids"] = [int(i) for i in ids]
     s["capture_ids"] = [i + 1 for i in s["target_layer_ids"]]
+    n_t = _num_target_layers(target)
+    if n_t - 1 in s["target_layer_ids"]:
+        r.silent.append(f"target_layer_ids {n_t - 1} is the target's last layer: the runtime takes that layer's "
+                        "output before the final norm, not the final-normed hidden_states[-1] [I]")
     r.notes.append("{arch}.target_layers: @03173d5e writes the layer ids as they are; GGUFs of the DFlash2 era "
                    "store hidden-state indices (ids + 1), which readers subtract again [I]")
     mask = dc.get("mask_token_id") if family != "dspark" else dc.get("mask_token_id", config.get("mask_token_id"))

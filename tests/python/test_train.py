@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from hidden_format import write_shard as write_dflash_shard
 from tiny_models import tiny_llama
 
-HIDDEN, VOCAB, LAYERS, MASK_ID = 32, 256, 2, 255
-TARGET_LAYER_IDS = [1]  # the default (docs/DFLASH.md) for a 1-layer drafter over 2 target layers: [L // 2]
+HIDDEN, VOCAB, LAYERS, MASK_ID = 32, 256, 3, 255
+TARGET_LAYER_IDS = [1]  # the default (docs/DFLASH.md) for a 1-layer drafter over 3 target layers: [L // 2]
 TIMEOUT = 120
 
 

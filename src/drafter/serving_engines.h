@@ -1,0 +1,115 @@
+// Which serving engines read an exported drafter exactly as it was trained (issue 38, docs/SERVING.md): one table,
+// one row per (drafter family, engine). `dflash export --engine` refuses an export that a named engine would read
+// differently; `dflash train --draft-vocab` says at start which engines can serve its result. The table lives in the
+// drafter layer (not src/export) because train, below export, reads it too. A new family (DSpark, DFlash2) adds its
+// rows here; tests/python/test_export_engines.py checks every row against tests/python/engine_readers.py.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dflash::drafter {
+
+// What an export has that an engine may read differently from the trainer.
+struct ExportTraits {
+  std::string family = "dflash";   // the drafter family of the run
+  bool draft_vocab = false;         // a reduced drafting vocabulary: lm_head [K, H] + d2t + t2d
+  bool last_target_layer = false;   // target_layer_ids lists the target's last layer
+};
+
+struct EngineRule {
+  const char* engine;       // the --engine name
+  const char* family;       // the family this row is about
+  const char* draft_vocab;  // nullptr: lm_head + d2t are read as trained; else what the engine does instead
+  const char* last_layer;   // nullptr: a last-layer feature is read as trained; else why not
+};
+
+// The engines `--engine all` names, in the order errors list them.
+inline const std::vector<std::string>& engine_names() {
+  static const std::vector<std::string> names = {"sglang", "vllm", "llama.cpp", "zlab", "speculators"};
+  return names;
+}
+
+// Engines capture a layer's output before the target's final norm, as hidden-state index id + 1 (past the end for
+// the last layer); our feature of the last layer is the final-normed state (HF hidden_states[-1]).
+inline constexpr const char* kLastLayerWhy =
+    "our feature there is the final-normed state (HF hidden_states[-1]); engines capture layer outputs before the "
+    "final norm at hidden-state index id + 1, past the last layer";
+
+inline const std::vector<EngineRule>& engine_rules() {
+  static const std::vector<EngineRule> rules = {
+      {"sglang", "dflash", "drafts with the target's LM head, ignoring lm_head/d2t/t2d without a word",
+       "no capture point at index L: fewer features than fc expects"},
+      {"vllm", "dflash", nullptr, "the aux layer L is never captured: fewer features than fc expects"},
+      {"llama.cpp", "dflash", "a drafter GGUF shares the target's vocabulary: the draft head does not fit, d2t is dropped",
+       "it captures the layer output before the final norm, not the final-normed state trained on"},
+      {"zlab", "dflash", "drafts with the target's embedding and LM head: lm_head/d2t/t2d unused", nullptr},
+      {"speculators", "dflash", "the converter fails on the draft head's shape",
+       "the converter drops the verifier's last layer, then fc no longer fits"},
+  };
+  return rules;
+}
+
+// `--engine`: "all" or a comma list of engine_names().
+inline std::vector<std::string> parse_engine_list(const std::string& flag, const std::string& where) {
+  if (flag == "all") return engine_names();
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = flag.find(',', start);
+    const std::string name = flag.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    bool known = false;
+    for (const auto& e : engine_names()) known |= e == name;
+    if (!known) {
+      std::string all;
+      for (const auto& e : engine_names()) all += "|" + e;
+      throw std::invalid_argument(where + ": expected all" + all + " (or a comma list of them), got '" + flag + "'");
+    }
+    bool seen = false;
+    for (const auto& e : out) seen |= e == name;
+    if (!seen) out.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Why `engine` would read an export with traits `t` differently from what was trained ("" = it reads it as trained).
+inline std::string engine_refusal(const ExportTraits& t, const std::string& engine) {
+  const EngineRule* row = nullptr;
+  for (const auto& r : engine_rules())
+    if (engine == r.engine && t.family == r.family) row = &r;
+  if (!row) return "does not serve the " + t.family + " family";
+  std::string why;
+  if (t.draft_vocab && row->draft_vocab) why = std::string("draft vocabulary: ") + row->draft_vocab;
+  if (t.last_target_layer && row->last_layer)
+    (why += why.empty() ? "" : "; ") += std::string("the target's last layer as a feature: ") + row->last_layer;
+  return why;
+}
+
+// The engines of engine_names() that read an export with traits `t` as it was trained.
+inline std::vector<std::string> engines_serving(const ExportTraits& t) {
+  std::vector<std::string> out;
+  for (const auto& e : engine_names())
+    if (engine_refusal(t, e).empty()) out.push_back(e);
+  return out;
+}
+
+inline std::string join_engines(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) (s += s.empty() ? "" : ", ") += n;
+  return s.empty() ? "none" : s;
+}
+
+// Refuses target_layer_ids that include the target's last layer (kLastLayerWhy); `where` names the flag or file.
+inline void check_capturable_layer_ids(const std::vector<int64_t>& ids, int64_t num_target_layers,
+                                       const std::string& where) {
+  for (auto id : ids)
+    if (num_target_layers > 0 && id == num_target_layers - 1)
+      throw std::invalid_argument(where + ": target layer " + std::to_string(id) + " is the target's last layer (of " +
+                                  std::to_string(num_target_layers) + "): refused, " + kLastLayerWhy +
+                                  "; use layers below " + std::to_string(id));
+}
+
+}  // namespace dflash::drafter
