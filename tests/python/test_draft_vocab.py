@@ -40,8 +40,8 @@ def expected_ids(samples, k, max_len=64, keep=(EOS,)):
 
 
 def export(dflash_bin, run, out, dtype="fp32"):
-    r = subprocess.run([dflash_bin, "export", str(run), "--out", str(out), "--dtype", dtype], capture_output=True,
-                       text=True, timeout=TIMEOUT)
+    r = subprocess.run([dflash_bin, "export", str(run), "--out", str(out), "--dtype", dtype, "--engine", "vllm"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     return out
 
