@@ -177,7 +177,9 @@ else
       --draft-vocab "${DEMO_DRAFT_VOCAB:-0}"
   fi
   rm -rf "$DRAFTER"
-  "$DFLASH" export "$RUN" --out "$DRAFTER"
+  # A draft vocabulary is served by vLLM only: export it for that engine (docs/SERVING.md).
+  if [ "${DEMO_DRAFT_VOCAB:-0}" != 0 ]; then EXPORT_ENGINE=vllm; else EXPORT_ENGINE=all; fi
+  "$DFLASH" export "$RUN" --out "$DRAFTER" --engine "$EXPORT_ENGINE"
   echo "$TRAIN_KEY" > "$OUT/.train_done"
 fi
 cp "$RUN/metrics.jsonl" "$OUT/metrics.jsonl"

@@ -96,13 +96,13 @@ def test_hidden_states_equal_transformers(dflash_bin, llama, qwen3, tmp_path, wh
     model, tdir = {"llama": llama, "qwen3": qwen3}[which]
     recs = _samples(3)
     data = _write(tmp_path / "samples.jsonl", recs)
-    layers = [3, 1]  # not sorted: the concatenation follows this order
+    layers = [2, 1]  # not sorted: the concatenation follows this order
     out = tmp_path / "dump"
-    _dump(dflash_bin, tdir, data, out, "--target-layer-ids", "3,1", "--max-len", "20", "--last-hidden")
+    _dump(dflash_bin, tdir, data, out, "--target-layer-ids", "2,1", "--max-len", "20", "--last-hidden")
     idx, stored = _stored(out)
     assert idx["settings"]["target_layer_ids"] == layers and idx["samples"] == 3
     meta = safe_open(str(out / idx["shards"][0]["file"]), "pt").metadata()
-    assert meta["format"] == "dflash-hidden-v1" and meta["target_layer_ids"] == "3,1" and meta["split"] == "train"
+    assert meta["format"] == "dflash-hidden-v1" and meta["target_layer_ids"] == "2,1" and meta["split"] == "train"
     assert meta["target_num_layers"] == "4" and meta["hidden_size"] == str(HIDDEN)
     for rec, (ids, mask, hs, last) in zip(recs, stored):
         S = min(20, len(rec["input_ids"]))
@@ -166,12 +166,12 @@ def test_offline_training_equals_online(dflash_bin, llama, dumped, tmp_path, kl)
 def test_trainer_refuses_dump_for_other_layers(dflash_bin, llama, dumped, tmp_path):
     data, _ = dumped
     other = tmp_path / "other"
-    _dump(dflash_bin, llama[1], data, other, "--target-layer-ids", "0,3", "--max-len", "24")
+    _dump(dflash_bin, llama[1], data, other, "--target-layer-ids", "0,1", "--max-len", "24")
     r = _train(dflash_bin, _train_args(llama[1], other, tmp_path / "run"), check=False)
     assert r.returncode != 0
-    assert "target layers [0,3]" in r.stderr and "asks for [2]" in r.stderr and "--target-layer-ids 2" in r.stderr
+    assert "target layers [0,1]" in r.stderr and "asks for [2]" in r.stderr and "--target-layer-ids 2" in r.stderr
     # Asking for those layers works.
-    _train(dflash_bin, _train_args(llama[1], other, tmp_path / "ok", target_layer_ids="0,3", steps=1))
+    _train(dflash_bin, _train_args(llama[1], other, tmp_path / "ok", target_layer_ids="0,1", steps=1))
 
 
 def _rewrite(path, edit):

@@ -85,12 +85,12 @@ def test_features_of_two_shards_equal_transformers(dflash_bin, tiny, tmp_path):
     for k in range(2):
         out = tmp_path / f"s{k}.jsonl"
         r = _regen(dflash_bin, d, inp, out, "--shards", "2", "--shard", str(k), "--hidden-out", str(feats),
-                   "--target-layer-ids", "3,0", "--hidden-samples-per-shard", "2")
+                   "--target-layer-ids", "2,0", "--hidden-samples-per-shard", "2")
         assert "features: " in r.stderr
         samples += _read_jsonl(out)
     assert len({s["response_tokens"] for s in samples}) >= 3  # replies of different lengths, incl. eos stops
     assert sorted(p.name for p in feats.glob("index-*.json")) == ["index-part0of2.json", "index-part1of2.json"]
-    _check_features(model, samples, _stored(feats), [3, 0])
+    _check_features(model, samples, _stored(feats), [2, 0])
 
 
 def test_trainer_reads_the_parts_as_one_dataset(dflash_bin, tiny, tmp_path):

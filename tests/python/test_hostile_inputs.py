@@ -39,7 +39,7 @@ def clean_error(r, *parts):
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory):
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32, num_hidden_layers=3,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
     d = tmp_path_factory.mktemp("target")
