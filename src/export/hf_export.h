@@ -1,7 +1,8 @@
 // The folder `dflash export` writes: what transformers and inference engines load a DFlash drafter from.
 //   config.json        the drafter config with transformers 5 field names (dtype, rope_parameters,
-//                      max_position_embeddings; rope_theta + rope_scaling too, for transformers 4 readers) and an
-//                      auto_map to dflash.py
+//                      max_position_embeddings = the target's context length, required; rope_theta + rope_scaling
+//                      too, for transformers 4 readers), block_size at the top level and in dflash_config (equal:
+//                      engines read one or the other first, docs/SERVING.md) and an auto_map to dflash.py
 //   dflash.py          our modelling code, so AutoModel.from_pretrained(dir, trust_remote_code=True) builds
 //                      the DFlash drafter (fc, hidden_norm, KV-injecting layers, norm) and loads every tensor
 //   model.safetensors  the weights, unprefixed names, in `dtype`; a draft vocabulary adds lm_head.weight [K, H]
@@ -21,7 +22,7 @@ namespace dflash::exporting {
 // The text of src/export/remote_code/dflash.py, compiled in.
 const char* hf_remote_code_source();
 
-// config.json's content for weights stored in `dtype`.
+// config.json's content for weights stored in `dtype`; throws when c.max_position_embeddings is unknown (0).
 nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype);
 
 // Writes the three files into out_dir: staged in a hidden folder beside it, then moved in (the whole folder at once

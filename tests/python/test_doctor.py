@@ -148,7 +148,7 @@ def test_fault_injection_fails_the_broken_kernels_rows(dflash_bin, tmp_path, fau
 
 
 TARGET_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256, "hidden_size": 32,
-                 "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                 "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
                  "tie_word_embeddings": True, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
                  "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2}
 
@@ -169,7 +169,7 @@ def write_config(tmp_path, **settings):
 def test_config_checks_the_runs_shapes_and_memory_plan(dflash_bin, tmp_path):
     # A drafter config with a sliding layer: one check per distinct window, at the run's S, heads, D, B, dtype, pack.
     drafter = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                   num_hidden_layers=2, num_target_layers=2, block_size=4, vocab_size=256,
+                   num_hidden_layers=2, num_target_layers=3, block_size=4, vocab_size=256,
                    layer_types=["sliding_attention", "full_attention"], sliding_window=16,
                    dflash_config={"target_layer_ids": [0, 1], "mask_token_id": 255})
     (tmp_path / "drafter.json").write_text(json.dumps(drafter))
