@@ -1,4 +1,4 @@
-// The target model's architecture, read from a Hugging Face `config.json` (Llama, dense Qwen3, and the
+// The target model's architecture, read from a Hugging Face `config.json` (Llama, dense Qwen3, Qwen3-MoE, and the
 // Qwen3.5 / Qwen3.6 hybrids: Gated DeltaNet linear-attention layers between gated full-attention layers).
 #pragma once
 #include <cstdint>
