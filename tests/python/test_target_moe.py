@@ -269,3 +269,15 @@ def test_bad_moe_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     save_file(sd, str(d / "model.safetensors"))
     assert "'model.layers.1.mlp.experts.4.up_proj.weight'" in _error(dflash_bin, d)
+
+
+def test_plan_node_counts_active_experts_for_flops_and_all_for_memory(dflash_bin):
+    r = subprocess.run([dflash_bin, "plan", "--node", "--preset", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8"],
+                       capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert "30.5B params (bf16 weights 61.1 GB)" in r.stdout
+    j = json.loads(subprocess.run([dflash_bin, "plan", "--node", "--preset", "qwen3-30b-a3b", "--gpu", "h100",
+                                   "--json"], capture_output=True, text=True, env=ENV, timeout=TIMEOUT).stdout)
+    # 8000 tokens x 2 x the ~2.73B matrix weights a token multiplies (attention + router + 8 of 128 experts)
+    active = j["target_flops"]["linear"] / (2 * 8000)
+    assert 2.6e9 < active < 2.9e9
