@@ -23,6 +23,8 @@ DrafterConfig drafter_config_for_target(const models::TargetConfig& t, int64_t d
   DrafterConfig d;
   d.hidden_size = t.hidden_size;
   d.intermediate_size = t.intermediate_size;
+  // An MoE target without a dense MLP (Qwen3.5-MoE): the width of the experts one token runs.
+  if (d.intermediate_size <= 0) d.intermediate_size = t.moe.expert_intermediate * t.moe.top_k;
   d.num_attention_heads = t.num_attention_heads;
   d.num_key_value_heads = t.num_key_value_heads;
   d.head_dim = t.head_dim;

@@ -53,6 +53,20 @@ TargetModel random_target(const TargetConfig& c, const TargetLoadOptions& option
         norm(p + "self_attn.k_norm.weight", D);
       }
     }
+    if (c.is_moe_layer(i)) {  // the fused expert layout (moe_weights.h)
+      const MoeConfig& m = c.moe;
+      mat(p + "mlp.gate.weight", m.num_experts, H);
+      w[p + "mlp.experts.gate_up_proj"] = at::randn({m.num_experts, 2 * m.expert_intermediate, H}, gen) / std::sqrt(double(H));
+      w[p + "mlp.experts.down_proj"] =
+          at::randn({m.num_experts, H, m.expert_intermediate}, gen) / std::sqrt(double(m.expert_intermediate));
+      if (m.shared_intermediate > 0) {
+        mat(p + "mlp.shared_expert.gate_proj.weight", m.shared_intermediate, H);
+        mat(p + "mlp.shared_expert.up_proj.weight", m.shared_intermediate, H);
+        mat(p + "mlp.shared_expert.down_proj.weight", H, m.shared_intermediate);
+        mat(p + "mlp.shared_expert_gate.weight", 1, H);
+      }
+      continue;
+    }
     mat(p + "mlp.gate_proj.weight", I, H);
     mat(p + "mlp.up_proj.weight", I, H);
     mat(p + "mlp.down_proj.weight", H, I);

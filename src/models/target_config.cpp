@@ -18,6 +18,9 @@ using nlohmann::json;
   throw std::runtime_error("target config " + what + ": " + msg);
 }
 
+constexpr const char* kSupportedTypes =
+    "llama, qwen3, qwen3_moe, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text; gpt_oss is not supported yet";
+
 constexpr int64_t kMaxTargetInt = 2147483647;  // sizes and counts become int (layers, heads, token ids)
 
 int64_t get_int(const json& j, const std::string& key, const std::string& what, bool required, int64_t def) {
@@ -92,7 +95,7 @@ void TargetConfig::validate(const std::string& what) const {
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
-  positive("intermediate_size", intermediate_size);
+  if (has_dense_mlp()) positive("intermediate_size", intermediate_size);
   positive("num_hidden_layers", num_hidden_layers);
   positive("num_attention_heads", num_attention_heads);
   positive("num_key_value_heads", num_key_value_heads);
@@ -120,6 +123,19 @@ void TargetConfig::validate(const std::string& what) const {
     if (id < 0 || id >= vocab_size)
       fail(what, "field 'bos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
                      std::to_string(vocab_size) + ")");
+  if (moe.num_experts > 0) {
+    positive("moe_intermediate_size", moe.expert_intermediate);
+    positive("decoder_sparse_step", moe.sparse_step);
+    if (moe.top_k < 1 || moe.top_k > moe.num_experts)
+      fail(what, "field 'num_experts_per_tok' is " + std::to_string(moe.top_k) + ", expected 1.." +
+                     std::to_string(moe.num_experts) + " (num_experts)");
+    for (int64_t l : moe.mlp_only_layers)
+      if (l < 0 || l >= num_hidden_layers)
+        fail(what, "field 'mlp_only_layers' lists layer " + std::to_string(l) + ", outside [0, " +
+                       std::to_string(num_hidden_layers) + ")");
+    if (moe.shared_intermediate < 0)
+      fail(what, "field 'shared_expert_intermediate_size' must be positive, got " + std::to_string(moe.shared_intermediate));
+  }
   if (!hybrid) return;
   if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
     fail(what, "field 'layer_types' has " + std::to_string(layer_types.size()) + " entries, expected " +
@@ -140,6 +156,18 @@ void TargetConfig::validate(const std::string& what) const {
   if (!(partial_rotary_factor > 0 && partial_rotary_factor <= 1) || rot < 2 || rot % 2 != 0)
     fail(what, "field 'partial_rotary_factor' (" + std::to_string(partial_rotary_factor) +
                    ") must give an even number of rotated dims in [2, head_dim], got " + std::to_string(rot));
+}
+
+bool TargetConfig::is_moe_layer(int64_t i) const {
+  if (moe.num_experts <= 0) return false;
+  if (std::find(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end(), i) != moe.mlp_only_layers.end()) return false;
+  return moe.sparse_step > 0 && (i + 1) % moe.sparse_step == 0;
+}
+
+bool TargetConfig::has_dense_mlp() const {
+  for (int64_t i = 0; i < num_hidden_layers; ++i)
+    if (!is_moe_layer(i)) return true;
+  return false;
 }
 
 int64_t TargetConfig::num_linear_layers() const {
@@ -187,10 +215,11 @@ void parse_hybrid_fields(const json& t, const std::string& what, TargetConfig& c
 }
 
 // The decoder fields every supported architecture shares, read from `t`.
-void parse_decoder_fields(const json& t, const std::string& what, TargetConfig& c) {
+// `dense_mlp_required`: false for MoE families whose layers may all be routed (intermediate_size then optional).
+void parse_decoder_fields(const json& t, const std::string& what, TargetConfig& c, bool dense_mlp_required = true) {
   c.vocab_size = get_int(t, "vocab_size", what, true, 0);
   c.hidden_size = get_int(t, "hidden_size", what, true, 0);
-  c.intermediate_size = get_int(t, "intermediate_size", what, true, 0);
+  c.intermediate_size = get_int(t, "intermediate_size", what, dense_mlp_required, 0);
   c.num_hidden_layers = get_int(t, "num_hidden_layers", what, true, 0);
   c.num_attention_heads = get_int(t, "num_attention_heads", what, true, 0);
   c.num_key_value_heads = get_int(t, "num_key_value_heads", what, false, c.num_attention_heads);
@@ -212,6 +241,33 @@ void parse_decoder_fields(const json& t, const std::string& what, TargetConfig& 
     fail(what, "field 'use_sliding_window' is true: sliding-window targets are not supported");
 }
 
+// The routed-expert fields (Qwen3-MoE / Qwen3.5-MoE names; transformers 5 may write num_local_experts).
+void parse_moe_fields(const json& t, const std::string& what, TargetConfig& c, bool shared_expert) {
+  MoeConfig& m = c.moe;
+  const char* experts_key = t.contains("num_experts") && !t["num_experts"].is_null() ? "num_experts" : "num_local_experts";
+  m.num_experts = get_int(t, experts_key, what, true, 0);
+  if (m.num_experts <= 0) fail(what, std::string("field '") + experts_key + "' must be positive, got " + std::to_string(m.num_experts));
+  m.top_k = get_int(t, "num_experts_per_tok", what, true, 0);
+  m.expert_intermediate = get_int(t, "moe_intermediate_size", what, true, 0);
+  if (shared_expert) {  // Qwen3.5-MoE: every layer routed, top-k always renormalised, a gated shared expert
+    m.norm_topk_prob = true;
+    m.shared_intermediate = get_int(t, "shared_expert_intermediate_size", what, true, 0);
+    if (m.shared_intermediate <= 0)
+      fail(what, "field 'shared_expert_intermediate_size' must be positive, got " + std::to_string(m.shared_intermediate));
+  } else {
+    m.norm_topk_prob = get_bool(t, "norm_topk_prob", what, false);
+    m.sparse_step = get_int(t, "decoder_sparse_step", what, false, 1);
+    if (t.contains("mlp_only_layers") && !t["mlp_only_layers"].is_null()) {
+      if (!t["mlp_only_layers"].is_array()) fail(what, "field 'mlp_only_layers' must be a list of layer ids");
+      for (const auto& e : t["mlp_only_layers"]) {
+        const auto v = io::json_integer_in(e, 0, kMaxTargetInt);
+        if (!v) fail(what, "field 'mlp_only_layers' must hold layer ids, got " + io::json_shown(e));
+        m.mlp_only_layers.push_back(*v);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TargetConfig parse_target_config(const std::string& json_text, const std::string& what) {
@@ -224,23 +280,27 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
   if (!j.is_object()) fail(what, "must be a JSON object");
   TargetConfig c;
   if (!j.contains("model_type") || !j["model_type"].is_string())
-    fail(what, "missing field 'model_type' (expected \"llama\", \"qwen3\", \"qwen3_5\" or \"qwen3_5_text\")");
+    fail(what, "missing field 'model_type' (expected one of: " + std::string(kSupportedTypes) + ")");
   const std::string type = j["model_type"].get<std::string>();
-  if (type != "llama" && type != "qwen3" && type != "qwen3_5" && type != "qwen3_5_text")
-    fail(what, "field 'model_type' is '" + type + "' (supported: llama, qwen3, qwen3_5, qwen3_5_text)");
+  const bool hybrid = type == "qwen3_5" || type == "qwen3_5_text" || type == "qwen3_5_moe" || type == "qwen3_5_moe_text";
+  if (type != "llama" && type != "qwen3" && type != "qwen3_moe" && !hybrid)
+    fail(what, "field 'model_type' is '" + type + "' (supported: " + kSupportedTypes + ")");
 
-  if (type == "qwen3_5" || type == "qwen3_5_text") {
-    // Qwen3_5ForConditionalGeneration nests the decoder under text_config (its tensors under
-    // model.language_model.*, beside a vision tower); Qwen3_5ForCausalLM keeps it at the top level.
-    const bool nested = type == "qwen3_5";
+  if (hybrid) {
+    // Qwen3_5(Moe)ForConditionalGeneration nests the decoder under text_config (its tensors under
+    // model.language_model.*, beside a vision tower); Qwen3_5(Moe)ForCausalLM keeps it at the top level.
+    const bool moe = type == "qwen3_5_moe" || type == "qwen3_5_moe_text";
+    const bool nested = type == "qwen3_5" || type == "qwen3_5_moe";
+    const std::string text_type = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
     if (nested && (!j.contains("text_config") || !j["text_config"].is_object()))
-      fail(what, "missing field 'text_config' (a qwen3_5 config keeps its decoder there)");
+      fail(what, "missing field 'text_config' (a " + type + " config keeps its decoder there)");
     const json& t = nested ? j["text_config"] : j;
     const std::string twhat = nested ? what + " text_config" : what;
-    if (nested && t.contains("model_type") && t["model_type"] != "qwen3_5_text")
-      fail(twhat, "field 'model_type' is " + t["model_type"].dump() + " (expected \"qwen3_5_text\")");
-    c.model_type = "qwen3_5";
-    parse_decoder_fields(t, twhat, c);
+    if (nested && t.contains("model_type") && t["model_type"] != text_type)
+      fail(twhat, "field 'model_type' is " + t["model_type"].dump() + " (expected \"" + text_type + "\")");
+    c.model_type = moe ? "qwen3_5_moe" : "qwen3_5";
+    parse_decoder_fields(t, twhat, c, /*dense_mlp_required=*/!moe);
+    if (moe) parse_moe_fields(t, twhat, c, /*shared_expert=*/true);
     // transformers' Qwen3_5TextConfig defaults where the file is silent.
     if (!t.contains("head_dim") || t["head_dim"].is_null()) c.head_dim = 256;
     if (!t.contains("num_key_value_heads") || t["num_key_value_heads"].is_null()) c.num_key_value_heads = 4;
@@ -262,8 +322,9 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
   }
 
   c.model_type = type;
-  c.qk_norm = c.model_type == "qwen3";
-  parse_decoder_fields(j, what, c);
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  parse_decoder_fields(j, what, c, /*dense_mlp_required=*/type != "qwen3_moe");
+  if (type == "qwen3_moe") parse_moe_fields(j, what, c, /*shared_expert=*/false);
   if (j.contains("layer_types") && j["layer_types"].is_array())
     for (const auto& t : j["layer_types"])
       if (t != "full_attention")

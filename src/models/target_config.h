@@ -1,4 +1,4 @@
-// The target model's architecture, read from a Hugging Face `config.json` (Llama, dense Qwen3, and the
+// The target model's architecture, read from a Hugging Face `config.json` (Llama, dense Qwen3, Qwen3-MoE, and the
 // Qwen3.5 / Qwen3.6 hybrids: Gated DeltaNet linear-attention layers between gated full-attention layers).
 #pragma once
 #include <cstdint>
@@ -21,8 +21,22 @@ struct LinearAttentionConfig {
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of in_proj_qkv / conv1d
 };
 
+// Mixture-of-experts MLPs (Qwen3-MoE, Qwen3.5/3.6-MoE): a softmax router picks `top_k` of `num_experts` SwiGLU
+// experts per token; Qwen3.5-MoE adds a shared expert scaled by sigmoid(shared_expert_gate). Absent: num_experts 0.
+struct MoeConfig {
+  int64_t num_experts = 0;                    // num_experts (or num_local_experts)
+  int64_t top_k = 0;                          // num_experts_per_tok
+  int64_t expert_intermediate = 0;            // moe_intermediate_size
+  bool norm_topk_prob = false;                // renormalise the top-k probabilities to sum to 1
+  int64_t sparse_step = 1;                    // decoder_sparse_step: layer i is MoE when (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;       // ... and i is not listed here (then a dense MLP)
+  int64_t shared_intermediate = 0;            // shared_expert_intermediate_size (0: no shared expert)
+};
+
 struct TargetConfig {
-  std::string model_type;  // "llama", "qwen3" or "qwen3_5" (HF qwen3_5 / qwen3_5_text, both layouts)
+  // "llama", "qwen3", "qwen3_moe", "qwen3_5" (HF qwen3_5 / qwen3_5_text, both layouts) or "qwen3_5_moe"
+  // (HF qwen3_5_moe / qwen3_5_moe_text, both layouts)
+  std::string model_type;
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   double rms_norm_eps = 1e-6;
@@ -43,6 +57,11 @@ struct TargetConfig {
   // (Qwen3_5ForConditionalGeneration); the loader also accepts the other when this one is absent.
   std::string weight_prefix = "model.";
   std::vector<std::string> notes;  // parts of the checkpoint that are ignored (vision tower, MTP head)
+  MoeConfig moe;
+
+  // Layer i's MLP is a routed mixture of experts (else the dense SwiGLU of intermediate_size).
+  bool is_moe_layer(int64_t i) const;
+  bool has_dense_mlp() const;  // some layer has the dense MLP (intermediate_size is then required)
 
   bool is_linear_layer(int64_t i) const {
     return hybrid && layer_types.at(static_cast<size_t>(i)) == "linear_attention";

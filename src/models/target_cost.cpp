@@ -26,10 +26,23 @@ LayerShape shape_of(const TargetConfig& c) {
   return s;
 }
 
-// Weights of the layer's projections that multiply every token, as (in x out) products.
-double layer_matrix_params(const TargetConfig& c, int64_t i) {
+// The MLP's matrix weights: all of them (`active` false: what memory holds) or those one token multiplies
+// (`active`: an MoE layer's router, top_k experts and shared expert, what the FLOPs count).
+double mlp_matrix_params(const TargetConfig& c, int64_t i, bool active) {
+  const double H = double(c.hidden_size);
+  if (!c.is_moe_layer(i)) return 3 * H * double(c.intermediate_size);
+  const MoeConfig& m = c.moe;
+  const double experts = double(active ? m.top_k : m.num_experts);
+  double n = H * double(m.num_experts) + experts * 3 * H * double(m.expert_intermediate);
+  if (m.shared_intermediate > 0) n += 3 * H * double(m.shared_intermediate) + H;
+  return n;
+}
+
+// Weights of the layer's projections, as (in x out) products: all of them, or (`active`) those that multiply
+// every token.
+double layer_matrix_params(const TargetConfig& c, int64_t i, bool active = false) {
   const LayerShape s = shape_of(c);
-  const double mlp = 3 * s.H * s.I;
+  const double mlp = mlp_matrix_params(c, i, active);
   if (c.is_linear_layer(i)) {
     const LinearAttentionConfig& l = c.linear;
     return s.H * double(l.conv_dim() + l.value_dim() + 2 * l.num_value_heads) + double(l.value_dim()) * s.H + mlp;
@@ -43,7 +56,7 @@ int64_t target_layer_params(const TargetConfig& c, int64_t i) {
   if (i < 0 || i >= c.num_hidden_layers) throw std::out_of_range("target_layer_params: no layer " + std::to_string(i));
   const LayerShape s = shape_of(c);
   double n = layer_matrix_params(c, i) + 2 * s.H;  // + input and post-attention norms
-  if (c.mlp_bias) n += 2 * s.I + s.H;
+  if (c.mlp_bias && !c.is_moe_layer(i)) n += 2 * s.I + s.H;
   if (c.is_linear_layer(i)) {
     const LinearAttentionConfig& l = c.linear;
     n += double(l.conv_dim() * l.conv_kernel + 2 * l.num_value_heads + l.value_head_dim);  // conv, A_log, dt_bias, norm
@@ -76,7 +89,11 @@ std::vector<StageMemory> target_stage_memory(const TargetConfig& c, int64_t dtyp
     for (int64_t i = begin; i < end; ++i) {
       m.weights += double(target_layer_params(c, i)) * e;
       // hidden in/out + normed input, the layer's projections of every token, the MLP's gate, up and product
-      double w = e * T * (3 * sh.H + 3 * sh.I);
+      // (an MoE layer: the gathered rows of top_k experts and their gate/up/product, and the router's logits)
+      const double mlp_width = c.is_moe_layer(i) ? double(c.moe.top_k * (c.moe.expert_intermediate + 1) + c.moe.num_experts +
+                                                          3 * c.moe.shared_intermediate)
+                                                 : 3 * sh.I;
+      double w = e * T * (3 * sh.H + mlp_width);
       if (c.is_linear_layer(i)) {
         const LinearAttentionConfig& l = c.linear;
         const double C = double(std::min(kDeltaNetChunk, std::max<int64_t>(1, tokens)));
@@ -124,7 +141,7 @@ TargetFlops target_layer_forward_flops(const TargetConfig& c, int64_t i, int64_t
   const LayerShape sh = shape_of(c);
   const double S = double(seq_len);
   TargetFlops f;
-  f.linear = 2 * S * layer_matrix_params(c, i);
+  f.linear = 2 * S * layer_matrix_params(c, i, /*active=*/true);
   if (c.is_linear_layer(i)) {
     const LinearAttentionConfig& l = c.linear;
     const double C = double(std::min<int64_t>(kDeltaNetChunk, seq_len));

@@ -14,7 +14,8 @@
 
 namespace dflash::models {
 
-// Weights of decoder layer i (matrices, biases, norms; a Gated DeltaNet layer's conv, decay and norm too).
+// Weights of decoder layer i (matrices, biases, norms; a Gated DeltaNet layer's conv, decay and norm too; every
+// expert of an MoE layer).
 int64_t target_layer_params(const TargetConfig& c, int64_t i);
 // Every weight the loader keeps: embedding, layers, final norm, and the LM head unless tied.
 int64_t target_params(const TargetConfig& c);
@@ -42,7 +43,8 @@ std::string layout_memory_problem(const TargetConfig& c, int64_t dtype_bytes, co
 
 // Floating-point operations (a multiply-add counts 2) of one forward over `seq_len` tokens of one sequence
 // without a cache, by kind:
-//   linear     every projection and MLP matrix (2 x tokens x in x out)
+//   linear     every projection and MLP matrix (2 x tokens x in x out); of an MoE layer the router, the top_k
+//              experts each token runs and the shared expert, not all experts
 //   attention  causal softmax attention of the full-attention layers: QK^T and PV over the keys each query sees
 //              (2 x D x S (S + 1) x Hq: the masked half is not computed)
 //   deltanet   the chunked gated delta rule (chunks of 64) and the short conv of Gated DeltaNet layers

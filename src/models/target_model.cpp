@@ -14,6 +14,7 @@
 #include "few_rows_linear.h"
 #include "gated_deltanet.h"
 #include "hybrid_norms.h"
+#include "moe_weights.h"
 #include "rope.h"
 #include "safetensors.h"
 
@@ -148,6 +149,13 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
         l.o_bias = load_opt(name("self_attn.o_proj.bias"), {H}, d, ab);
         l.q_norm = load_norm_opt(name("self_attn.q_norm.weight"), D, d, config.qk_norm);
         l.k_norm = load_norm_opt(name("self_attn.k_norm.weight"), D, d, config.qk_norm);
+      }
+      if (config.is_moe_layer(i)) {
+        l.moe_layer = true;
+        l.moe = load_moe_weights(config, [&](const std::string& n, std::vector<int64_t> shape) {
+          return load(name(n), std::move(shape), d);
+        }, [&](const std::string& n) { return has(name(n)); });
+        continue;
       }
       const bool mb = config.mlp_bias;
       l.gate = load(name("mlp.gate_proj.weight"), {I, H}, d);
@@ -288,6 +296,7 @@ at::Tensor TargetModel::mlp_block(int i, const at::Tensor& x, bool onednn) const
   const bool od = onednn && !l.onednn.empty();
   const at::Tensor none;
   at::Tensor h = rms_norm(x, l.post_norm);
+  if (l.moe_layer) return x + moe_forward(l.moe, config_.moe, h);
   at::Tensor mlp = at::silu(linear(h, l.gate, l.gate_bias, od ? l.onednn[4] : none)) *
                    linear(h, l.up, l.up_bias, od ? l.onednn[5] : none);
   return x + linear(mlp, l.down, l.down_bias, od ? l.onednn[6] : none);
@@ -458,6 +467,7 @@ TargetModel TargetModel::replicate(const std::vector<at::Device>& devices) const
       Layer& b = m.layers_[size_t(i)];
       b.device = d;
       b.linear_attn = a.linear_attn;
+      b.moe_layer = a.moe_layer;
       const std::pair<const at::Tensor*, at::Tensor*> tensors[] = {
           {&a.in_norm, &b.in_norm}, {&a.q, &b.q}, {&a.k, &b.k}, {&a.v, &b.v}, {&a.o, &b.o}, {&a.q_bias, &b.q_bias},
           {&a.k_bias, &b.k_bias}, {&a.v_bias, &b.v_bias}, {&a.o_bias, &b.o_bias}, {&a.q_norm, &b.q_norm},
@@ -465,7 +475,10 @@ TargetModel TargetModel::replicate(const std::vector<at::Device>& devices) const
           {&a.down, &b.down}, {&a.gate_bias, &b.gate_bias}, {&a.up_bias, &b.up_bias}, {&a.down_bias, &b.down_bias},
           {&a.dn.in_qkv, &b.dn.in_qkv}, {&a.dn.in_z, &b.dn.in_z}, {&a.dn.in_b, &b.dn.in_b}, {&a.dn.in_a, &b.dn.in_a},
           {&a.dn.out, &b.dn.out}, {&a.dn.conv, &b.dn.conv}, {&a.dn.neg_A, &b.dn.neg_A},
-          {&a.dn.dt_bias, &b.dn.dt_bias}, {&a.dn.norm, &b.dn.norm}};
+          {&a.dn.dt_bias, &b.dn.dt_bias}, {&a.dn.norm, &b.dn.norm}, {&a.moe.router, &b.moe.router},
+          {&a.moe.gate_up, &b.moe.gate_up}, {&a.moe.down, &b.moe.down},
+          {&a.moe.shared_gate_proj, &b.moe.shared_gate_proj}, {&a.moe.shared_up, &b.moe.shared_up},
+          {&a.moe.shared_down, &b.moe.shared_down}, {&a.moe.shared_gate, &b.moe.shared_gate}};
       for (const auto& [from, to] : tensors) *to = moved(*from, d);
       if (a.device == d) b.onednn = a.onednn;  // oneDNN copies are CPU-only: kept only where the layer stays
     }

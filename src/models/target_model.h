@@ -14,6 +14,7 @@
 
 #include "deltanet_layer.h"
 #include "kv_cache.h"
+#include "moe_block.h"
 #include "rope.h"
 #include "target_config.h"
 
@@ -138,6 +139,8 @@ class TargetModel {
     at::Tensor in_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
     at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
     bool linear_attn = false;  // a hybrid's Gated DeltaNet layer: dn instead of q..k_norm
+    bool moe_layer = false;    // routed experts (moe) instead of gate/up/down
+    MoeWeights moe;
     DeltaNetWeights dn;
     std::vector<at::Tensor> onednn;  // q, k, v, o, gate, up, down in oneDNN layout (enable_onednn_decode)
   };

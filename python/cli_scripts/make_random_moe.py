@@ -1,0 +1,38 @@
+"""A random Qwen3-MoE model (transformers' Qwen3MoeForCausalLM) for benchmarks of the mixture-of-experts target:
+`dflash bench decode --model DIR --prefill-lengths ...` runs it in both our target and transformers.
+
+usage: make_random_moe.py OUT_DIR [--layers 8] [--hidden 512] [--experts 16] [--top-k 4] [--seed 0]
+Default shape: 8 layers, hidden 512, 8 query heads x 64 (2 KV heads, q/k norms), 16 experts of width 256 with
+4 routed per token (top-k renormalised), vocab 8192, untied."""
+import argparse
+
+import torch
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--top-k", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    cfg = Qwen3MoeConfig(vocab_size=8192, hidden_size=a.hidden, intermediate_size=3 * a.hidden,
+                         moe_intermediate_size=a.hidden // 2, num_experts=a.experts, num_experts_per_tok=a.top_k,
+                         norm_topk_prob=True, num_hidden_layers=a.layers, num_attention_heads=a.hidden // 64,
+                         num_key_value_heads=2, head_dim=64, max_position_embeddings=16384, tie_word_embeddings=False)
+    torch.manual_seed(a.seed)
+    model = Qwen3MoeForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.2)
+            else:
+                p.normal_(0, p.shape[-1] ** -0.5)
+    model.save_pretrained(a.out)
+
+
+if __name__ == "__main__":
+    main()

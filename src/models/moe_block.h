@@ -1,0 +1,34 @@
+// The routed mixture-of-experts MLP of Qwen3-MoE and Qwen3.5/3.6-MoE in plain ATen ops: a softmax router picks
+// top-k experts per token; each expert's tokens are gathered, run through its SwiGLU as one GEMM pair and scattered
+// back weighted (no dense pass over all experts); Qwen3.5-MoE adds a shared expert gated by a sigmoid.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "target_config.h"
+
+namespace dflash::models {
+
+struct MoeWeights {
+  at::Tensor router;   // [E, H]
+  at::Tensor gate_up;  // [E, 2 I, H]: each expert's gate_proj rows, then its up_proj rows
+  at::Tensor down;     // [E, H, I]
+  // Qwen3.5-MoE shared expert (undefined otherwise): a SwiGLU of shared_intermediate, scaled per token by
+  // sigmoid(shared_gate . x).
+  at::Tensor shared_gate_proj, shared_up, shared_down, shared_gate;  // [Is, H], [Is, H], [H, Is], [1, H]
+};
+
+// The routing of N tokens: for each, top_k expert ids (descending probability, ties as at::topk breaks them) and
+// their weights in the tokens' dtype (softmax in float32 over all experts, then renormalised when norm_topk_prob).
+struct MoeRouting {
+  at::Tensor experts;  // [N, k] int64
+  at::Tensor weights;  // [N, k]
+};
+MoeRouting moe_route(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x);
+
+// x [..., H] (already normalised) -> the block's output, same shape and dtype. Experts run in increasing id order,
+// each adding its weighted outputs into a zero tensor, as transformers' eager loop does.
+at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x);
+
+}  // namespace dflash::models

@@ -1,0 +1,283 @@
+"""Mixture-of-experts targets (src/models/moe_block.h) against transformers' own implementations on tiny random
+models: Qwen3-MoE (dense and routed layers mixed by decoder_sparse_step / mlp_only_layers) and Qwen3.5-MoE in
+both layouts (flat qwen3_5_moe_text; nested qwen3_5_moe beside a vision tower, weights under
+model.language_model.*). Logits and captured layers in float32 (prefill, cached decode, block verify, pipeline),
+greedy generation, the fused expert tensors, router ties and top-k edge cases, batched regeneration, dump-hidden,
+a few online training steps; gpt_oss and bad MoE configs are clear errors."""
+import json
+import math
+import os
+import pathlib
+import subprocess
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import (Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration,
+                          Qwen3_5MoeTextConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from hf_greedy import hf_greedy
+from hidden_format import read_folder
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
+TIMEOUT = 300
+VOCAB = 200
+
+
+def randomize(model, seed=0):
+    """Larger-than-init weights so that routing and errors are not hidden by near-zero activations."""
+    g = torch.Generator().manual_seed(seed)
+    hybrid = "Qwen3_5" in type(model).__name__
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "visual" in name:
+                continue
+            if name.endswith("A_log"):
+                p.copy_((0.02 + 1.98 * torch.rand(p.shape, generator=g)).log())
+            elif name.endswith("dt_bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif "linear_attn.norm" in name:
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            elif "norm" in name:
+                p.copy_((0 if hybrid else 1) + 0.2 * torch.randn(p.shape, generator=g))
+            elif "conv1d" in name:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+    return model
+
+
+def qwen3_moe(seed=0, vocab=VOCAB, eos=None, **over):
+    kw = dict(vocab_size=vocab, hidden_size=32, intermediate_size=40, moe_intermediate_size=16, num_hidden_layers=4,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=6, num_experts_per_tok=2,
+              norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[2], max_position_embeddings=512,
+              eos_token_id=eos)
+    kw.update(over)
+    torch.manual_seed(seed)
+    return randomize(Qwen3MoeForCausalLM(Qwen3MoeConfig(**kw)).float().eval(), seed)
+
+
+Q35 = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+           linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+           moe_intermediate_size=12, shared_expert_intermediate_size=20, num_experts=5, num_experts_per_tok=2,
+           max_position_embeddings=512, num_hidden_layers=4,
+           layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+
+
+def qwen3_5_moe(layout, seed=0, vocab=VOCAB, eos=None):
+    torch.manual_seed(seed)
+    if layout == "text":
+        m = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(vocab_size=vocab, eos_token_id=eos, **Q35))
+    else:
+        cfg = Qwen3_5MoeConfig(text_config=dict(Q35, vocab_size=vocab, eos_token_id=eos), tie_word_embeddings=True,
+                               vision_config=dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2,
+                                                  out_hidden_size=Q35["hidden_size"]))
+        m = Qwen3_5MoeForConditionalGeneration(cfg)
+    return randomize(m.float().eval(), seed)
+
+
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen3_5_moe_text", "qwen3_5_moe_nested"])
+def tiny(request, tmp_path_factory):
+    kind = request.param
+    m = qwen3_moe() if kind == "qwen3_moe" else qwen3_5_moe(kind.rsplit("_", 1)[1])
+    d = tmp_path_factory.mktemp(kind)
+    m.save_pretrained(str(d))
+    return m, d
+
+
+def hf_forward(model, ids):
+    with torch.no_grad():
+        return model(ids, output_hidden_states=True)
+
+
+def run_target(dflash_bin, model_dir, ids, tmp_path, capture, *extra):
+    inp, out = tmp_path / "ids.safetensors", tmp_path / "out.safetensors"
+    save_file({"input_ids": ids}, str(inp))
+    cmd = [dflash_bin, "target", "run", "--model", str(model_dir), "--input", str(inp), "--output", str(out),
+           "--capture", ",".join(map(str, capture)), *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return load_file(str(out))
+
+
+def max_diff(a, b):
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return (a.double() - b.double()).abs().max().item()
+
+
+def check(got, ref, capture, tol=1e-4):
+    def ok(a, b):
+        return max_diff(a, b) <= tol * max(1.0, b.abs().max().item())
+    assert ok(got["last_hidden"], ref.hidden_states[-1])
+    for i in capture:
+        assert ok(got[f"hidden.{i}"], ref.hidden_states[i + 1]), (i, max_diff(got[f"hidden.{i}"], ref.hidden_states[i + 1]))
+    assert ok(got["logits"], ref.logits)
+
+
+@pytest.mark.parametrize("mode", [[], ["--prefill", "9", "--block", "1"],
+                                  ["--prefill", "7", "--block", "5", "--rollback"],
+                                  ["--stages", "2", "--prefill", "4", "--block", "8", "--rollback"]],
+                         ids=["full", "decode", "verify_rollback", "pipeline_rollback"])
+def test_forward_matches_hf_float32(dflash_bin, tiny, tmp_path, mode):
+    model, d = tiny
+    ids = torch.randint(0, VOCAB, (2 if not mode else 1, 40), generator=torch.Generator().manual_seed(1))
+    capture = [0, 1, 2, 3]
+    check(run_target(dflash_bin, d, ids, tmp_path, capture, *mode), hf_forward(model, ids), capture)
+
+
+def test_greedy_generation_matches_hf(dflash_bin, tiny):
+    model, d = tiny
+    prompt = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0,
+                             min_new_tokens=24)[0, prompt.shape[1]:].tolist()
+    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--max-new", "24", "--eos", "none",
+                        "--prompt-ids", ",".join(map(str, prompt[0].tolist()))], capture_output=True, text=True,
+                       env=ENV, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert [int(t) for t in r.stdout.split()] == ref
+
+
+def test_fused_expert_tensors_load_as_per_expert_ones(dflash_bin, tmp_path):
+    """transformers' in-memory layout (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]) in the file."""
+    model = qwen3_moe(seed=4)
+    d = tmp_path / "fused"
+    model.save_pretrained(str(d))
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()}
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in sd)  # the fused names, as the module holds them
+    (d / "model.safetensors").unlink()
+    save_file(sd, str(d / "model.safetensors"))
+    ids = torch.randint(0, VOCAB, (1, 30), generator=torch.Generator().manual_seed(2))
+    check(run_target(dflash_bin, d, ids, tmp_path, [0, 3]), hf_forward(model, ids), [0, 3])
+
+
+@pytest.mark.parametrize("case", ["ties", "top1", "all_experts", "sparse_step"])
+def test_router_edge_cases(dflash_bin, tmp_path, case):
+    over = {"top1": dict(num_experts_per_tok=1, norm_topk_prob=False),
+            "all_experts": dict(num_experts_per_tok=6),
+            "sparse_step": dict(decoder_sparse_step=2, mlp_only_layers=[]),
+            "ties": {}}[case]
+    model = qwen3_moe(seed=6, **over)
+    if case == "ties":  # every expert scores the same: top-k picks by at::topk's tie order, weights 1/k each
+        with torch.no_grad():
+            for layer in model.model.layers:
+                if hasattr(layer.mlp, "gate"):
+                    layer.mlp.gate.weight.zero_()
+    d = tmp_path / case
+    model.save_pretrained(str(d))
+    ids = torch.randint(0, VOCAB, (1, 25), generator=torch.Generator().manual_seed(3))
+    check(run_target(dflash_bin, d, ids, tmp_path, [0, 1, 2, 3], "--prefill", "6", "--block", "4"),
+          hf_forward(model, ids), [0, 1, 2, 3])
+
+
+def test_regenerate_batched_and_dump_hidden_equal_transformers(dflash_bin, tmp_path):
+    model = qwen3_moe(seed=3, vocab=12, eos=2)
+    d = tmp_path / "v12"
+    model.save_pretrained(str(d))
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(3, 11, (4 + i,), generator=g).tolist() for i in range(4)]
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in prompts))
+    out = tmp_path / "s.jsonl"
+    r = subprocess.run([dflash_bin, "data", "regenerate", "--model", str(d), "--input", str(data), "--output",
+                        str(out), "--threads", "1", "--max-new", "12", "--batch", "3"], capture_output=True,
+                       text=True, env=ENV, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    samples = [json.loads(l) for l in out.read_text().splitlines()]
+    assert len(samples) == len(prompts)
+    for s, p in zip(samples, prompts):
+        assert s["input_ids"] == p + hf_greedy(model, p, 12, eos=2)
+    dump = tmp_path / "dump"
+    r = subprocess.run([dflash_bin, "data", "dump-hidden", "--target", str(d), "--data", str(out), "--out",
+                        str(dump), "--threads", "1", "--target-layer-ids", "3,1"], capture_output=True,
+                       text=True, env=ENV, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    got = [v for _, v in sorted(read_folder(dump).items())]
+    assert len(got) == len(samples)
+    for s, (_, _, hidden, _) in zip(samples, got):
+        ref = hf_forward(model, torch.tensor([s["input_ids"]])).hidden_states
+        torch.testing.assert_close(hidden.float(), torch.cat([ref[4][0], ref[2][0]], -1), rtol=2 ** -7, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_5_moe"])
+def test_online_training_equals_offline_features(dflash_bin, tmp_path, family):
+    model = qwen3_moe(seed=3, vocab=12) if family == "qwen3_moe" else qwen3_5_moe("text", seed=3, vocab=12)
+    d = tmp_path / "target"
+    model.save_pretrained(str(d))
+    g = torch.Generator().manual_seed(9)
+    samples = []
+    for i in range(3):
+        ids = torch.randint(3, 11, (24 + 4 * i,), generator=g)
+        samples.append({"input_ids": ids, "loss_mask": (torch.arange(ids.numel()) >= 6)})
+    jl = tmp_path / "tokens.jsonl"
+    jl.write_text("".join(json.dumps({"input_ids": s["input_ids"].tolist(),
+                                      "loss_mask": s["loss_mask"].long().tolist()}) + "\n" for s in samples))
+    layers = [1, 2]
+    shard = {}
+    for i, s in enumerate(samples):
+        hs = hf_forward(model, s["input_ids"].unsqueeze(0)).hidden_states
+        shard[f"{i}.input_ids"] = s["input_ids"]
+        shard[f"{i}.loss_mask"] = s["loss_mask"].to(torch.uint8)
+        shard[f"{i}.hidden_states"] = torch.cat([hs[l + 1][0] for l in layers], -1).contiguous()
+    off = tmp_path / "offline.safetensors"
+    save_file(shard, str(off), metadata={"format": "dflash-hidden-v1", "target_layer_ids": "1,2", "hidden_size": "32"})
+
+    def train(data, out):
+        args = {"target": d, "data": data, "out": out, "mask_token_id": 11, "drafter_layers": 2, "dtype": "fp32",
+                "num_anchors": 5, "block_size": 4, "batch_size": 1, "log_every": 1, "checkpoint_every": 10,
+                "threads": 1, "max_len": 64, "lr": 3e-3, "steps": 3, "init_std": 0.05, "target_layer_ids": "1,2"}
+        argv = [x for k, v in args.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+        r = subprocess.run([dflash_bin, "train", *argv], capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+        return [x for x in rows if "event" not in x]
+
+    online, offline = train(jl, tmp_path / "online"), train(off, tmp_path / "offline")
+    assert len(online) == 3 and all(math.isfinite(x["loss"]) for x in online)
+    for x, y in zip(online, offline):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
+
+
+def _error(dflash_bin, d):
+    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--prompt-ids", "1,2"],
+                       capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+    assert r.returncode != 0
+    return r.stderr
+
+
+def test_bad_moe_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
+    model = qwen3_moe(seed=1)
+    good = tmp_path / "good"
+    model.save_pretrained(str(good))
+    cfg = json.loads((good / "config.json").read_text())
+
+    def folder(name, **over):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(dict(cfg, **over)))
+        (d / "model.safetensors").symlink_to(good / "model.safetensors")
+        return d
+
+    assert "num_experts_per_tok' is 9, expected 1..6" in _error(dflash_bin, folder("topk", num_experts_per_tok=9))
+    assert "mlp_only_layers' lists layer 7" in _error(dflash_bin, folder("only", mlp_only_layers=[7]))
+    assert "gpt_oss is not supported" in _error(dflash_bin, folder("gptoss", model_type="gpt_oss"))
+    # a missing expert tensor is named
+    sd = load_file(str(good / "model.safetensors"))
+    del sd["model.layers.1.mlp.experts.4.up_proj.weight"]
+    d = tmp_path / "missing"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    save_file(sd, str(d / "model.safetensors"))
+    assert "'model.layers.1.mlp.experts.4.up_proj.weight'" in _error(dflash_bin, d)
+
+
+def test_plan_node_counts_active_experts_for_flops_and_all_for_memory(dflash_bin):
+    r = subprocess.run([dflash_bin, "plan", "--node", "--preset", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8"],
+                       capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert "30.5B params (bf16 weights 61.1 GB)" in r.stdout
+    j = json.loads(subprocess.run([dflash_bin, "plan", "--node", "--preset", "qwen3-30b-a3b", "--gpu", "h100",
+                                   "--json"], capture_output=True, text=True, env=ENV, timeout=TIMEOUT).stdout)
+    # 8000 tokens x 2 x the ~2.73B matrix weights a token multiplies (attention + router + 8 of 128 experts)
+    active = j["target_flops"]["linear"] / (2 * 8000)
+    assert 2.6e9 < active < 2.9e9
