@@ -7,6 +7,7 @@
 
 #include "compute_settings.h"
 #include "doctor.h"
+#include "drafter_family_setting.h"
 #include "memory_planner.h"
 #include "step_runner.h"
 #include "target_setup.h"
@@ -55,6 +56,8 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     if (cfg.data.empty()) cfg.data = "-";
     if (cfg.out.empty()) cfg.out = "-";
     cfg.validate();
+    resolve_drafter_family(cfg, "doctor --config");
+    drafter::refuse_unsupported_family("doctor --config", cfg.family());
     compute = ops::scalar_type(cfg.dtype);
     for (const std::string& name : cfg.drafter_device_list()) {
       const at::Device dev = ops::parse_device_name(name, "train config: 'drafter_devices'");

@@ -48,6 +48,38 @@ double get_double(const nlohmann::json& j, const char* field, const std::string&
   return v.get<double>();
 }
 
+bool get_bool(const nlohmann::json& j, const char* field, const std::string& where, bool def) {
+  if (!j.contains(field) || j.at(field).is_null()) return def;
+  if (!j.at(field).is_boolean()) fail(where, field, "true or false", shown(j.at(field)));
+  return j.at(field).get<bool>();
+}
+
+constexpr const char* kDSparkKeys[] = {"markov_rank", "markov_head_type", "enable_confidence_head",
+                                       "confidence_head_with_markov"};
+
+// DSpark's heads, flat at the top level as DeepSpec writes them. SGLang requires markov_rank and markov_head_type,
+// so they are required here too; a DFlash or DFlash2 config that carries them is refused rather than read as
+// a drafter without the heads.
+void read_dspark_heads(const nlohmann::json& j, const std::string& where, DrafterConfig& c) {
+  if (c.family != DrafterFamily::DSpark) {
+    for (const char* k : kDSparkKeys)
+      if (j.contains(k))
+        fail(where, k, std::string("absent for architectures [\"") + drafter_family_architecture(c.family) +
+                           "\"] (a DSpark drafter says [\"Qwen3DSparkModel\"])",
+             shown(j.at(k)));
+    return;
+  }
+  c.dspark.markov_rank = get_int(j, "markov_rank", where, true, 0);
+  if (!j.contains("markov_head_type")) fail(where, "markov_head_type", kMarkovHeadTypeSpellings, "nothing (missing)");
+  const auto& t = j.at("markov_head_type");
+  const auto type = t.is_string() ? markov_head_type_from_text(t.get<std::string>()) : std::nullopt;
+  if (!type) fail(where, "markov_head_type", kMarkovHeadTypeSpellings, shown(t));
+  c.dspark.markov_head_type = *type;
+  c.dspark.enable_confidence_head = get_bool(j, "enable_confidence_head", where, true);
+  c.dspark.confidence_head_with_markov = get_bool(j, "confidence_head_with_markov", where, true);
+  c.dspark.validate(where);
+}
+
 }  // namespace
 
 int64_t DrafterConfig::window_for_layer(int64_t i) const {
@@ -100,6 +132,7 @@ void DrafterConfig::validate(const std::string& where) const {
   if (any_sliding && sliding_window <= 0)
     fail(where, "sliding_window", "a positive integer (layer_types has sliding_attention layers)",
          std::to_string(sliding_window));
+  if (family == DrafterFamily::DSpark) dspark.validate(where);
   if (target_layer_ids.empty()) fail(where, "dflash_config.target_layer_ids", "a non-empty list", "[]");
   for (size_t i = 0; i < target_layer_ids.size(); ++i) {
     if (target_layer_ids[i] < 0 || target_layer_ids[i] >= num_target_layers)
@@ -129,13 +162,19 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   DrafterConfig c;
   if (j.contains("architectures")) {
     const auto& a = j.at("architectures");
-    if (!a.is_array() || a.empty() || !a[0].is_string() || a[0].get<std::string>() != "DFlashDraftModel")
-      fail(where, "architectures", "[\"DFlashDraftModel\"]", shown(a));
+    const auto f = a.is_array() && !a.empty() && a[0].is_string()
+                       ? drafter_family_of_architecture(a[0].get<std::string>())
+                       : std::nullopt;
+    if (!f) fail(where, "architectures", "[\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"] or [\"DFlash2DraftModel\"]", shown(a));
+    c.family = *f;
   }
+  read_dspark_heads(j, where, c);
   if (j.contains("model_type") && j.at("model_type") != "qwen3")
     fail(where, "model_type", "\"qwen3\"", shown(j.at("model_type")));
   const nlohmann::json empty = nlohmann::json::object();
-  const nlohmann::json& dc = j.contains("dflash_config") ? j.at("dflash_config") : empty;
+  // DeepSpec writes a DSpark drafter's mask_token_id and target_layer_ids at the top level, with no dflash_config.
+  const nlohmann::json& dc =
+      j.contains("dflash_config") ? j.at("dflash_config") : c.family == DrafterFamily::DSpark ? j : empty;
   if (!dc.is_object()) fail(where, "dflash_config", "an object", shown(dc));
 
   c.hidden_size = get_int(j, "hidden_size", where, true, 0);
@@ -228,7 +267,7 @@ DrafterConfig load_drafter_config(const std::string& path) {
 
 nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   nlohmann::json j;
-  j["architectures"] = {"DFlashDraftModel"};
+  j["architectures"] = {drafter_family_architecture(c.family)};
   j["model_type"] = "qwen3";
   j["attention_bias"] = false;
   j["hidden_act"] = "silu";
@@ -257,6 +296,14 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
+  if (c.family == DrafterFamily::DSpark) {  // DeepSpec's flat keys (the dflash_config above is read first by us)
+    j["markov_rank"] = c.dspark.markov_rank;
+    j["markov_head_type"] = markov_head_type_name(c.dspark.markov_head_type);
+    j["enable_confidence_head"] = c.dspark.enable_confidence_head;
+    j["confidence_head_with_markov"] = c.dspark.confidence_head_with_markov;
+    j["mask_token_id"] = c.mask_token_id;
+    j["target_layer_ids"] = c.target_layer_ids;
+  }
   return j;
 }
 

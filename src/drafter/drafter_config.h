@@ -6,11 +6,15 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "drafter_family.h"
 #include "rope_config.h"
 
 namespace dflash::drafter {
 
 struct DrafterConfig {
+  // By config.json's architectures (drafter_family.h); absent: dflash.
+  DrafterFamily family = DrafterFamily::DFlash;
+  DSparkHeads dspark;  // family dspark only: the flat markov_* / confidence keys
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_attention_heads = 0;

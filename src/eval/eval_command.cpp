@@ -14,6 +14,8 @@
 #include "compute_settings.h"
 #include "dflash_proposer.h"
 #include "drafter_attention.h"
+#include "drafter_config.h"
+#include "drafter_family.h"
 #include "eval_commands.h"
 #include "eval_report.h"
 #include "eval_run.h"
@@ -187,6 +189,7 @@ int eval_main(const std::vector<std::string>& args) {
   models::add_target_options(a, target_set);
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
   a.option("drafter-device", "DEV", "target", "where the drafter runs: target (the target's first device), cpu, cuda:N");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the drafter's config.json; only dflash so far)");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
   a.option("attention-backend", "NAME", "auto",
            "the drafter's attention: auto (fused after a forward self-check against the reference on its device, "
@@ -212,6 +215,15 @@ int eval_main(const std::vector<std::string>& args) {
   o.proposer = a.str("proposer");
   o.drafter = a.str("drafter");
   o.drafter_device = a.str("drafter-device");
+  o.drafter_family = a.str("drafter-family");
+  if (!o.drafter_family.empty() && o.proposer != "dflash")
+    throw std::invalid_argument("eval: --drafter-family applies to --proposer dflash only");
+  if (o.proposer == "dflash" && !o.drafter.empty()) {
+    // The family before the target and the weights load: a family eval cannot run yet is refused in one line.
+    const std::string config = resolve_drafter_dir(o.drafter) + "/config.json";
+    drafter::refuse_unsupported_family(
+        "eval", drafter::family_for_command("eval", o.drafter_family, drafter::load_drafter_config(config).family, config));
+  }
   o.block_size = a.i64("block-size");
   o.max_draft = a.i64("max-draft");
   o.limit = a.i64("limit");

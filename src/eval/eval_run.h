@@ -21,6 +21,7 @@ struct EvalOptions {
   std::string proposer = "dflash";     // dflash (needs `drafter`) | oracle | random
   std::string drafter;                 // an exported DFlash folder or a run directory
   std::string drafter_device = "target";  // target (the target's first device) | cpu | cuda:N
+  std::string drafter_family;          // --drafter-family as given ("": the drafter config's)
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
   int64_t block_size = 16;             // of the oracle / random proposers
   int64_t max_draft = 0;               // verify only the first K proposals of each block (0: all B-1)

@@ -31,6 +31,7 @@
 #include "bench_step.h"
 #include "compute_settings.h"
 #include "drafter_attention.h"
+#include "drafter_family.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
 #include "dtype_names.h"
@@ -426,6 +427,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("model", "NAME", "cpu-small", models + " (drafter_presets.h; the targets' drafters need a GPU's memory)");
   a.option("drafter-config", "FILE", "",
            "a drafter config.json instead of --model (e.g. a run's drafter_config.json: the drafter you train)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --drafter-config's architectures, else "
+                                          "dflash; only dflash so far)");
   a.option("seq-len", "S", "1024", "context tokens");
   a.option("anchors", "N", "64", "blocks");
   a.option("dtype", "DTYPE", "fp32", "fp32 | bf16 | fp64");
@@ -452,6 +455,9 @@ int bench_step_main(const std::vector<std::string>& argv) {
   BenchStepOptions o;
   const std::string cfg_file = a.str("drafter-config");
   o.drafter = cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model").drafter : load_drafter_config(cfg_file);
+  drafter::refuse_unsupported_family(
+      "bench step", drafter::family_for_command("bench step", a.str("drafter-family"),
+                                                cfg_file.empty() ? std::nullopt : std::optional(o.drafter.family), cfg_file));
   o.model_name = cfg_file.empty() ? a.str("model") : cfg_file;
   o.seq_len = a.i64("seq-len");
   o.anchors = a.i64("anchors");

@@ -2,12 +2,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "drafter_config.h"
+#include "drafter_family.h"
 #include "drafter_from_target.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
@@ -121,6 +124,8 @@ int plan_main(const std::vector<std::string>& argv) {
   Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget); with --node, "
                  "split a node's GPUs between the target and the drafter workers");
   a.option("config", "FILE", "", "drafter config.json (or use --preset)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --config's architectures, else dflash; only "
+                                          "dflash so far)");
   std::string presets;
   for (const auto& n : drafter_preset_names()) presets += (presets.empty() ? "" : " | ") + n;
   a.option("preset", "NAME", "", presets + " (drafter_presets.h: a target's drafter as `dflash train` builds it, or a "
@@ -157,6 +162,13 @@ int plan_main(const std::vector<std::string>& argv) {
   a.option("drafter-efficiency", "X", "0.4", "with --node: achieved share of peak FLOP/s of a drafter step");
   a.option("usable-memory", "X", "0.9", "with --node: share of a GPU's memory a plan may fill");
   if (!a.parse(argv)) return 0;
+  {  // the family first: the planner counts no family's extra memory yet
+    const std::string config = a.str("config");
+    const std::optional<drafter::DrafterFamily> from_config =
+        config.empty() ? std::nullopt : std::optional(drafter::load_drafter_config(config).family);
+    drafter::refuse_unsupported_family("plan",
+                                       drafter::family_for_command("plan", a.str("drafter-family"), from_config, config));
+  }
   if (a.on("node")) return plan_node_main(a);
 
   using namespace dflash::drafter;

@@ -7,6 +7,7 @@
 
 #include "args.h"
 #include "checkpoint.h"
+#include "drafter_family_setting.h"
 #include "python_driver.h"
 #include "train_commands.h"
 #include "train_config.h"
@@ -34,7 +35,9 @@ TrainHooks hooks_from_environment() {
 int train_main(const std::vector<std::string>& argv) {
   TrainArgs args;
   if (!read_train_args(argv, args)) return 0;
-  const TrainConfig cfg = train_config_of(args);  // with --resume: the run's saved settings under these
+  TrainConfig cfg = train_config_of(args);  // with --resume: the run's saved settings under these
+  resolve_drafter_family(cfg, "train");
+  drafter::refuse_unsupported_family("train", cfg.family());
   install_sigint_handler();
   return run_training(cfg, hooks_from_environment());
 }

@@ -24,7 +24,8 @@ using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, 
                             bool TrainConfig::*, util::Dtype TrainConfig::*, drafter::CheckpointPolicy TrainConfig::*,
                             drafter::LossDecay TrainConfig::*, ops::AttentionBackend TrainConfig::*,
                             util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
-                            data::SampleFormat TrainConfig::*>;
+                            data::SampleFormat TrainConfig::*, std::optional<drafter::DrafterFamily> TrainConfig::*,
+                            drafter::MarkovHeadType TrainConfig::*>;
 struct Field {
   FieldInfo info;
   Member member;
@@ -59,7 +60,8 @@ const std::vector<Field>& fields() {
       {{"clip", "float", "global gradient-norm clip (0: off)"}, &C::clip},
       {{"seed", "int", "seed: init, data order, anchors"}, &C::seed},
       {{"num_anchors", "int", "anchors per sequence"}, &C::num_anchors},
-      {{"gamma", "float", "loss decay exp(-(k-1)/gamma) (0: by block size: 7 for B=16)"}, &C::gamma},
+      {{"gamma", "float", "loss decay exp(-(k-1)/gamma) (0: by block size: 7 for B=16; dspark: exp(-j/gamma), 0: 4)"},
+       &C::gamma},
       {{"loss_decay", "str", "exp: decay by gamma | none: every block slot weighs 1 (SpecForge's default)"},
        &C::loss_decay},
       {{"kl_weight", "float", "soft-label weight"}, &C::kl_weight},
@@ -95,6 +97,17 @@ const std::vector<Field>& fields() {
       {{"deterministic", "bool",
         "reproducible CUDA gradients: torch's deterministic algorithms (the attention's dQ without atomics)"},
        &C::deterministic},
+      {{"drafter_family", "str",
+        "dflash | dspark | dflash2 (empty: the one drafter_config's architectures names, else dflash)"},
+       &C::drafter_family},
+      {{"markov_rank", "int", "dspark: rank r of the Markov head (W1, W2 are [V, r]; 0: no Markov bias)"}, &C::markov_rank},
+      {{"markov_head_type", "str", "dspark: vanilla | gated | rnn"}, &C::markov_head_type},
+      {{"enable_confidence_head", "bool", "dspark: train the per-slot confidence head"}, &C::enable_confidence_head},
+      {{"confidence_head_with_markov", "bool", "dspark: the confidence head also reads W1[previous token]"},
+       &C::confidence_head_with_markov},
+      {{"ce_loss_weight", "float", "dspark: weight of CE against the gold next token"}, &C::ce_loss_weight},
+      {{"l1_loss_weight", "float", "dspark: weight of the L1 distance to the target's distribution"}, &C::l1_loss_weight},
+      {{"confidence_loss_weight", "float", "dspark: weight of the confidence head's BCE"}, &C::confidence_loss_weight},
   };
   return f;
 }
@@ -198,6 +211,35 @@ struct TextKind<data::SampleFormat> {
     return std::nullopt;
   }
   static std::string write(data::SampleFormat f) { return data::sample_format_name(f); }
+};
+
+// drafter_family: empty text = unset (the drafter config's, else dflash).
+template <>
+struct TextKind<std::optional<drafter::DrafterFamily>> {
+  static std::optional<TextError> read(const std::string& s, std::optional<drafter::DrafterFamily>& out) {
+    if (s.empty()) {
+      out.reset();
+      return std::nullopt;
+    }
+    const auto f = drafter::drafter_family_from_text(s);
+    if (!f) return TextError{std::string(drafter::kDrafterFamilySpellings) + " (empty: from drafter_config)", ""};
+    out = *f;
+    return std::nullopt;
+  }
+  static std::string write(const std::optional<drafter::DrafterFamily>& f) {
+    return f ? drafter::drafter_family_name(*f) : "";
+  }
+};
+
+template <>
+struct TextKind<drafter::MarkovHeadType> {
+  static std::optional<TextError> read(const std::string& s, drafter::MarkovHeadType& out) {
+    const auto t = drafter::markov_head_type_from_text(s);
+    if (!t) return TextError{drafter::kMarkovHeadTypeSpellings, ""};
+    out = *t;
+    return std::nullopt;
+  }
+  static std::string write(drafter::MarkovHeadType t) { return drafter::markov_head_type_name(t); }
 };
 
 // budget: empty text = no budget.
@@ -308,6 +350,49 @@ void TrainConfig::validate() const {
   in_range("init_from_target_layer", init_from_target_layer, -1, 2147483647, " (-1: off, else a target layer index)");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
+  validate_family_settings();
+}
+
+// DSpark's settings are checked for every run, and refused unless the family is dspark when they differ from
+// their defaults: a markov_rank given to a DFlash run would otherwise be dropped without a word.
+void TrainConfig::validate_family_settings() const {
+  for (const auto& [key, v] : std::initializer_list<std::pair<const char*, double>>{
+           {"ce_loss_weight", ce_loss_weight}, {"l1_loss_weight", l1_loss_weight},
+           {"confidence_loss_weight", confidence_loss_weight}}) {
+    finite(key, v);
+    require(v >= 0, key, ">= 0", shown(v));
+  }
+  try {
+    dspark_heads().validate("train config");
+  } catch (const std::invalid_argument& e) {
+    // "train config: field 'markov_rank': expected ..." -> the train config's own wording
+    std::string m = e.what();
+    const std::string from = "field '", to = "'";
+    if (const auto p = m.find(from); p != std::string::npos) m.replace(p, from.size(), "'");
+    throw std::invalid_argument(m);
+  }
+  const TrainConfig defaults;
+  if (family() != drafter::DrafterFamily::DSpark) {
+    const std::string why = "its default with drafter_family " + std::string(drafter::drafter_family_name(family())) +
+                            " (a DSpark setting: set drafter_family dspark)";
+    require(markov_rank == defaults.markov_rank, "markov_rank", why, std::to_string(markov_rank));
+    require(markov_head_type == defaults.markov_head_type, "markov_head_type", why,
+            std::string("'") + drafter::markov_head_type_name(markov_head_type) + "'");
+    require(enable_confidence_head == defaults.enable_confidence_head, "enable_confidence_head", why, "false");
+    require(confidence_head_with_markov == defaults.confidence_head_with_markov, "confidence_head_with_markov", why,
+            "false");
+    require(ce_loss_weight == defaults.ce_loss_weight, "ce_loss_weight", why, shown(ce_loss_weight));
+    require(l1_loss_weight == defaults.l1_loss_weight, "l1_loss_weight", why, shown(l1_loss_weight));
+    require(confidence_loss_weight == defaults.confidence_loss_weight, "confidence_loss_weight", why,
+            shown(confidence_loss_weight));
+    return;
+  }
+  require(ce_loss_weight + l1_loss_weight + confidence_loss_weight > 0, "ce_loss_weight", 
+          "> 0 when l1_loss_weight and confidence_loss_weight are 0 (some loss to train on)", shown(ce_loss_weight));
+  require(enable_confidence_head || confidence_loss_weight == 0, "confidence_loss_weight",
+          "0 with enable_confidence_head false (no head to train)", shown(confidence_loss_weight));
+  require(kl_weight == 0, "kl_weight", "0 with drafter_family dspark (its L1 to the target replaces soft labels)",
+          shown(kl_weight));
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
@@ -422,8 +507,11 @@ bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
     // The parser's own default stays empty so that given() tells flags from file values; the help shows it.
     const auto& d = defaults[f.info.key];
     const std::string shown = d.is_string() ? d.get<std::string>() : d.dump();
-    a.option(flag_name(f.info.key), f.info.kind == "bool" ? "" : f.info.kind == "str" ? "VALUE" : f.info.kind == "int" ? "N" : "X",
-             "", f.info.help + (f.info.kind == "bool" || shown.empty() ? "" : " [" + shown + "]"));
+    // A switch turns a setting on; one that is on by default takes true|false so that a flag can turn it off.
+    const bool on_by_default = f.info.kind == "bool" && d.get<bool>();
+    a.option(flag_name(f.info.key),
+             on_by_default ? "true|false" : f.info.kind == "bool" ? "" : f.info.kind == "str" ? "VALUE" : f.info.kind == "int" ? "N" : "X",
+             "", f.info.help + ((f.info.kind == "bool" && !on_by_default) || shown.empty() ? "" : " [" + shown + "]"));
   }
   if (!a.parse(argv)) return false;
   TrainArgs args;
@@ -434,7 +522,13 @@ bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
     if (f.info.kind == "str") args.flags[f.info.key] = a.str(name);
     else if (f.info.kind == "int") args.flags[f.info.key] = a.i64(name);
     else if (f.info.kind == "float") args.flags[f.info.key] = a.f64(name);
-    else args.flags[f.info.key] = true;
+    else if (!defaults[f.info.key].get<bool>()) args.flags[f.info.key] = true;
+    else {
+      const std::string v = a.str(name);
+      if (v != "true" && v != "false")
+        throw util::UsageError("train: --" + name + " must be true or false, got '" + v + "'");
+      args.flags[f.info.key] = v == "true";
+    }
   }
   out = args;
   return true;

@@ -5,6 +5,7 @@
 // docs/DFLASH.md (AdamW wd 0, lr 6e-4, cosine with 4% warmup, clip 1.0, 512 anchors, B=16). Torch-free.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "attention_backend.h"
 #include "byte_size.h"
 #include "checkpoint_policy.h"
+#include "drafter_family.h"
 #include "dtype_names.h"
 #include "loss_weighting.h"
 #include "sample_format.h"
@@ -49,9 +51,24 @@ struct TrainConfig {
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
   bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)
+  // The drafter family (drafter_family.h). Unset: the one drafter_config's architectures names, else dflash;
+  // resolve_drafter_family() settles it before a run, and the run's train_config.json keeps it.
+  std::optional<drafter::DrafterFamily> drafter_family;
+  // DSpark's heads (drafter::DSparkHeads; DeepSpec's defaults); with a DSpark drafter_config, its values.
+  int64_t markov_rank = drafter::DSparkHeads{}.markov_rank;
+  drafter::MarkovHeadType markov_head_type = drafter::DSparkHeads{}.markov_head_type;
+  bool enable_confidence_head = true, confidence_head_with_markov = true;
+  double ce_loss_weight = drafter::kDSparkCeWeight, l1_loss_weight = drafter::kDSparkL1Weight,
+         confidence_loss_weight = drafter::kDSparkConfidenceWeight;  // DSpark's objective (DeepSpec's weights)
+
+  drafter::DSparkHeads dspark_heads() const {
+    return {markov_rank, markov_head_type, enable_confidence_head, confidence_head_with_markov};
+  }
+  drafter::DrafterFamily family() const { return drafter_family.value_or(drafter::DrafterFamily::DFlash); }
 
   // Throws std::invalid_argument naming the key and the expected value.
   void validate() const;
+  void validate_family_settings() const;  // drafter_family and DSpark's settings (part of validate())
   std::vector<std::string> drafter_device_list() const;
   std::vector<std::string> target_device_list() const;
 };

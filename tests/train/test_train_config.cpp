@@ -83,6 +83,14 @@ TrainConfig all_fields_changed() {
   c.stop_after = 10;
   c.resume = true;
   c.deterministic = true;
+  c.drafter_family = dflash::drafter::DrafterFamily::DSpark;
+  c.markov_rank = 8;
+  c.markov_head_type = dflash::drafter::MarkovHeadType::Rnn;
+  c.enable_confidence_head = false;
+  c.confidence_head_with_markov = false;
+  c.ce_loss_weight = 1.0;
+  c.l1_loss_weight = 0.5;
+  c.confidence_loss_weight = 0.0;
   return c;
 }
 

@@ -1,0 +1,116 @@
+// drafter_family.h and the family a drafter config.json names: the spellings, a DSpark config in DeepSpec's flat
+// layout read and written back, and the errors (file, field, value) for what does not fit the family.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "drafter_config.h"
+#include "drafter_family.h"
+#include "error_of.h"
+#include "tiny_drafter_config.h"
+
+using namespace dflash::drafter;
+
+namespace {
+
+// The tiny drafter as DeepSpec writes a DSpark drafter: flat mask_token_id / target_layer_ids, no dflash_config.
+nlohmann::json tiny_dspark_json() {
+  nlohmann::json j = tiny_drafter_config_json();
+  j["architectures"] = {"Qwen3DSparkModel"};
+  j["mask_token_id"] = j["dflash_config"]["mask_token_id"];
+  j["target_layer_ids"] = j["dflash_config"]["target_layer_ids"];
+  j.erase("dflash_config");
+  j["markov_rank"] = 8;
+  j["markov_head_type"] = "gated";
+  j["enable_confidence_head"] = true;
+  j["confidence_head_with_markov"] = false;
+  return j;
+}
+
+}  // namespace
+
+TEST(DrafterFamily, SpellingsRoundTripAndOthersAreRefused) {
+  for (DrafterFamily f : {DrafterFamily::DFlash, DrafterFamily::DSpark, DrafterFamily::DFlash2}) {
+    EXPECT_EQ(drafter_family_from_text(drafter_family_name(f)), f);
+    EXPECT_EQ(drafter_family_of_architecture(drafter_family_architecture(f)), f);
+  }
+  EXPECT_FALSE(drafter_family_from_text("DSpark"));
+  EXPECT_FALSE(drafter_family_from_text(""));
+  // vLLM's DSparkDraftModel is a DeepSeek-V4 class: not read as a family.
+  EXPECT_FALSE(drafter_family_of_architecture("DSparkDraftModel"));
+  for (MarkovHeadType t : {MarkovHeadType::Vanilla, MarkovHeadType::Gated, MarkovHeadType::Rnn})
+    EXPECT_EQ(markov_head_type_from_text(markov_head_type_name(t)), t);
+  EXPECT_FALSE(markov_head_type_from_text("lstm"));
+}
+
+TEST(DrafterFamily, CommandFlagAgreesWithTheConfigOrIsRefused) {
+  EXPECT_EQ(family_for_command("eval", "", std::nullopt, ""), DrafterFamily::DFlash);
+  EXPECT_EQ(family_for_command("eval", "", DrafterFamily::DSpark, "c.json"), DrafterFamily::DSpark);
+  EXPECT_EQ(family_for_command("eval", "dspark", DrafterFamily::DSpark, "c.json"), DrafterFamily::DSpark);
+  EXPECT_EQ(error_of<std::invalid_argument>([] { family_for_command("eval", "dspark", DrafterFamily::DFlash, "c.json"); }),
+            "eval: --drafter-family dspark disagrees with c.json (dflash, by its architectures)");
+  EXPECT_EQ(error_of<std::invalid_argument>([] { family_for_command("plan", "spark", std::nullopt, ""); }),
+            "plan: --drafter-family must be dflash, dspark or dflash2, got 'spark'");
+  EXPECT_EQ(error_of<std::invalid_argument>([] { refuse_unsupported_family("eval", DrafterFamily::DSpark); }),
+            "eval: drafter_family dspark is not supported yet");
+  EXPECT_EQ(error_of<std::invalid_argument>([] { refuse_unsupported_family("export", DrafterFamily::DFlash2); }),
+            "export: drafter_family dflash2 is not supported yet");
+  EXPECT_EQ(error_of<std::invalid_argument>([] { refuse_unsupported_family("eval", DrafterFamily::DFlash); }), "");
+}
+
+TEST(DrafterFamily, DSparkConfigReadsFlatKeysAndWritesThemBack) {
+  const DrafterConfig c = parse_drafter_config(tiny_dspark_json(), "d.json");
+  EXPECT_EQ(c.family, DrafterFamily::DSpark);
+  EXPECT_EQ(c.mask_token_id, 31);
+  EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(c.dspark.markov_rank, 8);
+  EXPECT_EQ(c.dspark.markov_head_type, MarkovHeadType::Gated);
+  EXPECT_TRUE(c.dspark.enable_confidence_head);
+  EXPECT_FALSE(c.dspark.confidence_head_with_markov);
+  const nlohmann::json out = drafter_config_to_json(c);
+  EXPECT_EQ(out["architectures"], nlohmann::json({"Qwen3DSparkModel"}));
+  EXPECT_EQ(out["markov_rank"], 8);
+  EXPECT_EQ(out["markov_head_type"], "gated");
+  EXPECT_EQ(out["mask_token_id"], 31);
+  const DrafterConfig back = parse_drafter_config(out, "out.json");
+  EXPECT_EQ(back.family, DrafterFamily::DSpark);
+  EXPECT_EQ(back.dspark, c.dspark);
+  // A DFlash config stays DFlash and writes no DSpark keys.
+  const DrafterConfig plain = parse_drafter_config(tiny_drafter_config_json(), "p.json");
+  EXPECT_EQ(plain.family, DrafterFamily::DFlash);
+  EXPECT_FALSE(drafter_config_to_json(plain).contains("markov_rank"));
+}
+
+TEST(DrafterFamily, DSparkConfigErrorsNameFileFieldAndValue) {
+  auto err = [](const nlohmann::json& j) { return error_of<std::invalid_argument>([&] { parse_drafter_config(j, "d.json"); }); };
+  nlohmann::json j = tiny_dspark_json();
+  j.erase("markov_rank");
+  EXPECT_EQ(err(j), "d.json: field 'markov_rank': expected an integer, got nothing (missing)");
+  j = tiny_dspark_json();
+  j["markov_head_type"] = "lstm";
+  EXPECT_EQ(err(j), "d.json: field 'markov_head_type': expected vanilla, gated or rnn, got \"lstm\"");
+  j = tiny_dspark_json();
+  j["markov_rank"] = -1;
+  EXPECT_NE(err(j).find("d.json: field 'markov_rank': expected an integer in [0, 65536]"), std::string::npos) << err(j);
+  j = tiny_dspark_json();
+  j["markov_rank"] = 0;  // gated needs a rank
+  EXPECT_NE(err(j).find("d.json: field 'markov_head_type': expected vanilla when markov_rank is 0"), std::string::npos)
+      << err(j);
+  j["markov_head_type"] = "vanilla";  // rank 0 + vanilla: the DFlash baseline with next-token labels
+  EXPECT_EQ(err(j), "");
+  j = tiny_dspark_json();
+  j["enable_confidence_head"] = "yes";
+  EXPECT_EQ(err(j), "d.json: field 'enable_confidence_head': expected true or false, got \"yes\"");
+  nlohmann::json d = tiny_drafter_config_json();  // a DFlash config that carries a DSpark key is ambiguous
+  d["markov_rank"] = 8;
+  EXPECT_NE(err(d).find("d.json: field 'markov_rank': expected absent for architectures [\"DFlashDraftModel\"]"),
+            std::string::npos)
+      << err(d);
+  d = tiny_drafter_config_json();
+  d["architectures"] = {"DSparkDraftModel"};
+  EXPECT_NE(err(d).find("d.json: field 'architectures': expected [\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"] or "
+                        "[\"DFlash2DraftModel\"], got"),
+            std::string::npos)
+      << err(d);
+}

@@ -1,0 +1,76 @@
+"""drafter_family across the commands: one spelling (--drafter-family, or a drafter config's architectures), and each
+command that cannot yet run a family refuses it in one line before loading anything big (issue 39, step 1)."""
+import json
+import subprocess
+
+import pytest
+
+DSPARK = {"architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", "block_size": 4, "num_target_layers": 8,
+          "num_hidden_layers": 2, "mask_token_id": 31, "target_layer_ids": [1, 5], "hidden_size": 16,
+          "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 4,
+          "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": 32, "markov_rank": 8,
+          "markov_head_type": "vanilla"}
+
+
+def run(dflash_bin, cwd, *args):
+    return subprocess.run([dflash_bin, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.fixture()
+def files(tmp_path):
+    (tmp_path / "dspark.json").write_text(json.dumps(DSPARK))
+    dflash = dict(DSPARK, architectures=["DFlashDraftModel"], dflash_config={"mask_token_id": 31})
+    for k in ("markov_rank", "markov_head_type", "mask_token_id"):
+        dflash.pop(k)
+    (tmp_path / "dflash.json").write_text(json.dumps(dflash))
+    run_dir = tmp_path / "run"
+    (run_dir / "export").mkdir(parents=True)
+    (run_dir / "export" / "config.json").write_text(json.dumps(DSPARK))
+    (run_dir / "export" / "model.safetensors").write_text("")  # never read: the family is refused first
+    (run_dir / "drafter_config.json").write_text(json.dumps(DSPARK))
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    (tmp_path / "cfg.json").write_text(json.dumps({"target": "t", "data": "d", "out": "o",
+                                                   "drafter_config": "dspark.json"}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("cmd,args", [
+    ("train", ["--target", "x", "--data", "y", "--out", "z", "--drafter-config", "dspark.json"]),
+    ("train", ["--target", "x", "--data", "y", "--out", "z", "--drafter-family", "dspark"]),
+    ("plan", ["--config", "dspark.json"]),
+    ("bench step", ["--drafter-config", "dspark.json"]),
+    ("eval", ["--target", "x", "--drafter", "run", "--data", "a=p.jsonl"]),
+    ("export", ["run", "--out", "e"]),
+])
+def test_dspark_is_refused_in_one_line(dflash_bin, files, cmd, args):
+    out = run(dflash_bin, files, *cmd.split(), *args)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines() == [f"dflash: error: {cmd}: drafter_family dspark is not supported yet"]
+
+
+@pytest.mark.parametrize("cmd,args", [
+    ("train", ["--target", "x", "--data", "y", "--out", "z"]),
+    ("plan", ["--preset", "cpu-small"]),
+    ("bench step", []),
+])
+def test_dflash2_is_refused_everywhere(dflash_bin, files, cmd, args):
+    out = run(dflash_bin, files, *cmd.split(), *args, "--drafter-family", "dflash2")
+    assert out.returncode == 1, out.stderr
+    assert f"{cmd}: drafter_family dflash2 is not supported yet" in out.stderr
+
+
+def test_a_flag_that_disagrees_with_the_config_names_both(dflash_bin, files):
+    out = run(dflash_bin, files, "plan", "--config", "dflash.json", "--drafter-family", "dspark")
+    assert out.returncode == 1
+    assert "plan: --drafter-family dspark disagrees with dflash.json (dflash, by its architectures)" in out.stderr
+    out = run(dflash_bin, files, "train", "--target", "x", "--data", "y", "--out", "z",
+              "--drafter-config", "dflash.json", "--drafter-family", "dspark")
+    assert out.returncode == 1
+    assert "train: drafter_family dspark disagrees with dflash.json" in out.stderr
+    out = run(dflash_bin, files, "plan", "--preset", "cpu-small", "--drafter-family", "DSpark")
+    assert "plan: --drafter-family must be dflash, dspark or dflash2, got 'DSpark'" in out.stderr
+
+
+def test_doctor_config_reports_the_family(dflash_bin, files):
+    out = run(dflash_bin, files, "doctor", "--config", "cfg.json", "--quick")
+    assert "doctor --config: drafter_family dspark is not supported yet" in out.stdout + out.stderr

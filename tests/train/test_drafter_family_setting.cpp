@@ -1,0 +1,174 @@
+// The run's drafter family: drafter_family and DSpark's settings read, validated (key, expectation, value) and
+// settled against a drafter_config's architectures; a resumed run keeps the family it was started with.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "drafter_family_setting.h"
+#include "error_of.h"
+#include "tiny_drafter_config.h"
+#include "train_config.h"
+
+using namespace dflash::train;
+using dflash::drafter::DrafterFamily;
+using dflash::drafter::MarkovHeadType;
+
+namespace {
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = "/tmp/dflash_family_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TrainConfig valid() {
+  TrainConfig c;
+  c.target = "t";
+  c.data = "d";
+  c.out = "o";
+  return c;
+}
+
+TrainConfig with(const nlohmann::json& j) {
+  TrainConfig c = valid();
+  apply_json(c, j, "cfg.yaml");
+  return c;
+}
+
+std::string validate_error(const TrainConfig& c) {
+  return error_of<std::invalid_argument>([&] { c.validate(); });
+}
+
+std::string dspark_config_file(int64_t rank, const char* type) {
+  nlohmann::json j = tiny_drafter_config_json();
+  j["architectures"] = {"Qwen3DSparkModel"};
+  j["markov_rank"] = rank;
+  j["markov_head_type"] = type;
+  return write_file("dspark_" + std::to_string(rank) + type + ".json", j.dump());
+}
+
+}  // namespace
+
+TEST(DrafterFamilySetting, DefaultsAreDeepSpecs) {
+  const TrainConfig c;
+  EXPECT_FALSE(c.drafter_family);
+  EXPECT_EQ(c.family(), DrafterFamily::DFlash);
+  EXPECT_EQ(c.markov_rank, 256);
+  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Vanilla);
+  EXPECT_TRUE(c.enable_confidence_head);
+  EXPECT_TRUE(c.confidence_head_with_markov);
+  EXPECT_DOUBLE_EQ(c.ce_loss_weight, 0.1);
+  EXPECT_DOUBLE_EQ(c.l1_loss_weight, 0.9);
+  EXPECT_DOUBLE_EQ(c.confidence_loss_weight, 1.0);
+  EXPECT_EQ(validate_error(valid()), "");
+}
+
+TEST(DrafterFamilySetting, ReadFromFilesAndFlags) {
+  EXPECT_EQ(with({{"drafter_family", "dspark"}}).family(), DrafterFamily::DSpark);
+  EXPECT_EQ(with({{"drafter_family", "dflash2"}}).family(), DrafterFamily::DFlash2);
+  EXPECT_FALSE(with({{"drafter_family", ""}}).drafter_family);
+  EXPECT_EQ(error_of<std::invalid_argument>([] { with({{"drafter_family", "spark"}}); }),
+            "cfg.yaml: 'drafter_family' must be dflash, dspark or dflash2 (empty: from drafter_config), got 'spark'");
+  EXPECT_EQ(error_of<std::invalid_argument>([] { with({{"markov_head_type", "lstm"}}); }),
+            "cfg.yaml: 'markov_head_type' must be vanilla, gated or rnn, got 'lstm'");
+  TrainConfig c;
+  ASSERT_TRUE(parse_train_args({"--drafter-family", "dspark", "--markov-rank", "8", "--markov-head-type", "rnn",
+                                "--enable-confidence-head", "false", "--confidence-loss-weight", "0"},
+                               c));
+  EXPECT_EQ(c.family(), DrafterFamily::DSpark);
+  EXPECT_EQ(c.markov_rank, 8);
+  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Rnn);
+  EXPECT_FALSE(c.enable_confidence_head);
+  EXPECT_TRUE(c.confidence_head_with_markov);
+  EXPECT_NE(error_of<std::invalid_argument>([] {
+              TrainConfig x;
+              parse_train_args({"--enable-confidence-head", "no"}, x);
+            }).find("train: --enable-confidence-head must be true or false, got 'no'"),
+            std::string::npos);
+}
+
+TEST(DrafterFamilySetting, DSparkSettingsAreValidated) {
+  const nlohmann::json dspark = {{"drafter_family", "dspark"}};
+  auto err = [&](nlohmann::json j) {
+    j.update(dspark);
+    return validate_error(with(j));
+  };
+  EXPECT_EQ(err({}), "");
+  EXPECT_EQ(err({{"markov_rank", 0}, {"enable_confidence_head", false}, {"ce_loss_weight", 1.0}, {"l1_loss_weight", 0.0},
+                 {"confidence_loss_weight", 0.0}}),
+            "");  // the DFlash baseline with next-token labels
+  EXPECT_EQ(err({{"markov_rank", -3}}),
+            "train config: 'markov_rank': expected an integer in [0, 65536] (0: no Markov bias), got -3");
+  EXPECT_EQ(err({{"markov_rank", 0}, {"markov_head_type", "gated"}}),
+            "train config: 'markov_head_type': expected vanilla when markov_rank is 0 (gated and rnn need a rank), got gated");
+  EXPECT_EQ(err({{"l1_loss_weight", -0.5}}), "train config: 'l1_loss_weight' must be >= 0, got -0.5");
+  EXPECT_EQ(err({{"ce_loss_weight", 0.0}, {"l1_loss_weight", 0.0}, {"confidence_loss_weight", 0.0}}),
+            "train config: 'ce_loss_weight' must be > 0 when l1_loss_weight and confidence_loss_weight are 0 (some loss "
+            "to train on), got 0.0");
+  EXPECT_EQ(err({{"enable_confidence_head", false}}),
+            "train config: 'confidence_loss_weight' must be 0 with enable_confidence_head false (no head to train), got 1.0");
+  EXPECT_EQ(err({{"kl_weight", 0.15}}),
+            "train config: 'kl_weight' must be 0 with drafter_family dspark (its L1 to the target replaces soft labels), "
+            "got 0.15");
+}
+
+TEST(DrafterFamilySetting, DSparkSettingsAreRefusedForOtherFamilies) {
+  EXPECT_EQ(validate_error(with({{"markov_rank", 8}})),
+            "train config: 'markov_rank' must be its default with drafter_family dflash (a DSpark setting: set "
+            "drafter_family dspark), got 8");
+  EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"l1_loss_weight", 0.5}})),
+            "train config: 'l1_loss_weight' must be its default with drafter_family dflash2 (a DSpark setting: set "
+            "drafter_family dspark), got 0.5");
+}
+
+TEST(DrafterFamilySetting, DrafterConfigArchitecturesSetTheFamily) {
+  const std::string dflash = write_file("dflash.json", tiny_drafter_config_json().dump());
+  const std::string dspark = dspark_config_file(8, "gated");
+  TrainConfig c = valid();
+  resolve_drafter_family(c, "train");
+  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash);  // settled: the saved settings say it
+  c = with({{"drafter_config", dspark}});
+  resolve_drafter_family(c, "train");
+  EXPECT_EQ(c.drafter_family, DrafterFamily::DSpark);
+  EXPECT_EQ(c.markov_rank, 8);  // the file's heads
+  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Gated);
+  c = with({{"drafter_config", dspark}, {"drafter_family", "dspark"}, {"markov_rank", 8}});
+  resolve_drafter_family(c, "train");  // agreeing settings are fine
+  EXPECT_EQ(c.markov_rank, 8);
+  EXPECT_EQ(error_of<std::invalid_argument>([&] {
+              TrainConfig x = with({{"drafter_config", dspark}, {"drafter_family", "dspark"}, {"markov_rank", 16}});
+              resolve_drafter_family(x, "train");
+            }),
+            "train: 'markov_rank' is 16 but " + dspark + " says 8 (leave it unset to take the drafter config's)");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] {
+              TrainConfig x = with({{"drafter_config", dflash}, {"drafter_family", "dspark"}});
+              resolve_drafter_family(x, "doctor --config");
+            }),
+            "doctor --config: drafter_family dspark disagrees with " + dflash +
+                " (architectures [\"DFlashDraftModel\"]: dflash)");
+  c = with({{"drafter_config", dflash}});
+  resolve_drafter_family(c, "train");
+  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash);
+}
+
+TEST(DrafterFamilySetting, AResumedRunKeepsItsFamily) {
+  const std::string dir = "/tmp/dflash_family_" + std::to_string(::getpid()) + "_resume";
+  ::mkdir(dir.c_str(), 0755);
+  TrainConfig saved = valid();
+  saved.out = dir;
+  saved.drafter_family = DrafterFamily::DSpark;
+  saved.markov_rank = 16;
+  saved.markov_head_type = MarkovHeadType::Rnn;
+  std::ofstream(dir + "/train_config.json") << to_json(saved).dump();
+  TrainArgs args;
+  ASSERT_TRUE(read_train_args({"--resume", "--out", dir}, args));
+  TrainConfig c = train_config_of(args);
+  resolve_drafter_family(c, "train");
+  EXPECT_EQ(c.drafter_family, DrafterFamily::DSpark);
+  EXPECT_EQ(c.markov_rank, 16);
+  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Rnn);
+}
