@@ -8,27 +8,32 @@
 
 namespace dflash::drafter {
 
-at::Tensor decoder_layer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& x, const LayerShared& sh) {
-  const int64_t b = x.size(0), T = x.size(1), C = sh.context.size(1);
-  const at::Tensor h1 = rms_norm(x, w[kInputNorm], s.eps);
-
-  at::Tensor q = at::linear(h1, w[kQProj]).view({b, T, s.q_heads, s.head_dim});
+at::Tensor attention_sublayer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& h,
+                              const LayerShared& sh) {
+  const int64_t b = h.size(0), T = h.size(1), C = sh.context.size(1);
+  at::Tensor q = at::linear(h, w[kQProj]).view({b, T, s.q_heads, s.head_dim});
   q = apply_rope(rms_norm(q, w[kQNorm], s.eps), sh.q_cos, sh.q_sin);
 
   // Context features bypass input_layernorm, q_proj, o_proj and the MLP; they only become keys/values.
-  at::Tensor k = at::cat({at::linear(sh.context, w[kKProj]), at::linear(h1, w[kKProj])}, 1)
+  at::Tensor k = at::cat({at::linear(sh.context, w[kKProj]), at::linear(h, w[kKProj])}, 1)
                      .view({b, C + T, s.kv_heads, s.head_dim});
   k = apply_rope(rms_norm(k, w[kKNorm], s.eps), sh.k_cos, sh.k_sin);
-  const at::Tensor v = at::cat({at::linear(sh.context, w[kVProj]), at::linear(h1, w[kVProj])}, 1)
+  const at::Tensor v = at::cat({at::linear(sh.context, w[kVProj]), at::linear(h, w[kVProj])}, 1)
                            .view({b, C + T, s.kv_heads, s.head_dim});
 
   const at::Tensor attn =
       ops::anchor_block_attention(q, k, v, sh.anchors, sh.keep, s.block_size, s.window, std::nullopt, sh.ctx_start,
                                   s.attention);
-  const at::Tensor x2 = x + at::linear(attn.reshape({b, T, s.q_heads * s.head_dim}), w[kOProj]);
+  return at::linear(attn.reshape({b, T, s.q_heads * s.head_dim}), w[kOProj]);
+}
 
-  const at::Tensor h2 = rms_norm(x2, w[kPostNorm], s.eps);
-  return x2 + swiglu_down(at::linear(h2, w[kGateProj]), at::linear(h2, w[kUpProj]), w[kDownProj]);
+at::Tensor mlp_sublayer(const LayerWeights& w, const at::Tensor& h) {
+  return swiglu_down(at::linear(h, w[kGateProj]), at::linear(h, w[kUpProj]), w[kDownProj]);
+}
+
+at::Tensor decoder_layer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& x, const LayerShared& sh) {
+  const at::Tensor x2 = x + attention_sublayer(w, s, rms_norm(x, w[kInputNorm], s.eps), sh);
+  return x2 + mlp_sublayer(w, rms_norm(x2, w[kPostNorm], s.eps));
 }
 
 namespace {
