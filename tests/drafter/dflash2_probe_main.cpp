@@ -11,6 +11,9 @@
 //   dflash2_probe loss IN OUT top_k=K mode=inject|strict stop_gradient=0|1 vocab_chunk=C output_multiplier=M softcap=S
 //       IN: hidden [n,d], lm_head, predecessors, targets, weights [n], the selector weights
 //       OUT: loss, ce_sum, covered_weight, weight, rows, recall_hits, selector_hits, grad.<input> (of loss)
+//   dflash2_probe metrics IN OUT top_k=K vocab_chunk=C output_multiplier=M softcap=S
+//       IN: hidden [N,B,d], lm_head, anchors [N], targets [N,B], mask [N,B] (uint8), the selector weights
+//       OUT: blocks, path_length_sum, oracle_length_sum
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -22,6 +25,7 @@
 #include "candidate_selector.h"
 #include "dynamic_block_conv.h"
 #include "safetensors.h"
+#include "selector_metrics.h"
 
 using namespace dflash::drafter;
 
@@ -96,11 +100,20 @@ Named run_loss(const dflash::io::SafetensorsFile& in, const std::map<std::string
           {"grad.successor_codebook", grad(w.successor_codebook)}};
 }
 
+Named run_metrics(const dflash::io::SafetensorsFile& in, const std::map<std::string, std::string>& p) {
+  const SelectorBlockMetrics m = selector_block_metrics(
+      selector_of(in, false), in.load("hidden"), in.load("lm_head"), in.load("anchors"), in.load("targets"),
+      in.load("mask").to(at::kBool), std::stoll(param(p, "top_k", "16")), unary_of(p),
+      std::stoll(param(p, "vocab_chunk", "8192")));
+  return {{"blocks", m.blocks.reshape({1})}, {"path_length_sum", m.path_length_sum.reshape({1})},
+          {"oracle_length_sum", m.oracle_length_sum.reshape({1})}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: dflash2_probe conv|walk|loss IN OUT [key=value ...]\n");
+    std::fprintf(stderr, "usage: dflash2_probe conv|walk|loss|metrics IN OUT [key=value ...]\n");
     return 2;
   }
   try {
@@ -117,7 +130,8 @@ int main(int argc, char** argv) {
     if (op == "conv") out = run_conv(in, p);
     else if (op == "walk") out = run_walk(in, p);
     else if (op == "loss") out = run_loss(in, p);
-    else throw std::invalid_argument("op: expected conv, walk or loss, got " + op);
+    else if (op == "metrics") out = run_metrics(in, p);
+    else throw std::invalid_argument("op: expected conv, walk, loss or metrics, got " + op);
     for (auto& [name, t] : out) t = t.contiguous();
     dflash::io::save_safetensors(argv[3], out);
     return 0;

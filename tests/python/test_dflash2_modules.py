@@ -169,3 +169,31 @@ def test_loss_matches_the_reference(probe, tmp_path, mode, stop_gradient):
           torch.tensor(fr.teacher_forced_selector_accuracy(u, hidden, preds, targets, mask, p), dtype=torch.float64))
     # this case exercises both kinds of rows
     assert 0 < out["recall_hits"][0] < out["rows"][0]
+
+
+def test_block_metrics_match_the_reference(probe, tmp_path):
+    """The self-conditioned path's accepted length (the walk fed with its own picks) and the unary top-K oracle's,
+    on blocks whose targets follow the unary argmax for a while, so both lengths vary."""
+    N, B = 12, 6
+    g, params, hidden, head = selector_case(21, N, B)
+    unary = fr.unary_logits(hidden @ head.T, 0.9, 5.0)
+    targets = unary.argmax(-1)
+    # break each block's run of matches at a random slot with a random token
+    cut = torch.randint(1, B, (N,), generator=g)
+    targets[torch.arange(N), cut] = torch.randint(0, V, (N,), generator=g)
+    anchors = torch.randint(0, V, (N,), generator=g)
+    targets[:, 0] = anchors
+    mask = torch.ones(N, B, dtype=torch.bool)
+    mask[:, 0] = False
+    mask[3, 2] = False       # a masked slot ends the accepted prefix
+    mask[5, 1:] = False      # a block with nothing to score is not counted
+    out = run_probe(probe, tmp_path, "metrics", {"hidden": hidden, "lm_head": head, "anchors": anchors,
+                                                 "targets": targets, "mask": mask.to(torch.uint8),
+                                                 **selector_tensors(params)},
+                    top_k=params.top_k, vocab_chunk=11, output_multiplier=0.9, softcap=5.0)
+    assert out["blocks"][0] == N - 1
+    close(out["path_length_sum"][0] / out["blocks"][0], torch.tensor(
+        fr.self_conditioned_path_accepted_length(unary, hidden, anchors, targets, mask, params), dtype=torch.float64))
+    close(out["oracle_length_sum"][0] / out["blocks"][0], torch.tensor(
+        fr.unary_topk_oracle_accepted_length(unary, targets, mask, params.top_k), dtype=torch.float64))
+    assert out["oracle_length_sum"][0] > out["path_length_sum"][0] > out["blocks"][0]
