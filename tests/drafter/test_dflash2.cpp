@@ -383,3 +383,33 @@ TEST(DFlash2Names, ZLabFixtureHas81TensorsWithTheseNamesAndShapes) {
                 .find("conv_group_size 15 must divide hidden_size 6656"),
             std::string::npos);
 }
+
+TEST(DFlash2Layer, CheckpointedLayerGivesTheSameOutputAndGradients) {
+  const TinyLayer t = tiny_layer(at::kDouble);
+  const int64_t H = t.c.hidden_size;
+  at::manual_seed(15);
+  const LayerConvWeights conv0{random_conv(H, 2, 4), random_conv(H, 3, 4)};
+  const at::Tensor gy = randn(t.x.sizes().vec());
+  const DecoderLayerShape s = shape_of(t.c, 0);
+  auto run = [&](bool checkpointed) {
+    std::vector<at::Tensor> leaves = {t.x.clone().requires_grad_(true)};
+    LayerWeights w = t.w.layers[0];
+    for (auto& p : w.t) leaves.push_back(p = p.clone().requires_grad_(true));
+    LayerConvWeights conv = conv0;
+    for (auto* p : {&conv.attention_conv.base_kernel, &conv.attention_conv.kernel_projection,
+                    &conv.mlp_conv.base_kernel, &conv.mlp_conv.kernel_projection})
+      leaves.push_back(*p = p->clone().requires_grad_(true));
+    const at::Tensor y = checkpointed ? checkpointed_dflash2_decoder_layer(w, conv, s, 4, leaves[0], t.sh)
+                                      : dflash2_decoder_layer(w, conv, s, 4, leaves[0], t.sh);
+    (y * gy).sum().backward();
+    std::vector<at::Tensor> out = {y.detach()};
+    for (const auto& l : leaves) out.push_back(l.grad());
+    return out;
+  };
+  const auto plain = run(false), ckpt = run(true);
+  ASSERT_EQ(plain.size(), ckpt.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_TRUE(plain[i].defined() && ckpt[i].defined()) << i;
+    EXPECT_TRUE(at::allclose(plain[i], ckpt[i], 0, 1e-12)) << "output/grad " << i;
+  }
+}
