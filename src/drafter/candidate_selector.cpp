@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -86,10 +87,27 @@ Candidates top_candidates(const at::Tensor& hidden, const at::Tensor& lm_head, i
   at::Tensor best_v, best_i;
   for (int64_t start = 0; start < V; start += vocab_chunk) {
     const int64_t len = std::min(vocab_chunk, V - start);
-    auto [v, i] = sort_desc_stable(apply_unary(at::linear(h, lm_head.narrow(0, start, len)), opt));
+    const at::Tensor logits = apply_unary(at::linear(h, lm_head.narrow(0, start, len)), opt);
     const int64_t take = std::min(top_k, len);
-    v = v.narrow(-1, 0, take);
-    i = i.narrow(-1, 0, take) + start;
+    at::Tensor v, i;
+    {
+      // topk does not say which of equal values it keeps. When no row has a value equal to its take-th one outside
+      // the set topk returned, the set is exact, and only its order needs fixing (ascending id, then a stable sort
+      // by value). Otherwise (a tie at the boundary) the chunk is sorted whole.
+      auto [tv, ti] = at::topk(logits, take, -1, /*largest=*/true, /*sorted=*/true);
+      const at::Tensor at_or_above = (logits >= tv.narrow(-1, take - 1, 1)).sum(-1);
+      if (at_or_above.eq(take).all().item<bool>()) {
+        auto [sorted_ids, by_id] = at::sort(ti, -1);
+        auto [sv, order] = sort_desc_stable(tv.gather(-1, by_id));
+        v = sv;
+        i = sorted_ids.gather(-1, order);
+      } else {
+        std::tie(v, i) = sort_desc_stable(logits);
+        v = v.narrow(-1, 0, take);
+        i = i.narrow(-1, 0, take);
+      }
+    }
+    i = i + start;
     if (best_v.defined()) {
       // Kept ids all precede this chunk's, so the stable sort still breaks ties by ascending id.
       const at::Tensor all_v = at::cat({best_v, v}, -1), all_i = at::cat({best_i, i}, -1);

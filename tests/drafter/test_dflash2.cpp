@@ -217,6 +217,12 @@ TEST(Selector, ChunkedTopKIsTheFullSortWithTiesToTheLowerId) {
       EXPECT_TRUE(at::equal(c.ids, i.narrow(-1, 0, K))) << "chunk " << chunk << " K " << K;
       EXPECT_TRUE(at::allclose(c.logits, v.narrow(-1, 0, K), 0, 1e-12));
     }
+  // Every logit equal: ties at every boundary, the lowest ids win whatever the chunking.
+  const at::Tensor flat_head = randn({1, d}).expand({V, d}).contiguous();
+  for (int64_t chunk : {1, 4, 7, 100})
+    EXPECT_TRUE(at::equal(top_candidates(h, flat_head, 5, {}, chunk).ids,
+                          at::arange(5, at::kLong).expand({4, 3, 5})))
+        << "chunk " << chunk;
   // The unary transform: output multiplier and softcap.
   const UnaryLogitOptions opt{0.5, 2.0};
   const Candidates c = top_candidates(h, head, 4, opt, 5);
