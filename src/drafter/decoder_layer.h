@@ -24,7 +24,14 @@ struct LayerShared {
   at::Tensor ctx_start;         // [b, N] packed rows: each block's document start; undefined otherwise
 };
 
-// x [b, T, H] (T = N*B block tokens) -> [b, T, H].
+// The two sublayers on their normed inputs h [b, T, H] (without the residual), so DFlash2 can wrap each in its
+// convolutions (dflash2_layer.h): attention (queries and the block's keys/values from h, context keys/values from
+// sh.context, then o_proj) and the SwiGLU MLP.
+at::Tensor attention_sublayer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& h,
+                              const LayerShared& sh);
+at::Tensor mlp_sublayer(const LayerWeights& w, const at::Tensor& h);
+
+// x [b, T, H] (T = N*B block tokens) -> [b, T, H]: x + attention(norm(x)), then the same with the MLP.
 at::Tensor decoder_layer(const LayerWeights& w, const DecoderLayerShape& s, const at::Tensor& x, const LayerShared& sh);
 
 // Same result; runs the layer without autograd in forward, keeps only x, and recomputes the layer with

@@ -1,0 +1,244 @@
+#include "candidate_selector.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+namespace dflash::drafter {
+
+namespace {
+
+// Rows of the [rows, K, d] gather of head rows that candidate_unary_logits materialises at once (~32 MiB in fp64).
+constexpr int64_t kGatherElements = int64_t(1) << 22;
+
+at::Tensor apply_unary(const at::Tensor& raw, const UnaryLogitOptions& opt) {
+  at::Tensor u = opt.output_multiplier == 1.0 ? raw : raw * opt.output_multiplier;
+  if (opt.final_logit_softcapping > 0)
+    u = at::tanh(u / opt.final_logit_softcapping) * opt.final_logit_softcapping;
+  return u;
+}
+
+void check_head(const at::Tensor& hidden, const at::Tensor& lm_head, const char* where) {
+  if (!lm_head.defined() || lm_head.dim() != 2 || !hidden.defined() || hidden.dim() < 1 ||
+      hidden.size(-1) != lm_head.size(1))
+    throw std::invalid_argument(std::string(where) + ": need hidden [..., d] and lm_head [V, d] with the same d");
+  if (hidden.scalar_type() != lm_head.scalar_type())
+    throw std::invalid_argument(std::string(where) + ": hidden and lm_head must have the same dtype");
+}
+
+// sort along the last dim, largest first, equal values keeping their order (= ascending id here).
+std::pair<at::Tensor, at::Tensor> sort_desc_stable(const at::Tensor& x) {
+  auto [v, i] = at::sort(x, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+  return {v, i};
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// raw[r, k] = <hidden[r], lm_head[ids[r, k]]>, a bounded number of rows at a time; grad only for hidden.
+class GatheredHeadLogits : public torch::autograd::Function<GatheredHeadLogits> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& lm_head,
+                            const at::Tensor& ids) {
+    const int64_t n = hidden.size(0), K = ids.size(1), d = hidden.size(1);
+    const int64_t step = std::max<int64_t>(1, kGatherElements / std::max<int64_t>(1, K * d));
+    at::Tensor out = at::empty({n, K}, hidden.options());
+    for (int64_t r = 0; r < n; r += step) {
+      const int64_t len = std::min(step, n - r);
+      const at::Tensor rows = lm_head.index_select(0, ids.narrow(0, r, len).reshape({-1})).view({len, K, d});
+      out.narrow(0, r, len).copy_(at::bmm(rows, hidden.narrow(0, r, len).unsqueeze(-1)).squeeze(-1));
+    }
+    ctx->save_for_backward({lm_head, ids});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &lm_head = saved[0], &ids = saved[1], &g = grads[0];
+    const int64_t n = ids.size(0), K = ids.size(1), d = lm_head.size(1);
+    const int64_t step = std::max<int64_t>(1, kGatherElements / std::max<int64_t>(1, K * d));
+    at::Tensor grad_h = at::empty({n, d}, g.options());
+    for (int64_t r = 0; r < n; r += step) {
+      const int64_t len = std::min(step, n - r);
+      const at::Tensor rows = lm_head.index_select(0, ids.narrow(0, r, len).reshape({-1})).view({len, K, d});
+      grad_h.narrow(0, r, len).copy_(at::bmm(g.narrow(0, r, len).unsqueeze(1), rows).squeeze(1));
+    }
+    return {grad_h, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+Candidates top_candidates(const at::Tensor& hidden, const at::Tensor& lm_head, int64_t top_k,
+                          const UnaryLogitOptions& opt, int64_t vocab_chunk) {
+  check_head(hidden, lm_head, "selector top-K");
+  const int64_t V = lm_head.size(0), d = hidden.size(-1);
+  if (top_k < 1 || top_k > V)
+    throw std::invalid_argument("selector top-K: selector_top_k must be in [1, " + std::to_string(V) + "], got " +
+                                std::to_string(top_k));
+  if (vocab_chunk < 1) throw std::invalid_argument("selector top-K: vocabulary chunk must be >= 1");
+  at::NoGradGuard no_grad;
+  const at::Tensor h = hidden.reshape({-1, d});
+  at::Tensor best_v, best_i;
+  for (int64_t start = 0; start < V; start += vocab_chunk) {
+    const int64_t len = std::min(vocab_chunk, V - start);
+    const at::Tensor logits = apply_unary(at::linear(h, lm_head.narrow(0, start, len)), opt);
+    const int64_t take = std::min(top_k, len);
+    at::Tensor v, i;
+    {
+      // topk does not say which of equal values it keeps. When no row has a value equal to its take-th one outside
+      // the set topk returned, the set is exact, and only its order needs fixing (ascending id, then a stable sort
+      // by value). Otherwise (a tie at the boundary) the chunk is sorted whole.
+      auto [tv, ti] = at::topk(logits, take, -1, /*largest=*/true, /*sorted=*/true);
+      const at::Tensor at_or_above = (logits >= tv.narrow(-1, take - 1, 1)).sum(-1);
+      if (at_or_above.eq(take).all().item<bool>()) {
+        auto [sorted_ids, by_id] = at::sort(ti, -1);
+        auto [sv, order] = sort_desc_stable(tv.gather(-1, by_id));
+        v = sv;
+        i = sorted_ids.gather(-1, order);
+      } else {
+        std::tie(v, i) = sort_desc_stable(logits);
+        v = v.narrow(-1, 0, take);
+        i = i.narrow(-1, 0, take);
+      }
+    }
+    i = i + start;
+    if (best_v.defined()) {
+      // Kept ids all precede this chunk's, so the stable sort still breaks ties by ascending id.
+      const at::Tensor all_v = at::cat({best_v, v}, -1), all_i = at::cat({best_i, i}, -1);
+      auto [mv, order] = sort_desc_stable(all_v);
+      const int64_t keep = std::min(top_k, all_v.size(-1));
+      v = mv.narrow(-1, 0, keep);
+      i = all_i.gather(-1, order.narrow(-1, 0, keep));
+    }
+    best_v = v;
+    best_i = i;
+  }
+  std::vector<int64_t> shape(hidden.sizes().begin(), hidden.sizes().end() - 1);
+  shape.push_back(top_k);
+  return {best_i.reshape(shape), best_v.reshape(shape)};
+}
+
+at::Tensor candidate_unary_logits(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& ids,
+                                  const UnaryLogitOptions& opt) {
+  check_head(hidden, lm_head, "selector candidate logits");
+  if (lm_head.requires_grad())
+    throw std::invalid_argument("selector candidate logits: the LM head is frozen; pass it without requires_grad");
+  if (ids.dim() != hidden.dim() || ids.sizes().slice(0, ids.dim() - 1) != hidden.sizes().slice(0, hidden.dim() - 1))
+    throw std::invalid_argument("selector candidate logits: ids must be [..., K] over the rows of hidden [..., d]");
+  const int64_t d = hidden.size(-1), K = ids.size(-1);
+  const at::Tensor raw = GatheredHeadLogits::apply(hidden.reshape({-1, d}), lm_head, ids.reshape({-1, K}).to(at::kLong));
+  return apply_unary(raw.view(ids.sizes()), opt);
+}
+
+at::Tensor selector_scores(const SelectorWeights& w, const at::Tensor& unary_at_ids, const at::Tensor& hidden,
+                           const at::Tensor& predecessors, const at::Tensor& ids) {
+  const at::Tensor gate = at::embedding(w.predecessor_codebook, predecessors) * at::linear(hidden, w.hidden_projection);
+  const at::Tensor succ = at::embedding(w.successor_codebook, ids);                                     // [..., K, r]
+  return unary_at_ids + at::matmul(succ, gate.unsqueeze(-1)).squeeze(-1);
+}
+
+SelectorWalk selector_walk(const SelectorWeights& w, const Candidates& cands, const at::Tensor& hidden,
+                           const at::Tensor& anchors, double temperature, const at::Tensor& uniforms) {
+  if (cands.ids.dim() != 3 || hidden.dim() != 3 || hidden.sizes().slice(0, 2) != cands.ids.sizes().slice(0, 2) ||
+      cands.logits.sizes() != cands.ids.sizes() || anchors.dim() != 1 || anchors.size(0) != cands.ids.size(0))
+    throw std::invalid_argument("selector walk: need candidates [n, L, K], hidden [n, L, d] and anchors [n]");
+  const int64_t n = cands.ids.size(0), L = cands.ids.size(1), K = cands.ids.size(2);
+  const bool greedy = temperature <= 0;
+  if (!greedy && (!uniforms.defined() || uniforms.sizes() != at::IntArrayRef({n, L})))
+    throw std::invalid_argument("selector walk: sampling at temperature > 0 needs uniforms [n, L]");
+  at::NoGradGuard no_grad;
+
+  // Predecessor candidates of slot k: the anchor for the first slot, slot k-1's candidates after it.
+  at::Tensor pred = anchors.to(at::kLong).view({n, 1, 1}).expand({n, 1, K});
+  if (L > 1) pred = at::cat({pred, cands.ids.narrow(1, 0, L - 1)}, 1);                               // [n, L, K]
+  const at::Tensor gate = at::embedding(w.predecessor_codebook, pred) *
+                          at::linear(hidden, w.hidden_projection).unsqueeze(-2);                  // [n, L, Kp, r]
+  const at::Tensor succ = at::embedding(w.successor_codebook, cands.ids);                          // [n, L, K, r]
+  const at::Tensor lattice = cands.logits.unsqueeze(-2) + at::matmul(gate, succ.transpose(-1, -2));  // [n, L, Kp, K]
+
+  SelectorWalk out;
+  out.candidates = cands.ids;
+  out.path = at::empty({n, L}, cands.ids.options());
+  out.q = at::zeros({n, L, K}, lattice.options());
+  out.scores = at::empty({n, L, K}, lattice.options());
+  at::Tensor prev = at::zeros({n}, cands.ids.options().dtype(at::kLong));  // the predecessor's index into Kp
+  for (int64_t k = 0; k < L; ++k) {
+    const at::Tensor s = lattice.select(1, k).gather(1, prev.view({n, 1, 1}).expand({n, 1, K})).squeeze(1);
+    at::Tensor pick;
+    if (greedy) {
+      pick = s.argmax(-1);
+      out.q.select(1, k).scatter_(1, pick.unsqueeze(1), 1.0);
+    } else {
+      const at::Tensor q = at::softmax(s / temperature, -1);
+      // Inverse CDF; rounding can leave the last cumulative sum below u: never pick a zero-probability tail.
+      const at::Tensor below = (q.cumsum(-1) <= uniforms.select(1, k).to(q.scalar_type()).unsqueeze(1)).sum(-1);
+      const at::Tensor last = (q > 0).to(at::kLong).cumsum(-1).argmax(-1);
+      pick = at::minimum(below, last);
+      out.q.select(1, k).copy_(q);
+    }
+    out.scores.select(1, k).copy_(s);
+    out.path.select(1, k).copy_(cands.ids.select(1, k).gather(1, pick.unsqueeze(1)).squeeze(1));
+    prev = pick;
+  }
+  return out;
+}
+
+SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& lm_head,
+                                      const at::Tensor& predecessors, const at::Tensor& targets,
+                                      const at::Tensor& weights, const SelectorLossOptions& opt) {
+  check_head(hidden, lm_head, "selector loss");
+  const int64_t n = hidden.size(0), V = lm_head.size(0), K = opt.top_k;
+  if (hidden.dim() != 2 || predecessors.sizes() != at::IntArrayRef({n}) || targets.sizes() != at::IntArrayRef({n}) ||
+      weights.sizes() != at::IntArrayRef({n}))
+    throw std::invalid_argument("selector loss: need hidden [n, d] and predecessors, targets, weights [n]");
+  if (n > 0) {
+    at::NoGradGuard no_grad;
+    for (const auto* t : {&predecessors, &targets})
+      if ((t->min().item<int64_t>() < 0) || (t->max().item<int64_t>() >= V))
+        throw std::invalid_argument("selector loss: token ids must be in [0, " + std::to_string(V) + ")");
+  }
+  const at::Tensor rows = at::nonzero(weights > 0).squeeze(1);
+  at::Tensor h = hidden.index_select(0, rows);
+  if (opt.stop_gradient) h = h.detach();
+  const at::Tensor y = targets.index_select(0, rows).to(at::kLong);
+  const at::Tensor p = predecessors.index_select(0, rows).to(at::kLong);
+  const at::Tensor wt = weights.index_select(0, rows);
+
+  const Candidates strict = top_candidates(h.detach(), lm_head, K, opt.unary, opt.vocab_chunk);
+  const at::Tensor hit = strict.ids.eq(y.unsqueeze(1));
+  const at::Tensor inside = hit.any(1);
+  const at::Tensor strict_index = hit.to(at::kLong).argmax(1);
+  at::Tensor ids = strict.ids, index = strict_index, covered = inside;
+  if (opt.candidates == SelectorCandidates::Inject) {
+    ids = strict.ids.clone();
+    ids.select(1, K - 1).copy_(at::where(inside, strict.ids.select(1, K - 1), y));
+    index = at::where(inside, strict_index, at::full_like(strict_index, K - 1));
+    covered = at::ones_like(inside);
+  }
+  const at::Tensor s = selector_scores(w, candidate_unary_logits(h, lm_head, ids, opt.unary), h, p, ids);
+  const at::Tensor ce = at::logsumexp(s, -1) - s.gather(1, index.unsqueeze(1)).squeeze(1);
+  const at::Tensor wm = wt.to(s.scalar_type()) * covered.to(s.scalar_type());
+
+  SelectorLossTerms t;
+  t.ce_sum = (wm * ce).sum();
+  t.covered_weight = wm.sum();
+  t.weight = wt.to(s.scalar_type()).sum();
+  t.rows = at::scalar_tensor(double(rows.size(0)), s.options().requires_grad(false));
+  // Inside rows score the strict top-K under both modes, so one argmax gives the teacher-forced accuracy.
+  const at::Tensor picked = s.detach().argmax(1).eq(index) & inside;
+  t.recall_hits = inside.to(s.scalar_type()).sum();
+  t.selector_hits = picked.to(s.scalar_type()).sum();
+  return t;
+}
+
+at::Tensor selector_loss(const SelectorLossTerms& t) {
+  return t.ce_sum / t.covered_weight.clamp_min(std::numeric_limits<float>::min());
+}
+
+}  // namespace dflash::drafter
