@@ -127,6 +127,9 @@ int doctor_main(const std::vector<std::string>& argv) {
       .option("threads", "N", "0", "CPU threads (0: every core)")
       .flag("quick", "fewer shapes (head dim 128 only) and a smaller timing shape");
   if (!a.parse(argv)) return 0;
+  const std::string json_path = a.str("json");
+  // The destination first: an empty path, a folder or a trailing '/' fail before any check runs.
+  if (a.given("json") && json_path != "-") io::check_output_path(json_path, "doctor: --json");
   std::vector<at::Device> devices;
   try {
     ops::set_threads(a.i64("threads"), "doctor: --threads");
@@ -142,7 +145,6 @@ int doctor_main(const std::vector<std::string>& argv) {
   } catch (const std::invalid_argument& e) {
     throw util::UsageError(e.what());
   }
-  const std::string json_path = a.str("json");
   const bool quick = a.on("quick");
   std::FILE* out = json_path == "-" ? stderr : stdout;
   std::optional<io::AtomicOutputFile> json_file;  // opened first: a folder that is not there fails before the checks

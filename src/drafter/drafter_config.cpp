@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atomic_output.h"
 #include "input_file.h"
 #include "strict_json.h"
 
@@ -309,10 +310,7 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
 
 void save_drafter_config(const std::string& path, const DrafterConfig& c) {
   c.validate("config to save as " + path);
-  std::ofstream out(path);
-  if (!out) throw std::invalid_argument(path + ": cannot write the drafter config");
-  out << drafter_config_to_json(c).dump(2) << "\n";
-  if (!out) throw std::invalid_argument(path + ": write failed");
+  io::write_file_atomically(path, drafter_config_to_json(c).dump(2) + "\n");  // whole or absent
 }
 
 }  // namespace dflash::drafter

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "compute_settings.h"
 #include "drafter_commands.h"
 #include "drafter_model.h"
@@ -33,6 +34,7 @@ int selftest_main(const std::vector<std::string>& argv) {
   a.option("gamma", "X", "0", "loss decay (0: by block size; inf: no decay)");
   a.option("chunk-rows", "N", "7", "loss chunk rows");
   if (!a.parse(argv)) return 0;
+  if (a.given("out")) io::check_output_path(a.str("out"), "drafter selftest: --out");  // before any work
   for (const char* req : {"config", "weights", "batch", "out"})
     if (a.str(req).empty()) throw std::invalid_argument(std::string("drafter selftest: --") + req + " is required");
 

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "eval_commands.h"
 #include "python_driver.h"
 #include "response_generator.h"
@@ -170,6 +171,7 @@ int bench_decode_main(const std::vector<std::string>& args) {
   a.option("prefill-lengths", "LIST", "", "also time the prefill of T-token prompts for each T (e.g. 512,2048,8192)");
   a.option("json", "FILE", "", "write the results as JSON");
   if (!a.parse(args)) return 0;
+  if (a.given("json")) io::check_output_path(a.str("json"), "bench decode: --json");  // before the target loads
   const models::TargetOptions topt = models::read_target_options(a, target_set);  // --threads applies to both sides
   const int64_t threads = topt.threads, n = a.i64("new-tokens");
   models::TargetModel model = models::load_target(topt);
@@ -210,7 +212,7 @@ int bench_decode_main(const std::vector<std::string>& args) {
     model.enable_onednn_decode();  // as regenerate runs it; the single-sequence decode above never uses it
     out["batched"] = bench_batched(model, a.i64_list("prompt-ids"), a.i64("batch"), n);
   }
-  if (!a.str("json").empty()) std::ofstream(a.str("json")) << out.dump(2) << "\n";
+  if (!a.str("json").empty()) io::write_file_atomically(a.str("json"), out.dump(2) + "\n");
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "attention_selfcheck.h"
 #include "compute_settings.h"
 #include "dflash_proposer.h"
@@ -66,7 +67,7 @@ ProposerSide make_proposer(const EvalOptions& o, const models::TargetModel& targ
 // One dataset: every prompt (and repeat) with the target alone, then speculatively, back to back.
 DatasetReport evaluate_dataset(const EvalOptions& o, const EvalDataset& ds, const models::TargetModel& target,
                                Proposer& proposer, const tok::Tokenizer* tokenizer, const tok::ChatFormat* chat,
-                               const data::GenerationOptions& gen, std::ofstream* tokens_out) {
+                               const data::GenerationOptions& gen, io::AtomicOutputFile* tokens_out) {
   const auto prompts = data::read_prompts(ds.path, o.limit);
   DatasetReport rep(ds.name, proposer.block_size());
   rep.lossless_checked = o.baseline && gen.temperature <= 0;
@@ -99,10 +100,10 @@ DatasetReport evaluate_dataset(const EvalOptions& o, const EvalDataset& ds, cons
                      static_cast<long long>(mm.got));
       }
       if (tokens_out)
-        *tokens_out << nlohmann::json{{"dataset", ds.name}, {"index", p.index}, {"repeat", r},
-                                      {"tokens", spec.tokens}, {"baseline", base.tokens},
-                                      {"accept_lengths", spec.accept_lengths}}.dump()
-                    << "\n";
+        tokens_out->write(nlohmann::json{{"dataset", ds.name}, {"index", p.index}, {"repeat", r},
+                                         {"tokens", spec.tokens}, {"baseline", base.tokens},
+                                         {"accept_lengths", spec.accept_lengths}}.dump() +
+                          "\n");
       toks += static_cast<int64_t>(spec.tokens.size());
       bar.update(++done, toks);
     }
@@ -125,9 +126,7 @@ void write_eval_json(const EvalOptions& o, const ProposerSide& side, const data:
                               {"backend", ops::attention_backend_name(side.attention->backend)},
                               {"device", side.attention->device}, {"line", side.attention->line}};
   for (const auto& r : reports) j["datasets"].push_back(r.to_json());
-  std::ofstream out(o.json);
-  if (!out) throw std::runtime_error(o.json + ": cannot open for writing");
-  out << j.dump(2) << "\n";
+  io::write_file_atomically(o.json, j.dump(2) + "\n");
 }
 
 }  // namespace
@@ -154,6 +153,9 @@ int run_eval(const EvalOptions& o) {
   if (o.repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
   if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (o.datasets.empty()) throw std::invalid_argument("eval: --data is required (NAME=PATH,...)");
+  // The destinations before the target loads: a folder or an empty path fails now, not after the runs.
+  if (!o.json.empty()) io::check_output_path(o.json, "eval: --json");
+  if (!o.tokens_out.empty()) io::check_output_path(o.tokens_out, "eval: --tokens-out");
   const models::TargetModel target = models::load_target(o.target);
   auto tokenizer = models::load_target_tokenizer(o.target);
   std::unique_ptr<tok::ChatFormat> chat;
@@ -166,14 +168,12 @@ int run_eval(const EvalOptions& o) {
   gen.seed = o.seed;
   gen.eos_ids = data::parse_stop_ids(o.target.eos, target, tokenizer.get());
 
-  std::unique_ptr<std::ofstream> tokens_out;
-  if (!o.tokens_out.empty()) {
-    tokens_out = std::make_unique<std::ofstream>(o.tokens_out);
-    if (!*tokens_out) throw std::runtime_error(o.tokens_out + ": cannot open for writing");
-  }
+  std::unique_ptr<io::AtomicOutputFile> tokens_out;  // whole or absent: committed after the last dataset
+  if (!o.tokens_out.empty()) tokens_out = std::make_unique<io::AtomicOutputFile>(o.tokens_out);
   std::vector<DatasetReport> reports;
   for (const auto& ds : o.datasets)
     reports.push_back(evaluate_dataset(o, ds, target, *side.proposer, tokenizer.get(), chat.get(), gen, tokens_out.get()));
+  if (tokens_out) tokens_out->commit();
   print_table(reports);
   print_cycle_breakdown(reports);
   if (!o.json.empty()) write_eval_json(o, side, gen, reports);
@@ -232,6 +232,8 @@ int eval_main(const std::vector<std::string>& args) {
   o.seed = static_cast<uint64_t>(a.i64("seed"));
   o.json = a.str("json");
   o.tokens_out = a.str("tokens-out");
+  if (a.given("json") && o.json.empty()) io::check_output_path(o.json, "eval: --json");  // an empty path: refused
+  if (a.given("tokens-out") && o.tokens_out.empty()) io::check_output_path(o.tokens_out, "eval: --tokens-out");
   return run_eval(o);
 }
 

@@ -1,5 +1,8 @@
 // Outputs that are whole or absent: bytes go to "<path>.tmp.<pid>" beside the target, then fsync, rename over
-// the target and fsync of the folder. A writer that fails (or is destroyed before commit) removes its temporary;
+// the target and fsync of the folder. Every output path of every command goes through here, whatever it names:
+// a regular file (or a new name) is replaced atomically; a character device or FIFO (/dev/null, /dev/stdout, a
+// pipe) is written to as a stream, never replaced; a symlink is followed (its target is what gets replaced); an
+// empty path, a trailing '/', a directory, a block device or socket, or a missing folder is refused. A writer that fails (or is destroyed before commit) removes its temporary;
 // one killed with SIGKILL leaves it, and remove_stale_temporaries() clears such leftovers later.
 // Framework-free.
 #pragma once
@@ -12,9 +15,14 @@ namespace dflash::io {
 // "<path>.tmp.<pid of this process>".
 std::string temp_path_for(const std::string& path);
 
+// Refuses (std::invalid_argument "<what>: '<path>' is ...") a path no output can go to. Commands call it on every
+// output before any work starts, so a bad destination fails in a second rather than after the run.
+void check_output_path(const std::string& path, const std::string& what);
+
 class AtomicOutputFile {
  public:
   // Creates the temporary (throws naming it when the folder is missing or read-only).
+  // Checks the path first (check_output_path, named "output").
   explicit AtomicOutputFile(std::string path);
   AtomicOutputFile(const AtomicOutputFile&) = delete;
   AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
@@ -24,13 +32,15 @@ class AtomicOutputFile {
   // Flush, fsync, rename over the target, fsync the folder. Throws (and removes the temporary) on failure.
   void commit();
   const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return tmp_; }
+  const std::string& temp_path() const { return tmp_; }  // empty for a stream (device or FIFO)
+  bool is_stream() const { return stream_; }
 
  private:
   void flush();
   void write_raw(const char* p, size_t n);
-  std::string path_, tmp_, buf_;
+  std::string path_, tmp_, target_, buf_;  // target_: path_ with symlinks followed
   int fd_ = -1;
+  bool stream_ = false;
   bool committed_ = false;
 };
 

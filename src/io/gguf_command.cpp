@@ -123,6 +123,7 @@ int gguf_dequant_main(const std::vector<std::string>& argv) {
   a.option("tensor", "NAME", "", "tensor name");
   a.option("output", "FILE", "", "where to write the float32 values (memory order, ne[0] fastest)");
   if (!a.parse(args)) return 0;
+  if (a.given("output")) io::check_output_path(a.str("output"), "gguf dequant: --output");  // before any work
   if (a.str("tensor").empty() || a.str("output").empty())
     throw std::invalid_argument(std::string("--tensor and --output are required\nusage: ") + usage);
   auto f = io::GGUFFile::open(file);

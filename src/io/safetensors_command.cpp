@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "io_commands.h"
 #include "safetensors.h"
 
@@ -32,6 +33,7 @@ int safetensors_copy_main(const std::vector<std::string>& args) {
   a.option("input", "PATH", "", "source file");
   a.option("output", "PATH", "", "destination file (written atomically)");
   if (!a.parse(args)) return 0;
+  if (a.given("output")) io::check_output_path(a.str("output"), "safetensors copy: --output");  // before any work
   auto f = io::SafetensorsFile::open(a.str("input"));
   std::vector<std::pair<std::string, at::Tensor>> ts;
   for (const auto& n : f.names()) ts.emplace_back(n, f.load(n));

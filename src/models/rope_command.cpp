@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "dtype_names.h"
 #include "input_file.h"
 #include "models_commands.h"
@@ -26,6 +27,7 @@ int target_rope_main(const std::vector<std::string>& args) {
   a.option("dtype", "DTYPE", "fp32", "arithmetic of the frequencies: fp32 (transformers') or fp64 (the drafter's)");
   a.option("out", "FILE", "", "safetensors to write: inv_freq, attention_scaling, cos, sin");
   if (!a.parse(args)) return 0;
+  if (a.given("out")) io::check_output_path(a.str("out"), "target rope: --out");  // before any work
   a.require("config");
   a.require("out");
   const util::Dtype dtype = util::parse_dtype(a.str("dtype"), "target rope: --dtype");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "chat_template.h"
 #include "models_commands.h"
 #include "safetensors.h"
@@ -32,6 +33,7 @@ int target_run_main(const std::vector<std::string>& args) {
   a.option("block", "B", "1", "block size after the prefill (1 = token-by-token decode)");
   a.flag("rollback", "before each block, verify a junk block and crop it away (speculative rejection)");
   if (!a.parse(args)) return 0;
+  if (a.given("output")) io::check_output_path(a.str("output"), "target run: --output");  // before any work
   const TargetModel model = load_target(read_target_options(a));
   at::Tensor ids = io::SafetensorsFile::open(a.str("input")).load("input_ids", at::kLong);
   if (ids.dim() != 2) throw std::invalid_argument("input 'input_ids' must be [batch, T]");

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "compute_settings.h"
 #include "plan_commands.h"
 #include "drafter_from_target.h"
@@ -68,6 +69,7 @@ int bench_flops_main(const std::vector<std::string>& argv) {
   a.option("threads", "N", "0", "intra-op threads (0: every core)");
   a.option("json", "FILE", "", "also write the results as JSON");
   if (!a.parse(argv)) return 0;
+  if (a.given("json")) io::check_output_path(a.str("json"), "bench flops: --json");  // before the runs
   if (a.str("target").empty() == a.str("target-config").empty())
     throw std::invalid_argument("bench flops: give --target PATH or --target-config FILE");
   const int64_t threads = ops::set_threads(a.i64("threads"), "bench flops: --threads");
@@ -146,7 +148,7 @@ int bench_flops_main(const std::vector<std::string>& argv) {
     out[part] = {{"flops", flops}, {"predicted_seconds", predicted}, {"measured_seconds", secs},
                  {"efficiency", predicted / secs}};
   }
-  if (!a.str("json").empty()) std::ofstream(a.str("json")) << out.dump(2) << "\n";
+  if (!a.str("json").empty()) io::write_file_atomically(a.str("json"), out.dump(2) + "\n");
   return 0;
 }
 

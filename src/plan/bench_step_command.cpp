@@ -27,6 +27,7 @@
 #endif
 
 #include "args.h"
+#include "atomic_output.h"
 #include "attention_selfcheck.h"
 #include "bench_step.h"
 #include "compute_settings.h"
@@ -452,6 +453,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("attention-backend", "NAME", "auto",
            "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
   if (!a.parse(argv)) return 0;
+  if (a.given("json")) io::check_output_path(a.str("json"), "bench step: --json");  // before the runs
   BenchStepOptions o;
   const std::string cfg_file = a.str("drafter-config");
   o.drafter = cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model").drafter : load_drafter_config(cfg_file);
@@ -478,11 +480,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   o.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend");
   ops::set_threads(a.i64("threads"), "bench step: --threads");
   const nlohmann::json out = run_bench_step(o);
-  if (!a.str("json").empty()) {
-    std::ofstream f(a.str("json"));
-    f << out.dump(2) << "\n";
-    if (!f) throw std::invalid_argument(a.str("json") + ": cannot write");
-  }
+  if (!a.str("json").empty()) io::write_file_atomically(a.str("json"), out.dump(2) + "\n");
   return 0;
 }
 

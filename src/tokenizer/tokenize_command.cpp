@@ -32,6 +32,7 @@ int tokenize_main(const std::vector<std::string>& args) {
   a.flag("decode-ids", "the other way: lines hold \"ids\": [...], write \"decoded\" text");
   a.flag("skip-special", "with --decode-ids: leave special tokens out (HF skip_special_tokens=True)");
   if (!a.parse(args)) return 0;
+  if (a.given("output")) io::check_output_path(a.str("output"), "tokenize: --output");  // before any work
   for (const char* k : {"model", "input", "output"})
     if (a.str(k).empty()) throw std::invalid_argument(std::string("tokenize: --") + k + " is required\n" + a.help());
 

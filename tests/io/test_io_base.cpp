@@ -13,6 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "atomic_output.h"
@@ -118,7 +119,66 @@ TEST(AtomicOutput, CommitReplacesAndAbandonLeavesNothing) {
   }
   EXPECT_EQ(fs::file_size(out), size_t(3) << 20);
   const std::string err = error_of([&] { AtomicOutputFile f((d / "no_such_dir" / "x").string()); });
-  EXPECT_NE(err.find("cannot create the temporary"), std::string::npos) << err;
+  EXPECT_NE(err.find("the folder '" + (d / "no_such_dir").string() + "' does not exist"), std::string::npos) << err;
+}
+
+// Issue 36: whatever an output path names, it is never clobbered into something else.
+TEST(AtomicOutput, DestinationsThatAreNoFileAreRefusedBeforeAnyWrite) {
+  const fs::path d = fresh_dir("refused");
+  const std::string dir = (d / "sub").string();
+  fs::create_directory(dir);
+  EXPECT_NE(error_of([&] { check_output_path("", "--json"); }).find("--json: the output path is empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_path(dir, "--json"); }).find("is a folder"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_path(dir + "/", "--json"); }).find("ends in '/'"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_path((d / "new.json/").string(), "--json"); }).find("ends in '/'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_path("a\nb", "--json"); }).find("control character"), std::string::npos);
+  fs::create_symlink(d / "missing", d / "dangling");
+  EXPECT_NE(error_of([&] { check_output_path((d / "dangling").string(), "--json"); }).find("does not exist"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { AtomicOutputFile f(dir); }).find("is a folder"), std::string::npos);
+  EXPECT_TRUE(fs::is_directory(dir));  // still a folder
+  EXPECT_EQ(error_of([&] { check_output_path((d / "fresh.json").string(), "--json"); }), "");
+}
+
+TEST(AtomicOutput, CharacterDevicesAndFifosAreStreamedNotReplaced) {
+  {
+    AtomicOutputFile f("/dev/null");
+    EXPECT_TRUE(f.is_stream());
+    f.write("ignored\n");
+    f.commit();
+  }
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));  // not turned into a regular file
+  const fs::path d = fresh_dir("fifo");
+  const std::string fifo = (d / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo);
+    std::getline(in, got);
+  });
+  {
+    AtomicOutputFile f(fifo);
+    f.write("through the pipe\n");
+    f.commit();
+  }
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator{}), 1);  // no temporary beside it
+}
+
+TEST(AtomicOutput, ASymlinkIsFollowedAndKept) {
+  const fs::path d = fresh_dir("symlink");
+  fs::create_directory(d / "real");
+  write_file_atomically((d / "real" / "out.json").string(), "old\n");
+  fs::create_symlink(d / "real" / "out.json", d / "link.json");
+  write_file_atomically((d / "link.json").string(), "new\n");
+  EXPECT_TRUE(fs::is_symlink(d / "link.json"));
+  std::ifstream in(d / "real" / "out.json");
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "new");
 }
 
 TEST(AtomicOutput, StaleTemporariesOfDeadWritersAreRemoved) {
