@@ -178,8 +178,8 @@ void write_dflash_shard(const std::string& path, const std::vector<Sample>& samp
 }
 
 // The mini runs' settings: the tiny target, `count` random offline samples of 12, 13, ... tokens (prompt: the
-// first 3) with one target layer's features (H = 16) in one dflash shard, block 4, 3 steps x 4 anchors, fp32,
-// one thread, a metrics line per step; the run folder is root / run.
+// first 3) with target layer 0's features (H = 16; the last layer, 1, is refused) in one dflash shard, block 4,
+// 3 steps x 4 anchors, fp32, one thread, a metrics line per step; the run folder is root / run.
 TrainConfig mini_config(const fs::path& root, const std::string& run, int count, uint64_t seed) {
   std::vector<Sample> samples;
   at::manual_seed(seed);
@@ -194,11 +194,12 @@ TrainConfig mini_config(const fs::path& root, const std::string& run, int count,
   TrainConfig c;
   c.target = write_tiny_target(root / "target");
   c.data = (root / "data.safetensors").string();
-  write_dflash_shard(c.data, samples, {1}, 16);
+  write_dflash_shard(c.data, samples, {0}, 16);
   c.out = (root / run).string();
   c.mask_token_id = 63;
   c.block_size = 4;
   c.num_anchors = 4;
+  c.target_layer_ids = {0};  // the default for a 2-layer target is its last layer, which train refuses
   c.steps = 3;
   c.dtype = dflash::util::Dtype::F32;
   c.threads = 1;
