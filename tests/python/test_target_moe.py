@@ -189,14 +189,14 @@ def test_regenerate_batched_and_dump_hidden_equal_transformers(dflash_bin, tmp_p
         assert s["input_ids"] == p + hf_greedy(model, p, 12, eos=2)
     dump = tmp_path / "dump"
     r = subprocess.run([dflash_bin, "data", "dump-hidden", "--target", str(d), "--data", str(out), "--out",
-                        str(dump), "--threads", "1", "--target-layer-ids", "3,1"], capture_output=True,
+                        str(dump), "--threads", "1", "--target-layer-ids", "2,1"], capture_output=True,
                        text=True, env=ENV, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     got = [v for _, v in sorted(read_folder(dump).items())]
     assert len(got) == len(samples)
     for s, (_, _, hidden, _) in zip(samples, got):
         ref = hf_forward(model, torch.tensor([s["input_ids"]])).hidden_states
-        torch.testing.assert_close(hidden.float(), torch.cat([ref[4][0], ref[2][0]], -1), rtol=2 ** -7, atol=1e-4)
+        torch.testing.assert_close(hidden.float(), torch.cat([ref[3][0], ref[2][0]], -1), rtol=2 ** -7, atol=1e-4)
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_5_moe"])
