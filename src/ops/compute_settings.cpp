@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <thread>
 
@@ -48,7 +49,12 @@ at::Device parse_device_name(const std::string& name, const std::string& where) 
   if ((type != "cpu" && type != "cuda") || !index_ok || (type == "cpu" && colon != std::string::npos && index != "0"))
     throw std::invalid_argument(where + ": expected a device like cpu, cuda or cuda:1, got '" + name + "'");
   if (type == "cpu") return at::Device(at::kCPU);
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index.empty() ? 0 : std::stoll(index)));
+  // The index type is 8 bits: a larger index would wrap onto another device (cuda:256 -> cuda:0) or go negative.
+  const long long i = index.empty() ? 0 : std::stoll(index);
+  if (i > std::numeric_limits<c10::DeviceIndex>::max())
+    throw std::invalid_argument(where + ": '" + name + "': a CUDA device index is at most " +
+                                std::to_string(int(std::numeric_limits<c10::DeviceIndex>::max())));
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i));
 }
 
 void check_device_available(at::Device d, const std::string& name, const std::string& where) {
@@ -74,6 +80,8 @@ std::vector<at::Device> parse_devices(const std::string& list, const std::string
   while (start <= list.size()) {
     const size_t comma = std::min(list.find(',', start), list.size());
     const std::string item = list.substr(start, comma - start);
+    if (item.empty() && !list.empty())  // 'cuda:0,,cuda:1' or a trailing ',': a typo, not a device to skip
+      throw std::invalid_argument(where + ": an empty entry in '" + list + "'");
     if (!item.empty()) out.push_back(parse_device(item, where));
     start = comma + 1;
   }

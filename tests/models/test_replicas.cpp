@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "compute_settings.h"
 #include "device_layout.h"
 #include "error_of.h"
 #include "target_cost.h"
@@ -47,6 +48,22 @@ TEST(DeviceLayout, BadLayoutsNameTheKeyAndTheValue) {
   EXPECT_NO_THROW(parse_device_layout("cpu;cpu", key));  // a CPU may serve several replicas
   if (!at::hasCUDA())
     EXPECT_NE(err("cuda:0;cuda:1").find("asks for a CUDA device"), std::string::npos) << err("cuda:0;cuda:1");
+}
+
+// A CUDA index past the 8-bit index type would wrap onto another device (cuda:256 -> cuda:0) or go negative
+// (cuda:999); an empty entry in a device list is a typo, never skipped.
+TEST(DeviceLayout, IndicesThatWouldWrapAndEmptyEntriesAreRefused) {
+  for (const std::string spec : {"cuda:256", "cuda:999", "cpu;cuda:128"})
+    EXPECT_NE(error_of([&] { parse_device_layout_spelling(spec, "--devices"); }).find("a CUDA device index is at most 127"),
+              std::string::npos)
+        << spec;
+  EXPECT_NO_THROW(parse_device_layout_spelling("cuda:127", "--devices"));
+  const std::string key = "train config: 'drafter_devices'";
+  for (const std::string list : {"cpu,,cpu", "cpu,"})
+    EXPECT_NE(error_of([&] { dflash::ops::parse_devices(list, key); }).find(key + ": an empty entry in '" + list + "'"),
+              std::string::npos)
+        << list;
+  EXPECT_EQ(dflash::ops::parse_devices("cpu,cpu", key).size(), 2u);
 }
 
 // dflash doctor reports a missing device itself: the spelling-only parse takes any device, refuses the same mistakes.

@@ -317,3 +317,20 @@ def test_libtorch_errors_come_without_a_stack_trace(dflash_bin, tiny_target, tmp
     r = run(dflash_bin, "target", "run", "--model", tiny_target, "--input", ids, "--output", tmp_path / "o.safetensors")
     clean_error(r)
     assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_output_paths_are_checked_before_work_and_devices_stay_devices(dflash_bin, tmp_path):
+    # A folder, a trailing '/' or an empty path is refused before any check runs; /dev/null is written as a stream
+    # and stays a character device (it used to be replaced by a regular file when run as root).
+    for dest in (tmp_path, f"{tmp_path}/", "", tmp_path / "missing" / "d.json"):
+        clean_error(run(dflash_bin, "doctor", "--quick", "--json", dest), "doctor: --json")
+    import stat
+    r = run(dflash_bin, "doctor", "--quick", "--devices", "cpu", "--json", "/dev/null", timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize("devices", ["cuda:256", "cuda:999"])
+def test_device_indices_that_would_wrap_are_refused(dflash_bin, devices):
+    r = run(dflash_bin, "doctor", "--quick", "--devices", devices)
+    assert r.returncode == 2 and "a CUDA device index is at most 127" in r.stderr and devices in r.stderr, r.stderr
