@@ -52,6 +52,12 @@ DeviceLayout parse_spelling(const std::string& spec, const std::string& where,
                             std::vector<std::vector<std::string>>& names) {
   const std::string shown = "'" + spec + "'";
   const std::string grammar = " (replicas separated by ';', the stages of a replica by ',', e.g. cuda:0,cuda:1;cuda:2,cuda:3)";
+  // A tab or newline is a control character here, not a separator: refused with its position, never trimmed away.
+  for (size_t i = 0; i < spec.size(); ++i)
+    if (static_cast<unsigned char>(spec[i]) < 0x20 || spec[i] == 0x7f)
+      throw std::invalid_argument(where + ": a control character (byte " +
+                                  std::to_string(int(static_cast<unsigned char>(spec[i]))) + ") at position " +
+                                  std::to_string(i) + " of the device list");
   if (trimmed(spec).empty()) throw std::invalid_argument(where + ": needs at least one device, e.g. cpu or cuda:0");
   DeviceLayout layout;
   for (const std::string& replica : split(spec, ';')) {

@@ -58,6 +58,9 @@ TEST(DeviceLayout, IndicesThatWouldWrapAndEmptyEntriesAreRefused) {
               std::string::npos)
         << spec;
   EXPECT_NO_THROW(parse_device_layout_spelling("cuda:127", "--devices"));
+  EXPECT_NE(error_of([] { parse_device_layout_spelling("cpu\t", "--devices"); })
+                .find("--devices: a control character (byte 9) at position 3 of the device list"),
+            std::string::npos);
   const std::string key = "train config: 'drafter_devices'";
   for (const std::string list : {"cpu,,cpu", "cpu,"})
     EXPECT_NE(error_of([&] { dflash::ops::parse_devices(list, key); }).find(key + ": an empty entry in '" + list + "'"),
