@@ -6,7 +6,6 @@ greedy generation, the fused expert tensors, router ties and top-k edge cases, b
 a few online training steps; gpt_oss and bad MoE configs are clear errors."""
 import json
 import math
-import os
 import pathlib
 import subprocess
 
@@ -17,10 +16,9 @@ from transformers import (Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM, Qwen3_5MoeFor
                           Qwen3_5MoeTextConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from hf_greedy import hf_greedy
 from hidden_format import read_folder
+from target_run import ENV, TIMEOUT, hf_forward, run_target
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
-TIMEOUT = 300
 VOCAB = 200
 
 
@@ -85,19 +83,6 @@ def tiny(request, tmp_path_factory):
     return m, d
 
 
-def hf_forward(model, ids):
-    with torch.no_grad():
-        return model(ids, output_hidden_states=True)
-
-
-def run_target(dflash_bin, model_dir, ids, tmp_path, capture, *extra):
-    inp, out = tmp_path / "ids.safetensors", tmp_path / "out.safetensors"
-    save_file({"input_ids": ids}, str(inp))
-    cmd = [dflash_bin, "target", "run", "--model", str(model_dir), "--input", str(inp), "--output", str(out),
-           "--capture", ",".join(map(str, capture)), *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    return load_file(str(out))
 
 
 def max_diff(a, b):
@@ -122,7 +107,7 @@ def test_forward_matches_hf_float32(dflash_bin, tiny, tmp_path, mode):
     model, d = tiny
     ids = torch.randint(0, VOCAB, (2 if not mode else 1, 40), generator=torch.Generator().manual_seed(1))
     capture = [0, 1, 2, 3]
-    check(run_target(dflash_bin, d, ids, tmp_path, capture, *mode), hf_forward(model, ids), capture)
+    check(run_target(dflash_bin, d, ids, tmp_path, capture, *mode)[0], hf_forward(model, ids), capture)
 
 
 def test_greedy_generation_matches_hf(dflash_bin, tiny):
@@ -148,7 +133,7 @@ def test_fused_expert_tensors_load_as_per_expert_ones(dflash_bin, tmp_path):
     (d / "model.safetensors").unlink()
     save_file(sd, str(d / "model.safetensors"))
     ids = torch.randint(0, VOCAB, (1, 30), generator=torch.Generator().manual_seed(2))
-    check(run_target(dflash_bin, d, ids, tmp_path, [0, 3]), hf_forward(model, ids), [0, 3])
+    check(run_target(dflash_bin, d, ids, tmp_path, [0, 3])[0], hf_forward(model, ids), [0, 3])
 
 
 @pytest.mark.parametrize("case", ["ties", "top1", "all_experts", "sparse_step"])
@@ -166,7 +151,7 @@ def test_router_edge_cases(dflash_bin, tmp_path, case):
     d = tmp_path / case
     model.save_pretrained(str(d))
     ids = torch.randint(0, VOCAB, (1, 25), generator=torch.Generator().manual_seed(3))
-    check(run_target(dflash_bin, d, ids, tmp_path, [0, 1, 2, 3], "--prefill", "6", "--block", "4"),
+    check(run_target(dflash_bin, d, ids, tmp_path, [0, 1, 2, 3], "--prefill", "6", "--block", "4")[0],
           hf_forward(model, ids), [0, 1, 2, 3])
 
 

@@ -11,7 +11,6 @@ import contextlib
 import copy
 import json
 import math
-import os
 import pathlib
 import subprocess
 
@@ -24,10 +23,9 @@ from transformers import (Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForCondition
 from hf_greedy import hf_greedy
 from eval_cli import run_eval, write_prompts
 from hidden_format import read_folder
+from target_run import ENV, TIMEOUT, hf_forward, run_target
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", HF_HUB_OFFLINE="1")
-TIMEOUT = 300
 TEXT = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
             linear_conv_kernel_dim=4, max_position_embeddings=1024, rms_norm_eps=1e-6)
@@ -134,19 +132,6 @@ def reference_rule(norms_in_input_dtype):
          q35.Qwen3_5RMSNormGated.forward) = saved
 
 
-def hf_forward(model, ids):
-    with torch.no_grad():
-        return model(ids, output_hidden_states=True)
-
-
-def run_target(dflash_bin, model_dir, ids, tmp_path, capture, *extra):
-    inp, out = tmp_path / "ids.safetensors", tmp_path / "out.safetensors"
-    save_file({"input_ids": ids}, str(inp))
-    cmd = [dflash_bin, "target", "run", "--model", str(model_dir), "--input", str(inp), "--output", str(out),
-           "--capture", ",".join(map(str, capture)), *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    return load_file(str(out)), r.stderr
 
 
 def max_diff(a, b):
