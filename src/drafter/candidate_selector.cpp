@@ -40,17 +40,25 @@ std::pair<at::Tensor, at::Tensor> sort_desc_stable(const at::Tensor& x) {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// How many rows' [K, d] head slices one gather may hold (kGatherElements bounds the temporary).
+int64_t rows_per_gather(int64_t K, int64_t d) { return std::max<int64_t>(1, kGatherElements / std::max<int64_t>(1, K * d)); }
+
+// lm_head rows at ids[r .. r + len): [len, K, d].
+at::Tensor gathered_head_rows(const at::Tensor& lm_head, const at::Tensor& ids, int64_t r, int64_t len) {
+  return lm_head.index_select(0, ids.narrow(0, r, len).reshape({-1})).view({len, ids.size(1), lm_head.size(1)});
+}
+
 // raw[r, k] = <hidden[r], lm_head[ids[r, k]]>, a bounded number of rows at a time; grad only for hidden.
 class GatheredHeadLogits : public torch::autograd::Function<GatheredHeadLogits> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& lm_head,
                             const at::Tensor& ids) {
     const int64_t n = hidden.size(0), K = ids.size(1), d = hidden.size(1);
-    const int64_t step = std::max<int64_t>(1, kGatherElements / std::max<int64_t>(1, K * d));
+    const int64_t step = rows_per_gather(K, d);
     at::Tensor out = at::empty({n, K}, hidden.options());
     for (int64_t r = 0; r < n; r += step) {
       const int64_t len = std::min(step, n - r);
-      const at::Tensor rows = lm_head.index_select(0, ids.narrow(0, r, len).reshape({-1})).view({len, K, d});
+      const at::Tensor rows = gathered_head_rows(lm_head, ids, r, len);
       out.narrow(0, r, len).copy_(at::bmm(rows, hidden.narrow(0, r, len).unsqueeze(-1)).squeeze(-1));
     }
     ctx->save_for_backward({lm_head, ids});
@@ -61,11 +69,11 @@ class GatheredHeadLogits : public torch::autograd::Function<GatheredHeadLogits> 
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &lm_head = saved[0], &ids = saved[1], &g = grads[0];
     const int64_t n = ids.size(0), K = ids.size(1), d = lm_head.size(1);
-    const int64_t step = std::max<int64_t>(1, kGatherElements / std::max<int64_t>(1, K * d));
+    const int64_t step = rows_per_gather(K, d);
     at::Tensor grad_h = at::empty({n, d}, g.options());
     for (int64_t r = 0; r < n; r += step) {
       const int64_t len = std::min(step, n - r);
-      const at::Tensor rows = lm_head.index_select(0, ids.narrow(0, r, len).reshape({-1})).view({len, K, d});
+      const at::Tensor rows = gathered_head_rows(lm_head, ids, r, len);
       grad_h.narrow(0, r, len).copy_(at::bmm(g.narrow(0, r, len).unsqueeze(1), rows).squeeze(1));
     }
     return {grad_h, at::Tensor(), at::Tensor()};
