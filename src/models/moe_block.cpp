@@ -6,7 +6,30 @@
 
 namespace dflash::models {
 
+namespace {
+
+// gate_up [n, 2 I] (gate columns, then up) -> the expert's activation [n, I].
+at::Tensor expert_activation(const at::Tensor& gu, const MoeConfig& c, int64_t I) {
+  const at::Tensor gate = gu.narrow(1, 0, I), up = gu.narrow(1, I, I);
+  if (!c.gpt_oss) return at::silu(gate) * up;
+  // gpt-oss's clamped SwiGLU, in transformers' order of operations
+  const at::Tensor g = gate.clamp_max(c.swiglu_limit);
+  const at::Tensor u = up.clamp(-c.swiglu_limit, c.swiglu_limit);
+  return (u + 1) * (g * at::sigmoid(g * c.swiglu_alpha));
+}
+
+at::Tensor plus_bias(at::Tensor y, const at::Tensor& bias, int64_t e) {
+  return bias.defined() ? y + bias[e] : y;
+}
+
+}  // namespace
+
 MoeRouting moe_route(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x) {
+  if (c.gpt_oss) {
+    const at::Tensor logits = at::linear(x, w.router, w.router_bias);  // F.linear, as transformers
+    auto [top, ids] = at::topk(logits, c.top_k, -1);
+    return {ids, at::softmax(top, -1)};
+  }
   at::Tensor logits = at::matmul(x, w.router.t());
   at::Tensor probs = at::softmax(logits, -1, at::kFloat);
   auto [top, ids] = at::topk(probs, c.top_k, -1);
@@ -34,9 +57,9 @@ at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& c, const at::Tensor
     if (n[e] == 0) continue;
     const at::Tensor rows = tokens.narrow(0, start, n[e]);
     const at::Tensor h = x.index_select(0, rows);
-    const at::Tensor gu = at::matmul(h, w.gate_up[e].t());
-    const at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-    const at::Tensor y = at::matmul(act, w.down[e].t()) * weights.narrow(0, start, n[e]);
+    const at::Tensor gu = plus_bias(at::matmul(h, w.gate_up[e].t()), w.gate_up_bias, e);
+    const at::Tensor act = expert_activation(gu, c, I);
+    const at::Tensor y = plus_bias(at::matmul(act, w.down[e].t()), w.down_bias, e) * weights.narrow(0, start, n[e]);
     out.index_add_(0, rows, y);
     start += n[e];
   }

@@ -19,7 +19,7 @@ using nlohmann::json;
 }
 
 constexpr const char* kSupportedTypes =
-    "llama, qwen3, qwen3_moe, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text; gpt_oss is not supported yet";
+    "llama, qwen3, qwen3_moe, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, gpt_oss";
 
 constexpr int64_t kMaxTargetInt = 2147483647;  // sizes and counts become int (layers, heads, token ids)
 
@@ -124,7 +124,7 @@ void TargetConfig::validate(const std::string& what) const {
       fail(what, "field 'bos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
                      std::to_string(vocab_size) + ")");
   if (moe.num_experts > 0) {
-    positive("moe_intermediate_size", moe.expert_intermediate);
+    positive(moe.gpt_oss ? "intermediate_size" : "moe_intermediate_size", moe.expert_intermediate);
     positive("decoder_sparse_step", moe.sparse_step);
     if (moe.top_k < 1 || moe.top_k > moe.num_experts)
       fail(what, "field 'num_experts_per_tok' is " + std::to_string(moe.top_k) + ", expected 1.." +
@@ -136,6 +136,7 @@ void TargetConfig::validate(const std::string& what) const {
     if (moe.shared_intermediate < 0)
       fail(what, "field 'shared_expert_intermediate_size' must be positive, got " + std::to_string(moe.shared_intermediate));
   }
+  if (model_type == "gpt_oss") validate_gpt_oss(what);
   if (!hybrid) return;
   if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
     fail(what, "field 'layer_types' has " + std::to_string(layer_types.size()) + " entries, expected " +
@@ -156,6 +157,26 @@ void TargetConfig::validate(const std::string& what) const {
   if (!(partial_rotary_factor > 0 && partial_rotary_factor <= 1) || rot < 2 || rot % 2 != 0)
     fail(what, "field 'partial_rotary_factor' (" + std::to_string(partial_rotary_factor) +
                    ") must give an even number of rotated dims in [2, head_dim], got " + std::to_string(rot));
+}
+
+void TargetConfig::validate_gpt_oss(const std::string& what) const {
+  if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
+    fail(what, "field 'layer_types' has " + std::to_string(layer_types.size()) + " entries, expected " +
+                   std::to_string(num_hidden_layers) + " (num_hidden_layers)");
+  bool any_sliding = false;
+  for (size_t i = 0; i < layer_types.size(); ++i) {
+    if (layer_types[i] != "sliding_attention" && layer_types[i] != "full_attention")
+      fail(what, "field 'layer_types[" + std::to_string(i) + "]' is \"" + layer_types[i] +
+                     "\" (supported: \"sliding_attention\", \"full_attention\")");
+    any_sliding |= layer_types[i] == "sliding_attention";
+  }
+  if (any_sliding && (sliding_window <= 0 || sliding_window > kMaxTargetInt))
+    fail(what, "field 'sliding_window' is " + std::to_string(sliding_window) +
+                   ", expected a positive integer (layer_types has sliding_attention layers)");
+  if (moe.num_experts <= 0) fail(what, "field 'num_local_experts' must be positive, got " + std::to_string(moe.num_experts));
+  for (auto [name, v] : {std::pair<const char*, double>{"swiglu_alpha", moe.swiglu_alpha}, {"swiglu_limit", moe.swiglu_limit}})
+    if (!std::isfinite(v) || !(v > 0))
+      fail(what, std::string("field '") + name + "' must be a finite positive number, got " + shown_double(v));
 }
 
 bool TargetConfig::is_moe_layer(int64_t i) const {
@@ -268,6 +289,59 @@ void parse_moe_fields(const json& t, const std::string& what, TargetConfig& c, b
   }
 }
 
+// gpt-oss (transformers' GptOssConfig; its defaults where the file is silent): every layer an MoE of
+// intermediate_size experts, alternating sliding-window and full attention with sinks, YaRN RoPE.
+void parse_gpt_oss(const json& j, const std::string& what, TargetConfig& c) {
+  parse_decoder_fields(j, what, c, /*dense_mlp_required=*/true);
+  c.attention_bias = get_bool(j, "attention_bias", what, true);
+  c.rms_norm_eps = get_num(j, "rms_norm_eps", what, 1e-5);
+  if (!j.contains("head_dim") || j["head_dim"].is_null()) c.head_dim = 64;
+  if (!j.contains("num_key_value_heads") || j["num_key_value_heads"].is_null()) c.num_key_value_heads = 8;
+  if (!j.contains("max_position_embeddings") || j["max_position_embeddings"].is_null()) c.max_position_embeddings = 131072;
+  auto absent = [&](const char* k) { return !j.contains(k) || j[k].is_null(); };
+  if (absent("rope_parameters") && absent("rope_scaling")) {  // GptOssConfig's default: YaRN over 4096 positions
+    json r = {{"rope_theta", absent("rope_theta") ? json(150000.0) : j["rope_theta"]}, {"rope_type", "yarn"},
+              {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0}, {"truncate", false},
+              {"original_max_position_embeddings", 4096}};
+    c.rope = parse_rope(json{{"rope_parameters", r}}, c.max_position_embeddings, what);
+  } else {
+    try {
+      c.rope = parse_rope_config(j, 150000.0, c.max_position_embeddings, /*strict=*/false);
+    } catch (const RopeConfigError& e) {
+      fail(what, e.what());
+    }
+  }
+  c.attention_sinks = true;
+  c.sliding_window = get_int(j, "sliding_window", what, false, 128);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    if (!j["layer_types"].is_array()) fail(what, "field 'layer_types' must be a list of strings");
+    for (const auto& e : j["layer_types"]) {
+      if (!e.is_string())
+        fail(what, "field 'layer_types[" + std::to_string(c.layer_types.size()) + "]' must be a string, got " + e.dump());
+      c.layer_types.push_back(e.get<std::string>());
+    }
+  } else {  // transformers' rule: even layers (0, 2, ...) slide, odd ones see everything
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      c.layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  }
+  MoeConfig& m = c.moe;
+  m.gpt_oss = true;
+  const char* experts_key = !absent("num_local_experts") ? "num_local_experts" : "num_experts";
+  m.num_experts = get_int(j, experts_key, what, true, 0);
+  m.top_k = get_int(j, "num_experts_per_tok", what, false, 4);
+  m.expert_intermediate = c.intermediate_size;
+  m.swiglu_alpha = get_num(j, "swiglu_alpha", what, 1.702);
+  m.swiglu_limit = get_num(j, "swiglu_limit", what, 7.0);
+  if (!absent("quantization_config")) {
+    const json& q = j["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? q["quant_method"].get<std::string>() : q.dump();
+    if (method != "mxfp4")
+      fail(what, "field 'quantization_config.quant_method' is " + method + " (supported: \"mxfp4\", dequantised on load)");
+    c.notes.push_back("MXFP4 expert weights are dequantised on load: memory holds them in the model dtype");
+  }
+}
+
 }  // namespace
 
 TargetConfig parse_target_config(const std::string& json_text, const std::string& what) {
@@ -283,8 +357,14 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
     fail(what, "missing field 'model_type' (expected one of: " + std::string(kSupportedTypes) + ")");
   const std::string type = j["model_type"].get<std::string>();
   const bool hybrid = type == "qwen3_5" || type == "qwen3_5_text" || type == "qwen3_5_moe" || type == "qwen3_5_moe_text";
-  if (type != "llama" && type != "qwen3" && type != "qwen3_moe" && !hybrid)
+  if (type != "llama" && type != "qwen3" && type != "qwen3_moe" && type != "gpt_oss" && !hybrid)
     fail(what, "field 'model_type' is '" + type + "' (supported: " + kSupportedTypes + ")");
+  if (type == "gpt_oss") {
+    c.model_type = type;
+    parse_gpt_oss(j, what, c);
+    c.validate(what);
+    return c;
+  }
 
   if (hybrid) {
     // Qwen3_5(Moe)ForConditionalGeneration nests the decoder under text_config (its tensors under

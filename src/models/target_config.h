@@ -31,11 +31,16 @@ struct MoeConfig {
   int64_t sparse_step = 1;                    // decoder_sparse_step: layer i is MoE when (i + 1) % step == 0 ...
   std::vector<int64_t> mlp_only_layers;       // ... and i is not listed here (then a dense MLP)
   int64_t shared_intermediate = 0;            // shared_expert_intermediate_size (0: no shared expert)
+  // gpt-oss: the router has a bias and takes the top_k of its logits, then a softmax over those k (instead of a
+  // softmax over all experts first); experts have biases and run the clamped SwiGLU
+  // (up + 1) * g * sigmoid(alpha g), g = min(gate, limit), up clamped to [-limit, limit].
+  bool gpt_oss = false;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
 };
 
 struct TargetConfig {
-  // "llama", "qwen3", "qwen3_moe", "qwen3_5" (HF qwen3_5 / qwen3_5_text, both layouts) or "qwen3_5_moe"
-  // (HF qwen3_5_moe / qwen3_5_moe_text, both layouts)
+  // "llama", "qwen3", "qwen3_moe", "qwen3_5" (HF qwen3_5 / qwen3_5_text, both layouts), "qwen3_5_moe"
+  // (HF qwen3_5_moe / qwen3_5_moe_text, both layouts) or "gpt_oss"
   std::string model_type;
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
@@ -59,6 +64,17 @@ struct TargetConfig {
   std::vector<std::string> notes;  // parts of the checkpoint that are ignored (vision tower, MTP head)
   MoeConfig moe;
 
+  // gpt-oss: layer_types alternate "sliding_attention" (a query sees its last sliding_window keys, itself
+  // included) and "full_attention"; every attention head has a learned sink logit in its softmax denominator;
+  // RMSNorm weights stay float32 and scale before the cast back.
+  int64_t sliding_window = 0;
+  bool attention_sinks = false;
+  bool is_sliding_layer(int64_t i) const {
+    return !hybrid && !layer_types.empty() && layer_types.at(static_cast<size_t>(i)) == "sliding_attention";
+  }
+  // The keys a query of layer i sees behind itself, itself included (0: all of them).
+  int64_t window_of(int64_t i) const { return is_sliding_layer(i) ? sliding_window : 0; }
+
   // Layer i's MLP is a routed mixture of experts (else the dense SwiGLU of intermediate_size).
   bool is_moe_layer(int64_t i) const;
   bool has_dense_mlp() const;  // some layer has the dense MLP (intermediate_size is then required)
@@ -72,6 +88,9 @@ struct TargetConfig {
 
   // Throws std::runtime_error naming `what` and the field when a value is inconsistent.
   void validate(const std::string& what) const;
+
+ private:
+  void validate_gpt_oss(const std::string& what) const;
 };
 
 // Parses JSON text; `what` names the source in errors.

@@ -63,6 +63,11 @@ int64_t target_layer_params(const TargetConfig& c, int64_t i) {
   } else {
     if (c.attention_bias) n += s.q_rows + 2 * s.kv_out + s.H;
     if (c.qk_norm) n += 2 * s.D;
+    if (c.attention_sinks) n += s.Hq;
+  }
+  if (c.moe.gpt_oss && c.is_moe_layer(i)) {  // router bias, each expert's gate_up and down biases
+    const MoeConfig& m = c.moe;
+    n += double(m.num_experts) * double(1 + 2 * m.expert_intermediate + c.hidden_size);
   }
   return int64_t(n);
 }
@@ -150,7 +155,10 @@ TargetFlops target_layer_forward_flops(const TargetConfig& c, int64_t i, int64_t
     // (C (Dv + Dk)), the intra-chunk output (2 C Dv), and three [Dk, Dv] state products (read, output, write)
     f.deltanet = S * Hv * (C * (5 * Dk + 3 * Dv) + 6 * Dk * Dv) + 2 * S * double(l.conv_dim() * l.conv_kernel);
   } else {
-    f.attention = 2 * sh.D * S * (S + 1) * sh.Hq;
+    // keys the S queries see in all: S (S + 1) / 2, or with a sliding window of W at most W each
+    const double W = double(c.window_of(i));
+    const double keys = W <= 0 || S <= W ? S * (S + 1) / 2 : W * (W + 1) / 2 + (S - W) * W;
+    f.attention = 4 * sh.D * keys * sh.Hq;
   }
   return f;
 }

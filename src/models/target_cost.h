@@ -45,8 +45,9 @@ std::string layout_memory_problem(const TargetConfig& c, int64_t dtype_bytes, co
 // without a cache, by kind:
 //   linear     every projection and MLP matrix (2 x tokens x in x out); of an MoE layer the router, the top_k
 //              experts each token runs and the shared expert, not all experts
-//   attention  causal softmax attention of the full-attention layers: QK^T and PV over the keys each query sees
-//              (2 x D x S (S + 1) x Hq: the masked half is not computed)
+//   attention  causal softmax attention of the attention layers: QK^T and PV over the keys each query sees
+//              (2 x D x S (S + 1) x Hq: the masked half is not computed; a sliding-window layer counts at most
+//              sliding_window keys per query)
 //   deltanet   the chunked gated delta rule (chunks of 64) and the short conv of Gated DeltaNet layers
 //   lm_head    tokens x vocab x hidden x 2, counted only when `with_lm_head` (training features need no logits)
 struct TargetFlops {

@@ -13,10 +13,12 @@
 #include "batched_decode_attention.h"
 #include "few_rows_linear.h"
 #include "gated_deltanet.h"
+#include "gpt_oss_weights.h"
 #include "hybrid_norms.h"
 #include "moe_weights.h"
 #include "rope.h"
 #include "safetensors.h"
+#include "sink_attention.h"
 
 namespace dflash::models {
 namespace {
@@ -86,8 +88,11 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
   };
   // Hybrid norms are stored zero-centred: keep their effective scale (1 + w).
   const bool hybrid = config.hybrid;
+  // gpt-oss keeps its norms in float32 whatever the model dtype (transformers' _keep_in_fp32_modules).
+  const bool gpt_oss = config.model_type == "gpt_oss";
   auto load_norm = [&](const std::string& name, int64_t n, at::Device dev) {
     at::Tensor w = load(name, {n}, dev);
+    if (gpt_oss) return get(name).to(dev, at::kFloat).contiguous();
     return hybrid ? zero_centred_scale(w, m.dtype_) : w;
   };
   auto load_norm_opt = [&](const std::string& name, int64_t n, at::Device dev, bool want) {
@@ -149,6 +154,13 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
         l.o_bias = load_opt(name("self_attn.o_proj.bias"), {H}, d, ab);
         l.q_norm = load_norm_opt(name("self_attn.q_norm.weight"), D, d, config.qk_norm);
         l.k_norm = load_norm_opt(name("self_attn.k_norm.weight"), D, d, config.qk_norm);
+        l.sinks = load_opt(name("self_attn.sinks"), {config.num_attention_heads}, d, config.attention_sinks);
+      }
+      if (config.is_moe_layer(i) && config.moe.gpt_oss) {
+        l.moe_layer = true;
+        l.moe = load_gpt_oss_moe(config, {[&](const std::string& n) { return get(name(n)); },
+                                          [&](const std::string& n) { return has(name(n)); }, name, d, m.dtype_});
+        continue;
       }
       if (config.is_moe_layer(i)) {
         l.moe_layer = true;
@@ -202,6 +214,8 @@ at::Tensor TargetModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const
   if (config_.hybrid) return hybrid_rms_norm(x, w, config_.rms_norm_eps);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  // gpt-oss: the float32 weight scales before the cast back
+  if (config_.model_type == "gpt_oss") return (w * (xf * at::rsqrt(var + config_.rms_norm_eps))).to(x.scalar_type());
   return w * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
 }
 
@@ -214,7 +228,9 @@ std::map<std::string, at::Tensor> TargetModel::layer_weights(int i) const {
   auto put = [&](const char* name, const at::Tensor& t) {
     if (t.defined()) out.emplace(name, t);
   };
-  auto scale = [&](const at::Tensor& t) { return t.defined() && config_.hybrid ? t.to(dtype_) : t; };
+  auto scale = [&](const at::Tensor& t) {
+    return t.defined() && (config_.hybrid || config_.model_type == "gpt_oss") ? t.to(dtype_) : t;
+  };
   put("input_layernorm.weight", scale(l.in_norm));
   if (config_.hybrid && l.q.defined()) {  // drop the output-gate half of each head's rows
     const int64_t Hq = config_.num_attention_heads, D = config_.head_dim;
@@ -340,6 +356,11 @@ at::Tensor TargetModel::layer_forward(int i, const at::Tensor& x, const at::Tens
   }
   auto [q, k, v, gate] = attention_inputs(i, x, cos, sin);
   at::Tensor attn;
+  if (layers_[i].sinks.defined()) {  // gpt-oss: sinks and (sliding layers) a window, over the cache when there is one
+    if (!cache) return attention_output_and_mlp(i, x, sink_attention(q, k, v, layers_[i].sinks, 0, config_.window_of(i)), gate);
+    auto [k_all, v_all] = cache->store(i, k, v);
+    return attention_output_and_mlp(i, x, sink_attention(q, k_all, v_all, layers_[i].sinks, past, config_.window_of(i)), gate);
+  }
   if (cache) {
     auto [k_all, v_all] = cache->store(i, k, v);
     if (past == 0) {
@@ -478,7 +499,9 @@ TargetModel TargetModel::replicate(const std::vector<at::Device>& devices) const
           {&a.dn.dt_bias, &b.dn.dt_bias}, {&a.dn.norm, &b.dn.norm}, {&a.moe.router, &b.moe.router},
           {&a.moe.gate_up, &b.moe.gate_up}, {&a.moe.down, &b.moe.down},
           {&a.moe.shared_gate_proj, &b.moe.shared_gate_proj}, {&a.moe.shared_up, &b.moe.shared_up},
-          {&a.moe.shared_down, &b.moe.shared_down}, {&a.moe.shared_gate, &b.moe.shared_gate}};
+          {&a.moe.shared_down, &b.moe.shared_down}, {&a.moe.shared_gate, &b.moe.shared_gate},
+          {&a.moe.router_bias, &b.moe.router_bias}, {&a.moe.gate_up_bias, &b.moe.gate_up_bias},
+          {&a.moe.down_bias, &b.moe.down_bias}, {&a.sinks, &b.sinks}};
       for (const auto& [from, to] : tensors) *to = moved(*from, d);
       if (a.device == d) b.onednn = a.onednn;  // oneDNN copies are CPU-only: kept only where the layer stays
     }
@@ -549,8 +572,10 @@ at::Tensor TargetModel::decode_batch(const std::vector<int64_t>& tokens, const s
           caches[b]->linear(i).commit(positions[b], d.conv.narrow(0, b, 1), d.rec.narrow(0, b, 1), {}, /*rollback=*/false);
       } else {
         auto [q, k, v, gate] = attention_inputs(i, x, cos, sin, /*onednn=*/true);
-        x = attention_output_and_mlp(i, x, batched_decode_attention(i, q, k, v, caches, fused_attention), gate,
-                                     /*onednn=*/true);
+        const at::Tensor attn = layers_[i].sinks.defined()
+                                    ? sink_decode_attention(i, q, k, v, caches, layers_[i].sinks, config_.window_of(i))
+                                    : batched_decode_attention(i, q, k, v, caches, fused_attention);
+        x = attention_output_and_mlp(i, x, attn, gate, /*onednn=*/true);
       }
       if (capture[i] && i != L - 1) (*hidden)[i] = x.view({B, -1});
     }

@@ -138,6 +138,7 @@ class TargetModel {
     // query and output gate interleaved per head.
     at::Tensor in_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
     at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
+    at::Tensor sinks;  // gpt-oss: one softmax sink logit per query head [Hq] (sink_attention.h)
     bool linear_attn = false;  // a hybrid's Gated DeltaNet layer: dn instead of q..k_norm
     bool moe_layer = false;    // routed experts (moe) instead of gate/up/down
     MoeWeights moe;
