@@ -88,11 +88,12 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
   };
   // Hybrid norms are stored zero-centred: keep their effective scale (1 + w).
   const bool hybrid = config.hybrid;
-  // gpt-oss keeps its norms in float32 whatever the model dtype (transformers' _keep_in_fp32_modules).
+  // gpt-oss multiplies by its norm weights in float32: held as float32 (rounded to the model dtype first, as
+  // transformers loads them, except in float16, where its _keep_in_fp32_modules keeps them unrounded).
   const bool gpt_oss = config.model_type == "gpt_oss";
   auto load_norm = [&](const std::string& name, int64_t n, at::Device dev) {
     at::Tensor w = load(name, {n}, dev);
-    if (gpt_oss) return get(name).to(dev, at::kFloat).contiguous();
+    if (gpt_oss) return (m.dtype_ == at::kHalf ? get(name).to(dev) : w).to(at::kFloat).contiguous();
     return hybrid ? zero_centred_scale(w, m.dtype_) : w;
   };
   auto load_norm_opt = [&](const std::string& name, int64_t n, at::Device dev, bool want) {

@@ -1,7 +1,7 @@
 """gpt-oss targets (model_type gpt_oss) against transformers' GptOssForCausalLM (eager attention) on tiny random
 models: alternating sliding-window / full attention with sinks over prompts longer than the window, biased router
 and experts with the clamped SwiGLU, YaRN RoPE, float32 norms. Logits and captured layers in float32 (prefill,
-cached decode, block verify, pipeline), greedy generation across the window, MXFP4 expert weights (random blocks)
+cached decode, block verify, pipeline; bf16 near transformers' bf16), greedy generation across the window, MXFP4 expert weights (random blocks)
 dequantised as transformers' own convert_moe_packed_tensors does, router ties and top-k edges, batched
 regeneration, dump-hidden, a few online training steps, clear errors for bad configs and checkpoints."""
 import json
@@ -74,6 +74,20 @@ def test_forward_matches_hf_float32(dflash_bin, tiny, tmp_path, mode):
     ids = torch.randint(0, VOCAB, (2 if not mode else 1, 40), generator=torch.Generator().manual_seed(1))
     capture = [0, 1, 2, 3]
     check(run_target(dflash_bin, d, ids, tmp_path, capture, *mode)[0], hf_forward(model, ids), capture)
+
+
+def test_bf16_forward_is_close_to_hf_bf16(dflash_bin, tiny, tmp_path):
+    """bf16 weights, the norms' weights multiplying in float32 (GptOssRMSNorm), as transformers loads them."""
+    _, d = tiny
+    model = GptOssForCausalLM.from_pretrained(str(d), dtype=torch.bfloat16, attn_implementation="eager").eval()
+    ids = torch.randint(0, VOCAB, (1, 24), generator=torch.Generator().manual_seed(4))
+    ref = hf_forward(model, ids)
+    got, _ = run_target(dflash_bin, d, ids, tmp_path, [1], "--dtype", "bf16", "--prefill", "8", "--block", "4")
+    assert got["hidden.1"].dtype == torch.bfloat16
+    scale = ref.logits.float().abs().max().item()
+    # bf16 rounding differs with op order; the two must still agree to a few bf16 ulps of the range
+    assert (got["logits"].float() - ref.logits.float()).abs().max().item() <= 0.05 * scale
+    assert (got["logits"].argmax(-1) == ref.logits.float().argmax(-1)).float().mean() >= 0.9
 
 
 def test_greedy_generation_across_the_window_matches_hf(dflash_bin, tiny):
