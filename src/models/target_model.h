@@ -1,5 +1,4 @@
-// The target LLM (Llama / dense Qwen3 / the Qwen3.5-3.6 hybrids / the MoE families: Qwen3-MoE, Qwen3.5-MoE,
-// gpt-oss with its sink and sliding-window attention, sink_attention.h) forward in plain ATen ops: prefill, one-token
+// The target LLM (Llama / dense Qwen3 / the Qwen3.5-3.6 hybrids) forward in plain ATen ops: prefill, one-token
 // decode and block verification are the same call on a KV cache; selected layers' hidden states are captured
 // for the drafter. Layers can be split into pipeline stages on different devices (activations move between
 // stages). A hybrid's layers dispatch by type: Gated DeltaNet (deltanet_layer.h, its state in the cache) or
