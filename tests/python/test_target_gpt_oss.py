@@ -103,6 +103,25 @@ def test_greedy_generation_across_the_window_matches_hf(dflash_bin, tiny):
     assert [int(t) for t in r.stdout.split()] == ref
 
 
+def test_config_defaults_are_transformers_defaults(dflash_bin, tiny, tmp_path):
+    """A config.json without the fields GptOssConfig defaults (YaRN RoPE, layer_types, window 128, biases, SwiGLU
+    constants, eps, top-k 4) runs as transformers runs it; the prompt crosses the default window."""
+    _, good = tiny
+    cfg = json.loads((good / "config.json").read_text())
+    for k in ("rope_parameters", "layer_types", "attention_bias", "swiglu_alpha", "swiglu_limit", "sliding_window",
+              "rms_norm_eps", "num_experts_per_tok"):
+        del cfg[k]
+    d = tmp_path / "defaults"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").symlink_to(good / "model.safetensors")
+    model = GptOssForCausalLM.from_pretrained(str(d), dtype=torch.float32, attn_implementation="eager").eval()
+    assert model.config.sliding_window == 128 and model.config.num_experts_per_tok == 4
+    ids = torch.randint(0, VOCAB, (1, 140), generator=torch.Generator().manual_seed(8))
+    check(run_target(dflash_bin, d, ids, tmp_path, [0, 3], "--prefill", "100", "--block", "8")[0],
+          hf_forward(model, ids), [0, 3])
+
+
 def mxfp4_folder(model, d, seed=0):
     """Replace the model's expert matrices by random MXFP4 blocks + scales: the file holds the published
     checkpoints' names and layout, the model the values transformers dequantises them to."""
