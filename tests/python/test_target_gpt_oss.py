@@ -1,9 +1,10 @@
 """gpt-oss targets (model_type gpt_oss) against transformers' GptOssForCausalLM (eager attention) on tiny random
 models: alternating sliding-window / full attention with sinks over prompts longer than the window, biased router
 and experts with the clamped SwiGLU, YaRN RoPE, float32 norms. Logits and captured layers in float32 (prefill,
-cached decode, block verify, pipeline; bf16 near transformers' bf16), greedy generation across the window, MXFP4 expert weights (random blocks)
-dequantised as transformers' own convert_moe_packed_tensors does, router ties and top-k edges, batched
-regeneration, dump-hidden, a few online training steps, clear errors for bad configs and checkpoints."""
+cached decode, block verify, pipeline; bf16 near transformers' bf16), config defaults, greedy generation across the
+window, MXFP4 expert weights (random blocks) dequantised as transformers' own convert_moe_packed_tensors does,
+router ties and top-k edges, batched regeneration (also on two replicas of two stages), dump-hidden, a few online
+training steps, clear errors for bad configs and checkpoints, plan --node on the presets."""
 import json
 import subprocess
 
@@ -190,6 +191,14 @@ def test_regenerate_batched_and_dump_hidden_equal_transformers(dflash_bin, tmp_p
     assert len(samples) == len(prompts)
     for s, p in zip(samples, prompts):
         assert s["input_ids"] == p + hf_greedy(model, p, 12, eos=2)
+    # two replicas of two pipeline stages each give the same replies
+    out2 = tmp_path / "s2.jsonl"
+    r = subprocess.run([dflash_bin, "data", "regenerate", "--model", str(d), "--input", str(data), "--output",
+                        str(out2), "--threads", "2", "--max-new", "12", "--batch", "2", "--devices", "cpu,cpu;cpu,cpu"],
+                       capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert sorted(json.loads(l)["input_ids"] for l in out2.read_text().splitlines()) == \
+        sorted(s["input_ids"] for s in samples)
     dump = tmp_path / "dump"
     r = subprocess.run([dflash_bin, "data", "dump-hidden", "--target", str(d), "--data", str(out), "--out",
                         str(dump), "--threads", "1", "--target-layer-ids", "2,1"], capture_output=True,
