@@ -94,10 +94,7 @@ TEST(MoeGroupedCuda, FusedGroupedGemmEqualsTheLoopInBf16) {
     const at::Tensor grouped = moe_forward(w, c, x, MoeGemm::automatic);
     // both in bf16 with float accumulation: a few bf16 ulps of the output range
     EXPECT_LT(rel_diff(grouped, loop), 2e-2) << "E=" << cs.E << " N=" << cs.N;
-    // and both near a float32 run of the same weights
-    MoeWeights wf{w.router.to(at::kFloat), w.gate_up.to(at::kFloat), w.down.to(at::kFloat)};
-    const at::Tensor ref = moe_forward(wf, c, x.to(at::kFloat), MoeGemm::loop);
-    EXPECT_LT(rel_diff(grouped, ref), 3e-2);
+    // (no float32 reference here: its routing could break near-ties between experts differently from bf16's)
     if (cs.N < 512) continue;
     // Time each path on the big case (printed for the GPU check's log; nothing asserted): .item() syncs.
     for (const MoeGemm g : {MoeGemm::loop, MoeGemm::grouped}) {

@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from target_run import ENV, TIMEOUT, hf_forward, run_target
 
@@ -180,7 +181,6 @@ def test_expert_weights_norm_false_is_followed(dflash_bin, tmp_path):
 
 def run_error(dflash_bin, path, tmp_path):
     ids = tmp_path / "ids.safetensors"
-    from safetensors.torch import save_file
     save_file({"input_ids": torch.zeros(1, 4, dtype=torch.long)}, str(ids))
     r = subprocess.run([dflash_bin, "target", "run", "--model", str(path), "--input", str(ids), "--output",
                         str(tmp_path / "o.safetensors"), "--capture", "0"], capture_output=True, text=True, env=ENV,
