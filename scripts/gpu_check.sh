@@ -4,7 +4,8 @@
 # attention tests twice (as the device is, and with the shared memory of
 # a 99 KB card, DFLASH_CUDA_SMEM_LIMIT=101376, so the small tile configurations run too; both passes
 # include the deterministic backward), compute-sanitizer over both, then the attention benchmarks (our
-# Python one first, then the CLI bench, which needs the whole CLI built). Every step runs even when an
+# Python one first, then the CLI bench, which needs the whole CLI built), the NCCL smoke, and the MoE experts'
+# grouped GEMM against the per-expert loop (tests/models/test_moe_grouped.cpp). Every step runs even when an
 # earlier one fails; each failure is printed loudly and the script exits non-zero at the end.
 #
 # The device machine has its own python3 with torch (no .venv, no network, maybe no GTest or
@@ -85,6 +86,13 @@ step "build test_train" 150 "$OUTDIR/build.log" cmake --build "$BUILD" --target 
 step "NCCL smoke: 2 CUDA workers + NCCL group of one == CPU; deterministic CUDA runs bitwise equal" 120 \
   "$OUTDIR/nccl.log" env DFLASH_REQUIRE_CUDA=1 "$BUILD/tests/train/test_train" \
   --gtest_filter='MiniTraining.NcclTwoCudaWorkersMatchCpu:MiniTraining.DeterministicCudaRunsAreBitwiseEqual:DistBackend.*'
+
+# MoE experts through at::_grouped_mm (the fused bf16 kernel on sm90/sm100) against the per-expert loop, at
+# Qwen3-30B-A3B's expert shapes with empty groups; the log holds both paths' time per call.
+step "build test_models" 150 "$OUTDIR/build.log" cmake --build "$BUILD" --target test_models -j16
+step "MoE grouped GEMM == per-expert loop (CUDA bf16)" 60 "$OUTDIR/moe.log" env DFLASH_REQUIRE_CUDA=1 \
+  "$BUILD/tests/models/test_models" --gtest_filter='MoeGrouped*'
+note "INFO  $(grep -h 'moe_forward' "$OUTDIR/moe.log" 2>/dev/null | tr '\n' ';')"
 
 # Later: a tiny GPU training run (a few hundred steps of the drafter on the SmolLM2 target with
 # --device cuda, checking that the loss falls and tau > 1) belongs here, once `dflash train` exists.

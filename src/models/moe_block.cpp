@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "moe_grouped.h"
+
 namespace dflash::models {
 
 namespace {
@@ -37,31 +39,39 @@ MoeRouting moe_route(const MoeWeights& w, const MoeConfig& c, const at::Tensor& 
   return {ids, top.to(logits.scalar_type())};
 }
 
-at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x_in) {
+at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x_in, MoeGemm gemm) {
   const int64_t H = x_in.size(-1);
   const at::Tensor x = x_in.reshape({-1, H});
   const MoeRouting r = moe_route(w, c, x);
-  const int64_t k = c.top_k, E = c.num_experts;
-  // Sort the N k assignments by expert (stable: within an expert, token order) and count each expert's share;
-  // the counts are the only values that come back to the host.
-  const at::Tensor flat = r.experts.reshape({-1});
-  const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, /*descending=*/false));
-  const at::Tensor counts = at::bincount(flat, {}, E).to(at::kCPU);
-  const at::Tensor tokens = at::div(order, k, "floor");
-  const at::Tensor weights = r.weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-  at::Tensor out = at::zeros_like(x);
-  const int64_t* n = counts.data_ptr<int64_t>();
-  const int64_t I = w.down.size(2);
-  int64_t start = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    if (n[e] == 0) continue;
-    const at::Tensor rows = tokens.narrow(0, start, n[e]);
-    const at::Tensor h = x.index_select(0, rows);
-    const at::Tensor gu = plus_bias(at::matmul(h, w.gate_up[e].t()), w.gate_up_bias, e);
-    const at::Tensor act = expert_activation(gu, c, I);
-    const at::Tensor y = plus_bias(at::matmul(act, w.down[e].t()), w.down_bias, e) * weights.narrow(0, start, n[e]);
-    out.index_add_(0, rows, y);
-    start += n[e];
+  const int64_t E = c.num_experts;
+  // The N k assignments sorted by expert (stable: within an expert, token order), each expert's share counted.
+  const MoeDispatch d = moe_dispatch(r, E);
+  // The grouped GEMM has no bias and runs the plain SwiGLU: gpt-oss's experts always take the loop.
+  const bool plain_experts = !c.gpt_oss && !w.gate_up_bias.defined() && !w.down_bias.defined();
+  TORCH_CHECK(gemm != MoeGemm::grouped || plain_experts,
+              "moe_forward: the grouped expert GEMM runs unbiased SwiGLU experts only (gpt-oss's take the loop)");
+  const bool grouped = x.size(0) > 0 && (gemm == MoeGemm::grouped ||
+                                          (gemm == MoeGemm::automatic && plain_experts && moe_grouped_gemm_usable(w, x)));
+  at::Tensor out;
+  if (grouped) {
+    out = moe_experts_grouped(w, x, d);
+  } else {
+    out = at::zeros_like(x);
+    const at::Tensor counts = d.counts.to(at::kCPU);  // the only values that come back to the host
+    const int64_t* n = counts.data_ptr<int64_t>();
+    const int64_t I = w.down.size(2);
+    int64_t start = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      if (n[e] == 0) continue;
+      const at::Tensor rows = d.tokens.narrow(0, start, n[e]);
+      const at::Tensor h = x.index_select(0, rows);
+      const at::Tensor gu = plus_bias(at::matmul(h, w.gate_up[e].t()), w.gate_up_bias, e);
+      const at::Tensor act = expert_activation(gu, c, I);
+      const at::Tensor y =
+          plus_bias(at::matmul(act, w.down[e].t()), w.down_bias, e) * d.weights.narrow(0, start, n[e]);
+      out.index_add_(0, rows, y);
+      start += n[e];
+    }
   }
   if (w.shared_gate.defined()) {
     const at::Tensor s =

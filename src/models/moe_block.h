@@ -32,8 +32,14 @@ struct MoeRouting {
 };
 MoeRouting moe_route(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x);
 
-// x [..., H] (already normalised) -> the block's output, same shape and dtype. Experts run in increasing id order,
-// each adding its weighted outputs into a zero tensor, as transformers' eager loop does.
-at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x);
+// How the experts' GEMMs run: `loop`, one GEMM pair per expert that got tokens (one host sync per layer for the
+// counts); `grouped`, two at::_grouped_mm calls over all experts (moe_grouped.h); `automatic`, grouped where
+// moe_grouped_gemm_usable (CUDA, bfloat16, aligned widths) and the experts are plain (no biases, not gpt-oss),
+// else the loop.
+enum class MoeGemm { automatic, loop, grouped };
+
+// x [..., H] (already normalised) -> the block's output, same shape and dtype. In the loop experts run in
+// increasing id order, each adding its weighted outputs into a zero tensor, as transformers' eager loop does.
+at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x, MoeGemm gemm = MoeGemm::automatic);
 
 }  // namespace dflash::models

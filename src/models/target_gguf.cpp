@@ -6,6 +6,8 @@
 #include <regex>
 #include <stdexcept>
 
+#include "target_gguf_moe.h"
+
 namespace dflash::models {
 namespace {
 
@@ -34,7 +36,7 @@ std::string gguf_to_hf_name(const std::string& n) {
       {"attn_v", "self_attn.v_proj"},     {"attn_output", "self_attn.o_proj"},
       {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
       {"ffn_gate", "mlp.gate_proj"},      {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"},
+      {"ffn_down", "mlp.down_proj"},      {"ffn_gate_inp", "mlp.gate"},  // the MoE router
   };
   static const std::regex re(R"(blk\.(\d+)\.([a-z_]+)\.(weight|bias))");
   std::smatch m;
@@ -47,17 +49,20 @@ std::string gguf_to_hf_name(const std::string& n) {
 TargetConfig gguf_target_config(const io::GGUFFile& f) {
   const std::string what = "GGUF '" + f.path() + "'";
   const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen3")
-    throw std::runtime_error(what + ": general.architecture is '" + arch + "' (supported: llama, qwen3)");
+  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe")
+    throw std::runtime_error(what + ": general.architecture is '" + arch + "' (supported: llama, qwen3, qwen3moe)");
   auto key = [&](const std::string& k) { return arch + "." + k; };
+  const bool moe = arch == "qwen3moe";
   TargetConfig c;
-  c.model_type = arch;
-  c.qk_norm = arch == "qwen3";
+  c.model_type = moe ? "qwen3_moe" : arch;
+  c.qk_norm = arch != "llama";
   // Sizes and counts become int downstream: each is range-checked here, naming the GGUF key and the stored value.
   constexpr int64_t kMax = 2147483647;
   auto count = [&](const std::string& k) { return f.get_int(key(k), 1, kMax); };
   c.hidden_size = count("embedding_length");
-  c.intermediate_size = count("feed_forward_length");
+  // qwen3moe: every layer is routed, so the dense width (written from intermediate_size) is unused and optional.
+  if (!moe || f.has(key("feed_forward_length"))) c.intermediate_size = count("feed_forward_length");
+  if (moe) read_gguf_moe_config(f, arch, c);
   c.num_hidden_layers = count("block_count");
   c.num_attention_heads = count("attention.head_count");
   c.num_key_value_heads = f.has(key("attention.head_count_kv")) ? count("attention.head_count_kv") : c.num_attention_heads;
@@ -90,6 +95,7 @@ TargetConfig gguf_target_config(const io::GGUFFile& f) {
   if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {f.get_int("tokenizer.ggml.eos_token_id", 0, kMax)};
   if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_ids = {f.get_int("tokenizer.ggml.bos_token_id", 0, kMax)};
   c.validate(what);
+  if (moe) check_gguf_moe_tensors(f, c);
   return c;
 }
 
@@ -102,22 +108,27 @@ TargetModel load_gguf_target(const std::string& path, const TargetLoadOptions& o
     if (!hf.empty()) by_hf[hf] = &t;
   }
   static const std::regex qk(R"(model\.layers\.\d+\.self_attn\.(q|k)_proj\.(weight|bias))");
+  // The experts of a routed layer come from two stacked GGUF tensors (gate and up) fused into one: they are served
+  // under the fused HF names the MoE loader takes.
+  static const std::regex experts(R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj))");
+  auto expert_layer = [&](const std::string& name, std::smatch& m) {
+    return c.moe.num_experts > 0 && std::regex_match(name, m, experts) && c.is_moe_layer(std::stoll(m[1].str()));
+  };
   auto get = [&](const std::string& name) {
-    const io::GGUFTensorInfo& t = *by_hf.at(name);
-    // Weights are float or quantised data; integer tensors would be cast to float without a word.
-    const auto type = t.type;
-    if (type == io::GGMLType::I8 || type == io::GGMLType::I16 || type == io::GGMLType::I32 || type == io::GGMLType::I64)
-      throw std::runtime_error(f.path() + ": tensor '" + t.name + "' has integer type " +
-                               io::ggml_type_info(static_cast<uint32_t>(type))->name +
-                               ", expected float or quantised weights");
-    std::vector<float> data = f.dequantize(t);
-    at::Tensor w = at::from_blob(data.data(), t.shape(), at::kFloat).clone();
     std::smatch m;
+    if (expert_layer(name, m)) {
+      const int64_t layer = std::stoll(m[1].str());
+      return m[2].str() == "gate_up_proj" ? gguf_expert_gate_up(f, layer) : gguf_expert_down(f, layer);
+    }
+    at::Tensor w = gguf_float_tensor(f, *by_hf.at(name));
     if (c.model_type == "llama" && std::regex_match(name, m, qk))
       w = unpermute_rope_rows(w, m[1].str() == "q" ? c.num_attention_heads : c.num_key_value_heads);
     return w;
   };
-  auto has = [&](const std::string& name) { return by_hf.count(name) > 0; };
+  auto has = [&](const std::string& name) {
+    std::smatch m;
+    return by_hf.count(name) > 0 || expert_layer(name, m);
+  };
   return TargetModel::from_weights(c, get, has, options);
 }
 
