@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "drafter_family_setting.h"
 #include "python_driver.h"
+#include "run_settings.h"
 #include "train_commands.h"
 #include "train_config.h"
 #include "trainer.h"
@@ -36,8 +37,7 @@ int train_main(const std::vector<std::string>& argv) {
   TrainArgs args;
   if (!read_train_args(argv, args)) return 0;
   TrainConfig cfg = train_config_of(args);  // with --resume: the run's saved settings under these
-  resolve_drafter_family(cfg, "train");
-  drafter::refuse_unsupported_family("train", cfg.family());
+  validate_run_settings(cfg, "train");      // what doctor --config reads a config through too
   install_sigint_handler();
   return run_training(cfg, hooks_from_environment());
 }
