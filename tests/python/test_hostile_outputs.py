@@ -102,6 +102,9 @@ def test_regenerate_output_destinations(dflash_bin, tiny_target, inputs, tmp_pat
     for dest, why in bad_file_destinations(tmp_path) + [(fifo, "is a device or FIFO")]:
         r = run(dflash_bin, "data", "regenerate", "--model", tiny_target, "--input", inputs / "prompts.jsonl",
                 "--output", dest, "--max-new", 2, "--eos", "none", timeout=30)
+        if dest == "":  # a required flag given empty: the usage error (exit 2)
+            assert r.returncode == 2 and "--output is required" in r.stderr, r.stderr
+            continue
         clean_error(r, "data regenerate: --output", why)
     f = tmp_path / "file"
     f.write_text("x")
@@ -144,7 +147,7 @@ def test_output_folders_refuse_a_file(dflash_bin, tiny_target, inputs, tmp_path,
 # ---- class 6: a start refused after reading the target leaves nothing behind ----
 
 @pytest.mark.parametrize("flags,why", [
-    (["--target-devices", "cpu,cpu,cpu,cpu"], "4 pipeline stages for 3"),  # more stages than layers
+    (["--target-devices", "cpu,cpu,cpu,cpu"], "has 4 pipeline stages per replica for a target of 3 layers"),
     (["--target-layer-ids", "0,7"], "7"),                                    # a layer the target lacks
 ])
 def test_refused_train_start_leaves_no_run_folder(dflash_bin, tiny_target, inputs, tmp_path, flags, why):
@@ -210,20 +213,22 @@ BAD_CONFIGS = [
 ]
 
 
-def test_doctor_config_and_train_give_the_same_error(dflash_bin, tiny_target, inputs, tmp_path):
-    for i, bad in enumerate(BAD_CONFIGS):
-        cfg = {"target": str(tiny_target), "data": str(inputs / "samples.jsonl"), "out": str(tmp_path / f"run{i}"),
-               "mask_token_id": 5, "steps": 1, "threads": 1}
-        cfg.update(bad)
-        path = tmp_path / f"c{i}.json"
-        path.write_text(json.dumps(cfg))
-        train_error = clean_error(run(dflash_bin, "train", "--config", path, timeout=60))
-        report = tmp_path / f"doctor{i}.json"
-        r = run(dflash_bin, "doctor", "--quick", "--devices", "cpu", "--config", path, "--json", report, timeout=300)
-        assert r.returncode == 1, r.stderr
-        (row,) = [x for x in json.loads(report.read_text())["checks"] if x["section"] == "config"]
-        assert row["status"] == "fail" and row["detail"] == train_error, (bad, row["detail"], train_error)
-        assert not (tmp_path / f"run{i}").exists()
+@pytest.mark.slow  # a doctor run each (its machine checks: about 10 s on 2 busy cores)
+@pytest.mark.parametrize("i", range(len(BAD_CONFIGS)))
+def test_doctor_config_and_train_give_the_same_error(dflash_bin, tiny_target, inputs, tmp_path, i):
+    bad = BAD_CONFIGS[i]
+    cfg = {"target": str(tiny_target), "data": str(inputs / "samples.jsonl"), "out": str(tmp_path / f"run{i}"),
+           "mask_token_id": 5, "steps": 1, "threads": 1}
+    cfg.update(bad)
+    path = tmp_path / f"c{i}.json"
+    path.write_text(json.dumps(cfg))
+    train_error = clean_error(run(dflash_bin, "train", "--config", path, timeout=60))
+    report = tmp_path / f"doctor{i}.json"
+    r = run(dflash_bin, "doctor", "--quick", "--devices", "cpu", "--config", path, "--json", report, timeout=300)
+    assert r.returncode == 1, r.stderr
+    (row,) = [x for x in json.loads(report.read_text())["checks"] if x["section"] == "config"]
+    assert row["status"] == "fail" and row["detail"] == train_error, (bad, row["detail"], train_error)
+    assert not (tmp_path / f"run{i}").exists()
 
 
 # ---- class 2: a target config's claims are bounded; plan --node's search does not grow with the layers ----
