@@ -38,8 +38,8 @@ using util::Args;
 namespace {
 
 // Settings a resumed run must share with the first one (the limit may grow), recorded in <output>.meta.json on the
-// first run (once every check has passed) and checked on every later one before anything loads. The dtype changes the answers; it is recorded only when not fp32, so
-// outputs written before it was an option still resume.
+// first run (once every check has passed) and checked on every later one before anything loads. The dtype changes
+// the answers; it is recorded only when not fp32, so outputs written before it was an option still resume.
 nlohmann::json settings_record(const RegenerateOptions& o) {
   nlohmann::json meta = {{"model", std::filesystem::absolute(o.target.path).string()},
                          {"input", std::filesystem::absolute(o.input).string()},

@@ -72,7 +72,8 @@ nlohmann::json loss_kernel_event(const ops::LossCheckResult& r, int64_t step) {
 }
 
 // Before step 1: each drafter device's attention backend and the CPU loss kernel, checked and chosen by the runner
-// (choose_kernels, which may refuse the start: before the run folder is written), then into the log (metrics.jsonl events); a process that is not the lead says a fallback itself.
+// (choose_kernels, which may refuse the start: so it runs before the run folder is written), then into the log
+// (metrics.jsonl events); a process that is not the lead says a fallback itself.
 struct KernelChoices {
   std::vector<ops::AttentionChoice> attention;
   std::optional<ops::LossCheckResult> loss;
