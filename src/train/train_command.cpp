@@ -8,6 +8,7 @@
 #include "args.h"
 #include "checkpoint.h"
 #include "drafter_family_setting.h"
+#include "output_file.h"
 #include "python_driver.h"
 #include "run_settings.h"
 #include "train_commands.h"
@@ -48,6 +49,7 @@ int plot_main(const std::vector<std::string>& argv) {
   a.option("out", "DIR", "", "output folder (default RUN_DIR)");
   if (!a.parse(argv)) return 0;
   const std::string run_dir = a.str("RUN_DIR");
+  if (a.given("out")) util::check_output_folder(a.str("out"), "plot: --out");  // before the script runs
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics)) throw std::invalid_argument("plot: " + metrics + " not found");
   const auto r = util::run_python("plot_metrics.py", {metrics, a.str("out").empty() ? run_dir : a.str("out")});

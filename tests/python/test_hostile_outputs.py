@@ -157,7 +157,7 @@ def test_refused_train_start_leaves_no_run_folder(dflash_bin, tiny_target, input
     assert tree(tmp_path) == []
 
 
-def test_a_train_start_that_passes_creates_its_folder(dflash_bin, tiny_target, inputs, tmp_path):
+def test_a_train_start_that_passes_creates_its_folder_and_exports(dflash_bin, tiny_target, inputs, tmp_path):
     # The other side of the test above: the folder (and missing parents) appear once every check has passed.
     r = run(dflash_bin, "train", "--target", tiny_target, "--data", inputs / "samples.jsonl", "--out",
             tmp_path / "a" / "run", "--mask-token-id", 5, "--steps", 1, "--threads", 1, "--max-len", 8,
@@ -165,6 +165,11 @@ def test_a_train_start_that_passes_creates_its_folder(dflash_bin, tiny_target, i
     assert r.returncode == 0, r.stderr
     names = tree(tmp_path / "a" / "run")
     assert {"train_config.json", "drafter_config.json", "metrics.jsonl"} <= set(names), names
+    # export --out with a trailing '/' names the folder itself (its staging folder used to be named ".tmp-PID").
+    r = run(dflash_bin, "export", tmp_path / "a" / "run", "--out", f"{tmp_path}/exp/", "--dtype", "fp32")
+    assert r.returncode == 0, r.stderr
+    assert tree(tmp_path / "exp") == ["config.json", "dflash.py", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "exp"]
 
 
 @pytest.mark.parametrize("flags,input_name,why", [
