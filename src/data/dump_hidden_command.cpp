@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "compute_settings.h"
 #include "data_commands.h"
 #include "held_out.h"
@@ -51,6 +52,8 @@ int dump_hidden_main(const std::vector<std::string>& args) {
   if (!a.parse(args)) return 0;
   a.require("data");
   a.require("out");
+  // Before any work; the folder itself appears with the first shard (a refused start leaves none).
+  io::check_output_folder(a.str("out"), "data dump-hidden: --out");
   const models::TargetOptions topt = models::read_target_options(a, target_set);
   const int64_t max_len = a.i64("max-len"), per_shard = a.i64("samples-per-shard");
   if (max_len < 2) throw std::invalid_argument("--max-len must be >= 2");

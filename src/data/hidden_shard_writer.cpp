@@ -26,7 +26,7 @@ HiddenShardWriter::HiddenShardWriter(const fs::path& dir, const std::string& par
                                      bool adopt_legacy)
     : dir_(dir), index_path_(dir / ("index-" + part + ".json")), part_(part), meta_(meta), per_shard_(samples_per_shard) {
   if (per_shard_ < 1) throw std::invalid_argument("hidden shards: samples per shard must be >= 1");
-  fs::create_directories(dir_);
+  // The folder is created by the first flush(), not here: a command refused after opening its writer leaves none.
   index_ = {{"format", kDflashHiddenFormat}, {"settings", settings}, {"shards", nlohmann::json::array()}};
   if (adopt_legacy && fs::exists(dir_ / kHiddenIndexFile)) adopt_legacy_index(settings, hint);
   if (fs::exists(index_path_)) {
@@ -54,6 +54,7 @@ HiddenShardWriter::HiddenShardWriter(const fs::path& dir, const std::string& par
   std::set<std::string> listed;
   for (const auto& s : index_["shards"]) listed.insert(s["file"].get<std::string>());
   const std::string prefix = part_ + "-";
+  if (!fs::is_directory(dir_)) return;
   for (const auto& e : fs::directory_iterator(dir_)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(prefix, 0) == 0 && !listed.count(name)) fs::remove(e.path());
@@ -98,6 +99,7 @@ void HiddenShardWriter::add(int64_t key, HiddenSample sample) {
 }
 
 void HiddenShardWriter::flush() {
+  fs::create_directories(dir_);  // a finished run leaves its folder, even with nothing new in it
   if (buffer_.empty()) return;
   // Numbered after the highest listed shard, so a name is never reused for other samples.
   int64_t number = 0;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "atomic_file.h"
 #include "batched_generator.h"
 #include "compute_settings.h"
@@ -37,9 +38,9 @@ using util::Args;
 namespace {
 
 // Settings a resumed run must share with the first one (the limit may grow), recorded in <output>.meta.json on the
-// first run and checked on every later one. The dtype changes the answers; it is recorded only when not fp32, so
-// outputs written before it was an option still resume.
-nlohmann::json record_settings(const RegenerateOptions& o) {
+// first run (once every check has passed) and checked on every later one before anything loads. The dtype changes
+// the answers; it is recorded only when not fp32, so outputs written before it was an option still resume.
+nlohmann::json settings_record(const RegenerateOptions& o) {
   nlohmann::json meta = {{"model", std::filesystem::absolute(o.target.path).string()},
                          {"input", std::filesystem::absolute(o.input).string()},
                          {"split", o.split},
@@ -53,9 +54,13 @@ nlohmann::json record_settings(const RegenerateOptions& o) {
   const std::string meta_path = o.output + ".meta.json";
   if (std::filesystem::exists(meta_path))
     check_recorded_settings(read_json_file(meta_path), meta, meta_path, "use another --output or the same settings");
-  else
-    write_file_atomic(meta_path, meta.dump(2) + "\n");
   return meta;
+}
+
+// The record of a first run, written once every check has passed.
+void write_settings_record(const RegenerateOptions& o, const nlohmann::json& meta) {
+  const std::string meta_path = o.output + ".meta.json";
+  if (!std::filesystem::exists(meta_path)) write_file_atomic(meta_path, meta.dump(2) + "\n");
 }
 
 // This process's prompts (index % shards == shard) and the evaluation texts a training split must not contain.
@@ -90,8 +95,7 @@ std::unique_ptr<HiddenShardWriter> open_features(const RegenerateOptions& o, con
   auto features = std::make_unique<HiddenShardWriter>(o.hidden_out, part, hmeta, settings, o.hidden_samples_per_shard,
                                                       "use another --hidden-out or the same settings");
   capture.assign(ids.begin(), ids.end());
-  repair_missing_features(model, o.output, capture, *features);
-  return features;
+  return features;  // writes nothing yet: repair_missing_features runs once every check has passed
 }
 
 // Replica r decodes the prompts r, r + R, ... of `todo` as one continuous batch; each reply goes to `reply_done` as
@@ -166,19 +170,23 @@ void report(const RegenerateOptions& o, const PromptQueue& queue, int64_t finish
 }  // namespace
 
 void run_regenerate(const RegenerateOptions& o) {
+  // Every check comes before the first byte is written (issue 36): a refused start leaves no output file, no
+  // settings record and no feature folder behind.
+  io::check_resumable_output_path(o.output, "data regenerate: --output");
+  io::check_output_path(o.output + ".meta.json", "data regenerate: --output's settings record");
+  if (!o.hidden_out.empty()) io::check_output_folder(o.hidden_out, "data regenerate: --hidden-out");
   check_split_allowed(o.input, o.split);
   if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (o.max_new < 1) throw std::invalid_argument("--max-new must be >= 1");
   if (o.batch < 1) throw std::invalid_argument("--batch must be >= 1");
   if (!o.hidden_out.empty() && o.split != "train")
     throw std::invalid_argument("--hidden-out: features are training data; --split is '" + o.split + "'");
-  const nlohmann::json meta = record_settings(o);
   if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards)
     throw std::invalid_argument("--shard must be in [0, --shards) and --shards >= 1");
+  const nlohmann::json meta = settings_record(o);
   std::set<std::string> held;
   std::vector<Prompt> prompts = prompts_of_this_shard(o, held);
-  SampleStore store(o.output);
-  if (store.dropped_torn_line()) std::fprintf(stderr, "%s: dropped a torn last line (interrupted write)\n", o.output.c_str());
+  SampleStore store(o.output);  // reads what an earlier run wrote; creates nothing yet
 
   models::TargetModel model = models::load_target(o.target);
   std::unique_ptr<HiddenShardWriter> features;
@@ -200,8 +208,7 @@ void run_regenerate(const RegenerateOptions& o) {
   gen.capture_layers = capture;
 
   PromptQueue queue(std::move(prompts), store, std::move(held));
-  OrderedSampleWriter writer(store, features.get(), std::filesystem::path(o.input).filename().string(), o.split);
-  // The prompts to do, in order, tokenized up front (the writer learns them in prompt order).
+  // The prompts to do, in order, tokenized up front (a prompt too long for the target fails here, before any write).
   std::vector<BatchPrompt> todo;
   for (const Prompt* p = queue.next(); p; p = queue.next()) {
     BatchPrompt b;
@@ -209,9 +216,16 @@ void run_regenerate(const RegenerateOptions& o) {
     b.stream = static_cast<uint64_t>(p->index);
     b.tokens = prompt_token_ids(*p, tokenizer.get(), chat.get(), o.input + ": prompt " + std::to_string(p->index),
                                 model.config());
-    writer.started(p->index, b.tokens);
     todo.push_back(std::move(b));
   }
+
+  // Everything checked: now the outputs.
+  write_settings_record(o, meta);
+  if (store.dropped_torn_line()) std::fprintf(stderr, "%s: dropped a torn last line (interrupted write)\n", o.output.c_str());
+  store.open_for_append();
+  if (features) repair_missing_features(model, o.output, capture, *features);
+  OrderedSampleWriter writer(store, features.get(), std::filesystem::path(o.input).filename().string(), o.split);
+  for (const BatchPrompt& b : todo) writer.started(b.id, b.tokens);  // the writer learns them in prompt order
   Progress bar("regenerate", queue.size(), queue.already_done());
   int64_t finished = 0, new_tokens = 0;
   std::mutex done_mutex;  // the writer, the store and the progress bar: one replica at a time

@@ -45,12 +45,17 @@ SampleStore::SampleStore(const std::string& path) : path_(path) {
     pos = nl + 1;
     good_end = pos;
   }
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
-  if (fd_ < 0) throw std::runtime_error(path + ": cannot open for writing (" + std::strerror(errno) + ")");
-  if (dropped_torn_ && ::ftruncate(fd_, static_cast<off_t>(good_end)) != 0)
-    throw std::runtime_error(path + ": cannot truncate the torn last line (" + std::strerror(errno) + ")");
-  if (::lseek(fd_, static_cast<off_t>(good_end), SEEK_SET) < 0)
-    throw std::runtime_error(path + ": seek failed (" + std::strerror(errno) + ")");
+  good_end_ = good_end;
+}
+
+void SampleStore::open_for_append() {
+  if (fd_ >= 0) return;
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error(path_ + ": cannot open for writing (" + std::strerror(errno) + ")");
+  if (dropped_torn_ && ::ftruncate(fd_, static_cast<off_t>(good_end_)) != 0)
+    throw std::runtime_error(path_ + ": cannot truncate the torn last line (" + std::strerror(errno) + ")");
+  if (::lseek(fd_, static_cast<off_t>(good_end_), SEEK_SET) < 0)
+    throw std::runtime_error(path_ + ": seek failed (" + std::strerror(errno) + ")");
 }
 
 SampleStore::~SampleStore() {
@@ -62,6 +67,7 @@ void SampleStore::append(const nlohmann::json& record) {
     throw std::invalid_argument("SampleStore::append: record needs an integer 'index'");
   const int64_t idx = record["index"].get<int64_t>();
   if (has(idx)) throw std::invalid_argument(path_ + ": index " + std::to_string(idx) + " already written");
+  open_for_append();
   const std::string line = record.dump() + "\n";
   size_t off = 0;
   while (off < line.size()) {

@@ -13,9 +13,13 @@ namespace dflash::data {
 
 class SampleStore {
  public:
-  // Creates the file when missing. Throws naming the file and line for a corrupt complete line (not the
-  // last one) or a line without an integer "index".
+  // Reads what the file holds (nothing when missing) and writes nothing: a command refused after this leaves no
+  // file behind. Throws naming the file and line for a corrupt complete line (not the last one) or a line without
+  // an integer "index".
   explicit SampleStore(const std::string& path);
+  // Creates the file when missing and drops a torn last line; append() calls it when needed. A command calls it
+  // once every check has passed, so a finished run leaves its file even when it added nothing.
+  void open_for_append();
   ~SampleStore();
   SampleStore(const SampleStore&) = delete;
   SampleStore& operator=(const SampleStore&) = delete;
@@ -31,6 +35,7 @@ class SampleStore {
   std::string path_;
   int fd_ = -1;
   std::set<int64_t> done_;
+  size_t good_end_ = 0;  // bytes of whole lines
   bool dropped_torn_ = false;
 };
 

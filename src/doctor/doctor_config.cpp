@@ -9,6 +9,7 @@
 #include "doctor.h"
 #include "drafter_family_setting.h"
 #include "memory_planner.h"
+#include "run_settings.h"
 #include "step_runner.h"
 #include "target_setup.h"
 #include "train_config.h"
@@ -55,9 +56,7 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     // data and out are not read here: a config may leave them to flags
     if (cfg.data.empty()) cfg.data = "-";
     if (cfg.out.empty()) cfg.out = "-";
-    cfg.validate();
-    resolve_drafter_family(cfg, "doctor --config");
-    drafter::refuse_unsupported_family("doctor --config", cfg.family());
+    validate_run_settings(cfg, "doctor --config");  // train's own reading: the same configs pass, the same errors
     compute = ops::scalar_type(cfg.dtype);
     for (const std::string& name : cfg.drafter_device_list()) {
       const at::Device dev = ops::parse_device_name(name, "train config: 'drafter_devices'");

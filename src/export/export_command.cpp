@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "drafter_config.h"
 #include "drafter_family.h"
 #include "export_commands.h"
@@ -23,6 +24,7 @@ int export_main(const std::vector<std::string>& argv) {
   a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the run's drafter_config.json; only dflash so far)");
   if (!a.parse(argv)) return 0;
   a.require("out");
+  io::check_output_folder(a.str("out"), "export: --out");  // before the checkpoint is read
   // The run's family, before its checkpoint: a family export cannot write yet is refused in one line.
   const std::string config = a.str("RUN_DIR") + "/drafter_config.json";
   drafter::refuse_unsupported_family(

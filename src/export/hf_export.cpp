@@ -62,7 +62,8 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
     tensors.emplace_back("d2t", draft_to_target_offsets(draft.draft_ids.to(at::kCPU, at::kLong)).contiguous());
     tensors.emplace_back("t2d", target_in_draft_mask(draft.draft_ids, c.vocab_size));
   }
-  const fs::path out(out_dir);
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (!out.has_filename() && out.has_parent_path()) out = out.parent_path();  // "d/": the folder d
   if (fs::exists(out) && !fs::is_directory(out)) throw std::invalid_argument(out_dir + ": exists and is not a folder");
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   fs::create_directories(parent);

@@ -1,55 +1,16 @@
-// Outputs that are whole or absent: bytes go to "<path>.tmp.<pid>" beside the target, then fsync, rename over
-// the target and fsync of the folder. Every output path of every command goes through here, whatever it names:
-// a regular file (or a new name) is replaced atomically; a character device or FIFO (/dev/null, /dev/stdout, a
-// pipe) is written to as a stream, never replaced; a symlink is followed (its target is what gets replaced); an
-// empty path, a trailing '/', a directory, a block device or socket, or a missing folder is refused. A writer that fails (or is destroyed before commit) removes its temporary;
-// one killed with SIGKILL leaves it, and remove_stale_temporaries() clears such leftovers later.
-// Framework-free.
+// io's name for the output-path checks and the atomic / stream writer, which live on the ground floor
+// (src/util/output_file.h) so that every layer, src/ops included, writes its outputs through the same code.
 #pragma once
-#include <cstddef>
-#include <string>
-#include <string_view>
+#include "output_file.h"
 
 namespace dflash::io {
 
-// "<path>.tmp.<pid of this process>".
-std::string temp_path_for(const std::string& path);
-
-// Refuses (std::invalid_argument "<what>: '<path>' is ...") a path no output can go to. Commands call it on every
-// output before any work starts, so a bad destination fails in a second rather than after the run.
-void check_output_path(const std::string& path, const std::string& what);
-
-class AtomicOutputFile {
- public:
-  // Creates the temporary (throws naming it when the folder is missing or read-only).
-  // Checks the path first (check_output_path, named "output").
-  explicit AtomicOutputFile(std::string path);
-  AtomicOutputFile(const AtomicOutputFile&) = delete;
-  AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
-  ~AtomicOutputFile();  // without commit(): closes and removes the temporary
-
-  void write(std::string_view bytes);  // buffered
-  // Flush, fsync, rename over the target, fsync the folder. Throws (and removes the temporary) on failure.
-  void commit();
-  const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return tmp_; }  // empty for a stream (device or FIFO)
-  bool is_stream() const { return stream_; }
-
- private:
-  void flush();
-  void write_raw(const char* p, size_t n);
-  std::string path_, tmp_, target_, buf_;  // target_: path_ with symlinks followed
-  int fd_ = -1;
-  bool stream_ = false;
-  bool committed_ = false;
-};
-
-// Writes `bytes` to `path` through an AtomicOutputFile.
-void write_file_atomically(const std::string& path, std::string_view bytes);
-
-// Removes, in `dir`, temporaries of writers that are gone: names ending in ".tmp" (older writers) or in
-// ".tmp.<pid>" where no process <pid> runs any more (or <pid> is this process, which at a resume holds none
-// open). Returns how many were removed; a missing folder removes nothing.
-int remove_stale_temporaries(const std::string& dir);
+using util::AtomicOutputFile;
+using util::check_output_folder;
+using util::check_output_path;
+using util::check_resumable_output_path;
+using util::remove_stale_temporaries;
+using util::temp_path_for;
+using util::write_file_atomically;
 
 }  // namespace dflash::io

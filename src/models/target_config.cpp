@@ -8,6 +8,7 @@
 
 #include "input_file.h"
 #include "strict_json.h"
+#include "target_limits.h"
 
 namespace dflash::models {
 namespace {
@@ -82,6 +83,7 @@ RopeConfig parse_rope(const json& j, int64_t max_positions, const std::string& w
 }  // namespace
 
 void TargetConfig::validate(const std::string& what) const {
+  check_target_limits(*this, what);  // what the arithmetic and memory allow, before anything is sized by it
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail(what, std::string("field '") + name + "' must be positive, got " + std::to_string(v));
     // A GGUF block_count of 2^32+1 must not run as a 1-layer model once narrowed to int.
@@ -186,8 +188,10 @@ bool TargetConfig::is_moe_layer(int64_t i) const {
 }
 
 bool TargetConfig::has_dense_mlp() const {
-  for (int64_t i = 0; i < num_hidden_layers; ++i)
-    if (!is_moe_layer(i)) return true;
+  // Closed form of "some layer is not MoE" (is_moe_layer per layer costs the mlp_only_layers list each time).
+  if (moe.num_experts <= 0 || moe.sparse_step != 1) return num_hidden_layers > 0;
+  for (int64_t l : moe.mlp_only_layers)
+    if (l >= 0 && l < num_hidden_layers) return true;
   return false;
 }
 
@@ -225,6 +229,7 @@ void parse_hybrid_fields(const json& t, const std::string& what, TargetConfig& c
       c.layer_types.push_back(e.get<std::string>());
     }
   } else {  // transformers' rule: every interval-th layer (1-based) is full attention
+    check_target_layer_count(c.num_hidden_layers, what);  // the list below has one entry per layer
     const int64_t interval = get_int(t, "full_attention_interval", what, false, 4);
     if (interval <= 0) fail(what, "field 'full_attention_interval' must be positive, got " + std::to_string(interval));
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)

@@ -4,6 +4,7 @@
 #pragma once
 #include <c10/core/Device.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -13,6 +14,21 @@
 #include "target_config.h"
 
 namespace dflash::models {
+
+// A target's layers by kind: attention or Gated DeltaNet, dense MLP or MoE, full or sliding-window attention
+// (gpt-oss). Every per-layer figure below depends on the kind alone, so a sum over a range of layers is counts x figures: built in one pass over the layers, a range's
+// counts then cost O(1), and `plan --node`'s search costs the same for 4 layers as for 65536 (issue 36).
+class LayerKinds {
+ public:
+  explicit LayerKinds(const TargetConfig& c);
+  static constexpr int kKinds = 8;
+  static constexpr int index(bool linear, bool moe, bool sliding) { return 4 * int(sliding) + 2 * int(linear) + int(moe); }
+  // Layers of [begin, end) of each kind, at index(DeltaNet, MoE MLP, sliding window).
+  std::array<int64_t, kKinds> count(int64_t begin, int64_t end) const;
+
+ private:
+  std::vector<std::array<int64_t, kKinds>> prefix_;  // prefix_[i]: kinds of layers [0, i)
+};
 
 // Weights of decoder layer i (matrices, biases, norms; a Gated DeltaNet layer's conv, decay and norm too; every
 // expert of an MoE layer).
@@ -33,6 +49,10 @@ struct StageMemory {
 };
 std::vector<StageMemory> target_stage_memory(const TargetConfig& c, int64_t dtype_bytes, int64_t num_stages,
                                              int64_t tokens, const std::vector<int64_t>& captured_layers);
+// The same with the kinds already counted (what a search over stage counts uses: O(stages + captured layers)).
+std::vector<StageMemory> target_stage_memory(const TargetConfig& c, const LayerKinds& kinds, int64_t dtype_bytes,
+                                             int64_t num_stages, int64_t tokens,
+                                             const std::vector<int64_t>& captured_layers);
 
 // The first stage device of `layout` that cannot hold its stage (target_stage_memory for `tokens` tokens) by
 // `memory_of(device)` bytes (< 0: not checked), as a one-line error naming `where` and the numbers; "" when every
@@ -57,5 +77,8 @@ struct TargetFlops {
 TargetFlops target_forward_flops(const TargetConfig& c, int64_t seq_len, bool with_lm_head);
 // The same for decoder layer i alone (no LM head): what a pipeline stage of a set of layers computes.
 TargetFlops target_layer_forward_flops(const TargetConfig& c, int64_t i, int64_t seq_len);
+// The same summed over layers [begin, end) (a pipeline stage), in O(1) from the counted kinds.
+TargetFlops target_range_forward_flops(const TargetConfig& c, const LayerKinds& kinds, int64_t begin, int64_t end,
+                                       int64_t seq_len);
 
 }  // namespace dflash::models

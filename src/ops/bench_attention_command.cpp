@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -28,6 +27,7 @@
 #include "compute_settings.h"
 #include "cpu_isa.h"
 #include "gemm_rate.h"
+#include "output_file.h"
 #include "memory_probe.h"
 #include "ops_commands.h"
 #include "python_driver.h"
@@ -441,9 +441,11 @@ int bench_attention_main(const std::vector<std::string>& argv) {
   if (args.given("mem-limit-gb")) o.mem_limit_bytes = args.f64("mem-limit-gb") * 1e9;
   o.cpu_efficiency = args.on("cpu-efficiency");
   set_threads(args.i64("threads"), "bench attention: --threads");
+  // Before the runs: a folder, a missing folder or an empty path fails now, not after minutes of timing.
+  if (args.given("json")) util::check_output_path(args.str("json"), "bench attention: --json");
   const nlohmann::json out = run_bench_attention(o);
-  if (!args.str("json").empty()) {
-    std::ofstream(args.str("json")) << out.dump(2) << "\n";
+  if (args.given("json")) {
+    util::write_file_atomically(args.str("json"), out.dump(2) + "\n");  // a device or FIFO: written as a stream
     std::printf("wrote %s\n", args.str("json").c_str());
   }
   return 0;

@@ -85,18 +85,18 @@ NodePlan plan_node(const NodeSettings& s) {
   std::vector<int64_t> captured(s.drafter.cfg.target_layer_ids.begin(), s.drafter.cfg.target_layer_ids.end());
   if (s.drafter.kl_weight > 0) captured.push_back(s.target.num_hidden_layers - 1);
   const int64_t L = s.target.num_hidden_layers;
+  // Layers counted by kind once; each stage's sums below are then O(1), so the search over P x R x W costs the
+  // same whatever the layer count (a config claiming 2^31 layers is refused by validate() above).
+  const models::LayerKinds kinds(s.target);
   for (int64_t P = 1; P <= std::min<int64_t>(s.gpus - 1, L); ++P) {
-    const auto stages = models::target_stage_memory(s.target, s.target_dtype_bytes, P, seq, captured);
+    const auto stages = models::target_stage_memory(s.target, kinds, s.target_dtype_bytes, P, seq, captured);
     double largest = 0;
     for (const auto& m : stages) largest = std::max(largest, m.total());
     if (largest > usable) continue;
     // A pipeline runs at the pace of its slowest stage.
     double slowest = 0;
-    for (int64_t st = 0; st < P; ++st) {
-      double f = 0;
-      for (int64_t i = L * st / P; i < L * (st + 1) / P; ++i) f += models::target_layer_forward_flops(s.target, i, seq).total();
-      slowest = std::max(slowest, f);
-    }
+    for (int64_t st = 0; st < P; ++st)
+      slowest = std::max(slowest, models::target_range_forward_flops(s.target, kinds, L * st / P, L * (st + 1) / P, seq).total());
     const double replica_rate = p.target_flops.total() / slowest / p.target_seconds;  // samples/s of one replica
     for (int64_t R = 1; R * P < s.gpus; ++R)
       for (int64_t W = 1; R * P + W <= s.gpus; ++W) {

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "atomic_output.h"
 #include "compute_settings.h"
 #include "drafter_from_target.h"
 #include "sample_source.h"
@@ -152,6 +153,7 @@ int bench_producer_main(const std::vector<std::string>& argv) {
   const std::string work = a.str("work-dir");
   if (steps > 0 && fs::exists(work))
     throw std::invalid_argument("bench producer: --work-dir '" + work + "' exists; give a new folder");
+  if (steps > 0) io::check_output_folder(work, "bench producer: --work-dir");  // a path under a file: now, not later
   models::TargetLoadOptions one_stage;
   one_stage.dtype = ops::parse_dtype(a.str("dtype"), "bench producer: --dtype");
   const models::TargetModel target = models::load_target(a.str("target"), one_stage);

@@ -71,7 +71,10 @@ void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSid
                  "differently (docs/SERVING.md)\n", drafter::join_engines(drafter::engines_serving(traits)).c_str(),
                  drafter::join_engines(others).c_str());
   }
-  if (run.lead && !resumed.defined()) save_draft_vocab(cfg.out, {ids, counts, side.frozen.lm_head});
+  if (!resumed.defined()) {  // written with the run's other files once every check has passed (trainer.cpp)
+    side.draft_counts = counts;
+    side.draft_lm_head = side.frozen.lm_head;
+  }
 }
 
 }  // namespace dflash::train

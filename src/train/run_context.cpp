@@ -8,7 +8,9 @@
 
 #include <ATen/Context.h>
 
+#include "atomic_output.h"
 #include "compute_settings.h"
+#include "run_settings.h"
 
 namespace dflash::train {
 
@@ -81,11 +83,9 @@ RunContext open_run(const TrainConfig& cfg) {
   if (cfg.deterministic) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   at::globalContext().setDeterministicAlgorithms(cfg.deterministic, /*warn_only=*/false);
   const int64_t local_world = env_int("LOCAL_WORLD_SIZE", 1), local_rank = env_int("LOCAL_RANK", 0);
-  const std::vector<at::Device> node_drafter = ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'");
-  const models::DeviceLayout node_target = models::parse_device_layout(cfg.target_devices, "train config: 'target_devices'");
-  check_target_and_drafter_apart(node_target, node_drafter, cfg.target_devices, cfg.drafter_devices);
-  run.drafter_devices = local_devices(node_drafter, local_rank, local_world, "train config: 'drafter_devices'", false);
-  run.target_layout = local_target_layout(node_target, local_rank, local_world, "train config: 'target_devices'");
+  const RunDevices node = parse_run_devices(cfg);  // as doctor --config reads them (run_settings.h)
+  run.drafter_devices = local_devices(node.drafter, local_rank, local_world, "train config: 'drafter_devices'", false);
+  run.target_layout = local_target_layout(node.target, local_rank, local_world, "train config: 'target_devices'");
   bool all_cuda = true;
   for (const auto& d : run.drafter_devices) all_cuda = all_cuda && d.is_cuda();
   run.grad_device = all_cuda ? run.drafter_devices.front() : at::Device(at::kCPU);
@@ -93,7 +93,8 @@ RunContext open_run(const TrainConfig& cfg) {
   run.master_dtype = run.compute == at::kDouble ? at::kDouble : at::kFloat;
   run.coll = collective_from_env(cfg.dist_backend, run.grad_device);
   run.lead = run.coll->rank() == 0;
-  std::filesystem::create_directories(cfg.out);
+  // Checked now, created by run_training once every check has passed (a refused start leaves no folder).
+  io::check_output_folder(cfg.out, "train config: 'out'");
   if (cfg.resume) {
     std::string path;
     run.resume = std::make_unique<TrainState>(load_latest_checkpoint(cfg.out, &path));

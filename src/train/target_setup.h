@@ -26,6 +26,9 @@ struct TargetSide {
   // draft_vocab > 0 (draft_vocab.h): the draft vocabulary's target ids [K] (CPU); frozen.lm_head is then the
   // target's rows of them [K, H]. Set by set_up_draft_vocab.
   at::Tensor draft_ids;
+  // A fresh run's draft vocabulary counts [vocab] and head rows [K, H] (CPU): run_training writes
+  // draft_vocab.safetensors from them once every check has passed (undefined: nothing to write).
+  at::Tensor draft_counts, draft_lm_head;
 };
 
 // The target's replicas for the producer: target, then more_replicas (empty without a target).
@@ -37,7 +40,7 @@ std::vector<const models::TargetModel*> target_replicas(const TargetSide& side);
 TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run);
 
 // draft_vocab > 0: the draft vocabulary of a fresh run (counted over the training answers, the target's EOS ids kept;
-// written to RUN_DIR/draft_vocab.safetensors by the lead) or of the checkpoint a resumed run continues; restricts
+// written to RUN_DIR/draft_vocab.safetensors by the lead's run_training, from side.draft_counts) or of the checkpoint a resumed run continues; restricts
 // side.frozen.lm_head and sets side.dcfg.draft_vocab_size. Prints the answer-token coverage.
 void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSide& side);
 

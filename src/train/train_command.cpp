@@ -8,7 +8,9 @@
 #include "args.h"
 #include "checkpoint.h"
 #include "drafter_family_setting.h"
+#include "output_file.h"
 #include "python_driver.h"
+#include "run_settings.h"
 #include "train_commands.h"
 #include "train_config.h"
 #include "trainer.h"
@@ -36,8 +38,7 @@ int train_main(const std::vector<std::string>& argv) {
   TrainArgs args;
   if (!read_train_args(argv, args)) return 0;
   TrainConfig cfg = train_config_of(args);  // with --resume: the run's saved settings under these
-  resolve_drafter_family(cfg, "train");
-  drafter::refuse_unsupported_family("train", cfg.family());
+  validate_run_settings(cfg, "train");      // what doctor --config reads a config through too
   install_sigint_handler();
   return run_training(cfg, hooks_from_environment());
 }
@@ -48,6 +49,7 @@ int plot_main(const std::vector<std::string>& argv) {
   a.option("out", "DIR", "", "output folder (default RUN_DIR)");
   if (!a.parse(argv)) return 0;
   const std::string run_dir = a.str("RUN_DIR");
+  if (a.given("out")) util::check_output_folder(a.str("out"), "plot: --out");  // before the script runs
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics)) throw std::invalid_argument("plot: " + metrics + " not found");
   const auto r = util::run_python("plot_metrics.py", {metrics, a.str("out").empty() ? run_dir : a.str("out")});

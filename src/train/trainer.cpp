@@ -12,6 +12,7 @@
 
 #include "attention_selfcheck.h"
 #include "checkpoint.h"
+#include "draft_vocab.h"
 #include "master_state.h"
 #include "run_context.h"
 #include "safetensors.h"
@@ -70,10 +71,17 @@ nlohmann::json loss_kernel_event(const ops::LossCheckResult& r, int64_t step) {
   return j;
 }
 
-// Before step 1: each drafter device's attention backend and the CPU loss kernel, checked and chosen by the runner,
-// into the log (metrics.jsonl events); a process that is not the lead says a fallback itself.
-void choose_and_log_kernels(StepRunner& runner, const RunContext& run, TrainLog& log, int64_t start_step) {
-  for (const auto& choice : runner.choose_attention()) {
+// Before step 1: each drafter device's attention backend and the CPU loss kernel, checked and chosen by the runner
+// (choose_kernels, which may refuse the start: so it runs before the run folder is written), then into the log
+// (metrics.jsonl events); a process that is not the lead says a fallback itself.
+struct KernelChoices {
+  std::vector<ops::AttentionChoice> attention;
+  std::optional<ops::LossCheckResult> loss;
+};
+KernelChoices choose_kernels(StepRunner& runner) { return {runner.choose_attention(), runner.check_loss_kernel()}; }
+
+void log_kernels(const KernelChoices& kernels, const RunContext& run, TrainLog& log, int64_t start_step) {
+  for (const auto& choice : kernels.attention) {
     if (run.lead) {
       log.message(choice.line);
       log.event(attention_event(choice, start_step));
@@ -81,7 +89,7 @@ void choose_and_log_kernels(StepRunner& runner, const RunContext& run, TrainLog&
       std::fprintf(stderr, "rank %lld: %s\n", (long long)run.coll->rank(), choice.line.c_str());
     }
   }
-  if (const auto loss_check = runner.check_loss_kernel()) {
+  if (const auto& loss_check = kernels.loss) {
     const std::string line = "loss: cpu: the fused cross-entropy kernel failed its self-check (" +
                              loss_check->spec.describe() + ": " + loss_check->summary() +
                              "); falling back to the generic cross-entropy";
@@ -189,11 +197,6 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
 
   const int64_t per_step = cfg.batch_size * cfg.grad_accum * int64_t(run.drafter_devices.size()) * run.coll->world();
   const int64_t total_steps = cfg.steps > 0 ? cfg.steps : (cfg.epochs * side.samples->size() + per_step - 1) / per_step;
-  if (run.lead) {
-    write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(cfg).dump(2) + "\n");
-    drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
-    describe_run(cfg, run, side, total_steps, per_step);
-  }
 
   MasterState master = build_master_state(cfg, run, side);
   StepRunner runner(cfg, run, side, master, hooks);
@@ -204,12 +207,23 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   const auto targets = online ? target_replicas(side) : std::vector<const models::TargetModel*>{};
   const int64_t replicas = std::max<int64_t>(1, int64_t(targets.size()));
   const int64_t stages = online ? run.target_layout.num_stages() : 1;
+  const KernelChoices kernels = choose_kernels(runner);  // attention_backend fused refuses here
   StepProducer producer(
       producer_settings(cfg, side.dcfg, workers, run.coll->rank(), run.coll->world(), replicas, stages),
       *side.samples, targets, start_step, total_steps, start_pos);
 
+  // Every check has passed: only now does the run folder appear and get its files (issue 36: a refused start
+  // leaves no folder behind; a resumed run's files are not rewritten by a start that is then refused).
+  fs::create_directories(cfg.out);  // every rank, as before (the test hook dumps each rank's weights there)
+  if (run.lead) {
+    write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(cfg).dump(2) + "\n");
+    drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
+    if (side.draft_counts.defined())
+      save_draft_vocab(cfg.out, {side.draft_ids, side.draft_counts, side.draft_lm_head});
+    describe_run(cfg, run, side, total_steps, per_step);
+  }
   TrainLog log(cfg.out, run.lead, start_step, total_steps, cfg.log_every);
-  choose_and_log_kernels(runner, run, log, start_step);
+  log_kernels(kernels, run, log, start_step);
   log.set_producer_name(online ? "target" : "data");
   Checkpointer checkpoints(cfg, run, side, master, log, hooks);
   int64_t step = start_step, pos = start_pos;

@@ -1,4 +1,4 @@
-#include "atomic_output.h"
+#include "output_file.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-namespace dflash::io {
+namespace dflash::util {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
@@ -79,6 +79,39 @@ std::string followed(const std::string& path) {
 }  // namespace
 
 void check_output_path(const std::string& path, const std::string& what) { (void)output_kind(path, what); }
+
+void check_resumable_output_path(const std::string& path, const std::string& what) {
+  if (output_kind(path, what) == OutputKind::Stream)
+    throw std::invalid_argument(what + ": '" + path + "' is a device or FIFO: this output is appended to and read "
+                                "back on a rerun, so it must be a regular file");
+}
+
+void check_output_folder(const std::string& path, const std::string& what) {
+  if (path.empty()) throw std::invalid_argument(what + ": the output folder is empty (give a folder name)");
+  for (char c : path)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      throw std::invalid_argument(what + ": the output folder contains a control character");
+  const std::string quoted = what + ": '" + path + "'";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return;
+    throw std::invalid_argument(quoted + (S_ISREG(st.st_mode) ? " is a file" : " is a device, FIFO or socket") +
+                                ": an output folder must be a folder or a new name");
+  }
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+    throw std::invalid_argument(quoted + " is a symlink to a path that does not exist");
+  // The nearest existing ancestor must be a folder ("file.txt/run" can never be created).
+  std::filesystem::path up = std::filesystem::path(path).lexically_normal();
+  while (up.has_relative_path() && up.has_parent_path() && up != up.parent_path()) {
+    up = up.parent_path();
+    struct stat ast {};
+    if (::stat(up.c_str(), &ast) != 0) continue;
+    if (!S_ISDIR(ast.st_mode))
+      throw std::invalid_argument(quoted + ": '" + up.string() + "' is not a folder, so no folder can be made there");
+    return;
+  }
+}
 
 std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
@@ -170,4 +203,4 @@ int remove_stale_temporaries(const std::string& dir) {
   return removed;
 }
 
-}  // namespace dflash::io
+}  // namespace dflash::util

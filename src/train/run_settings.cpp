@@ -1,0 +1,25 @@
+#include "run_settings.h"
+
+#include "compute_settings.h"
+#include "drafter_family.h"
+#include "drafter_family_setting.h"
+#include "run_context.h"
+
+namespace dflash::train {
+
+RunDevices parse_run_devices(const TrainConfig& cfg) {
+  RunDevices d;
+  d.drafter = ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'");
+  d.target = models::parse_device_layout(cfg.target_devices, "train config: 'target_devices'");
+  check_target_and_drafter_apart(d.target, d.drafter, cfg.target_devices, cfg.drafter_devices);
+  return d;
+}
+
+RunDevices validate_run_settings(TrainConfig& cfg, const std::string& command) {
+  resolve_drafter_family(cfg, command);  // first: validate() reads the family's settings
+  drafter::refuse_unsupported_family(command, cfg.family());
+  cfg.validate();
+  return parse_run_devices(cfg);
+}
+
+}  // namespace dflash::train
