@@ -3,7 +3,9 @@
 #include "chunked_lm_loss_op.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <stdexcept>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -201,6 +203,14 @@ std::string check_chunked_lm_loss_args(const at::Tensor& hidden, const at::Tenso
                                        const at::Tensor& weights, const std::optional<at::Tensor>& teacher_hidden,
                                        const std::optional<at::Tensor>& teacher_index, int64_t chunk_rows,
                                        double kl_weight) {
+  // One device first: the dispatcher would otherwise pick a kernel by the odd tensor out (meta: "no kernel").
+  for (const auto& [name, t] : std::initializer_list<std::pair<const char*, const at::Tensor*>>{
+           {"lm_head", &lm_head}, {"labels", &labels}, {"weights", &weights},
+           {"teacher_hidden", teacher_hidden.has_value() ? &*teacher_hidden : nullptr},
+           {"teacher_index", teacher_index.has_value() ? &*teacher_index : nullptr}})
+    if (t && t->defined() && t->device() != hidden.device())
+      return std::string("chunked_lm_loss: ") + name + " is on " + t->device().str() + " but hidden is on " +
+             hidden.device().str() + "; every tensor argument must be on one device";
   if (hidden.dim() != 2 || lm_head.dim() != 2 || hidden.size(1) != lm_head.size(1))
     return "chunked_lm_loss: hidden [R, H] and lm_head [V, H] must share H";
   if (labels.numel() != hidden.size(0) || weights.numel() != hidden.size(0))
