@@ -157,13 +157,21 @@ def test_train_config_file_lists_and_json_arrays(dflash_bin, files, tmp_path):
         assert not (tmp_path / "run").exists()
 
 
-def test_doctor_devices(dflash_bin):
+def doctor_refuses(dflash_bin, cases):
     # A flag error (exit 2), the line first, before any check; doctor checks a device the machine lacks as a failed row.
     for case, value, layout_msg, _, _ in BAD:
-        if case.startswith("not_visible"):
-            continue
-        line = one_line_error(run(dflash_bin, "doctor", "--quick", "--devices", value), code=2)
-        assert line.startswith("dflash: error: doctor: --devices") and layout_msg in line, (case, line)
+        if case in cases and not case.startswith("not_visible"):
+            line = one_line_error(run(dflash_bin, "doctor", "--quick", "--devices", value), code=2)
+            assert line.startswith("dflash: error: doctor: --devices") and layout_msg in line, (case, line)
+
+
+def test_doctor_devices(dflash_bin):
+    doctor_refuses(dflash_bin, QUICK)
+
+
+@pytest.mark.slow
+def test_doctor_devices_every_bad_list(dflash_bin):
+    doctor_refuses(dflash_bin, [b[0] for b in BAD if b[0] not in QUICK])
 
 
 @pytest.mark.slow
