@@ -217,10 +217,19 @@ std::string check_chunked_lm_loss_args(const at::Tensor& hidden, const at::Tenso
     return "chunked_lm_loss: labels and weights need one entry per hidden row";
   if (labels.scalar_type() != at::kLong)
     return std::string("chunked_lm_loss: labels must have dtype Long (int64), got ") + c10::toString(labels.scalar_type());
+  if (!at::isFloatingType(hidden.scalar_type()) || lm_head.scalar_type() != hidden.scalar_type())
+    return std::string("chunked_lm_loss: hidden must be floating-point and lm_head of its dtype, got ") +
+           c10::toString(hidden.scalar_type()) + " and " + c10::toString(lm_head.scalar_type());
+  if (!at::isFloatingType(weights.scalar_type()))
+    return std::string("chunked_lm_loss: weights must be floating-point, got ") + c10::toString(weights.scalar_type());
   if (chunk_rows <= 0) return "chunked_lm_loss: chunk_rows must be positive";
-  if (kl_weight < 0 || kl_weight > 1) return "chunked_lm_loss: kl_weight must be in [0, 1]";
+  if (!(kl_weight >= 0 && kl_weight <= 1))  // written so that nan fails too
+    return "chunked_lm_loss: kl_weight must be in [0, 1], got " + c10::str(kl_weight);
   const bool have_teacher = teacher_hidden.has_value() && teacher_hidden->defined() && teacher_index.has_value() &&
                             teacher_index->defined();
+  if (have_teacher && kl_weight != 0.0 && teacher_index->scalar_type() != at::kLong)
+    return std::string("chunked_lm_loss: teacher_index must have dtype Long (int64), got ") +
+           c10::toString(teacher_index->scalar_type());
   if (kl_weight != 0.0 && !have_teacher) return "chunked_lm_loss: kl_weight > 0 needs the target's last hidden states";
   return {};
 }
