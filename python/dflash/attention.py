@@ -7,15 +7,45 @@ from typing import Optional
 
 import torch
 
+from . import _checks
+
 BACKENDS = ("auto", "fused", "reference")
+
+
+def _check_args(fn: str, q, k, v, anchors, keep, block_size, window, ctx_start, backend) -> tuple[int, int]:
+    """The checks the op makes, in Python and first: the op's own would not run for tensors on other devices
+    (torch then only says no kernel is registered). Returns block_size and window as ints."""
+    if backend not in BACKENDS:
+        raise ValueError(f"{fn}: backend must be auto, fused or reference, got {backend!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.tensor(fn, name, t, "float")
+    _checks.tensor(fn, "anchors", anchors, "int64")
+    _checks.tensor(fn, "keep", keep, "bool")
+    if ctx_start is not None:
+        _checks.tensor(fn, "ctx_start", ctx_start, "int64")
+    block_size = _checks.integer(fn, "block_size", block_size, 1)
+    window = _checks.integer(fn, "window", window, 0)
+    _checks.one_device(fn, [("q", q), ("k", k), ("v", v), ("anchors", anchors), ("keep", keep),
+                            ("ctx_start", ctx_start)], op_devices=backend != "reference")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"{fn}: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    _checks.shape(fn, "q", q, "[batch, N*B, Hq, D]", q.dim() == 4)
+    _checks.shape(fn, "k", k, "[batch, S+N*B, Hkv, D]", k.dim() == 4)
+    _checks.shape(fn, "v", v, f"the shape of k {list(k.shape)}", v.shape == k.shape)
+    if q.size(1) % block_size:
+        raise ValueError(f"{fn}: q has {q.size(1)} tokens, not a multiple of block_size {block_size}")
+    n, b = q.size(1) // block_size, q.size(0)
+    for name, t in (("anchors", anchors), ("keep", keep), ("ctx_start", ctx_start)):
+        if t is not None:
+            _checks.shape(fn, name, t, f"[{n}] or [{b}, {n}] (N = q tokens / block_size)",
+                          tuple(t.shape) in ((n,), (b, n)))
+    return block_size, window
 
 
 def _backend_for(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, window: int,
                  packed: bool) -> str:
     """"fused" or "reference" for this call. auto and fused check the fused op against the reference once per
     process and shape kind (the C++ side remembers the answer); auto falls back with a warning, fused raises."""
-    if backend not in BACKENDS:
-        raise ValueError(f"anchor_block_attention: backend must be auto, fused or reference, got {backend!r}")
     if backend == "reference":
         return backend
     backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
@@ -47,7 +77,9 @@ def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, an
     ``kv >= anchors[n] + j - (window - 1)``) plus the B keys of its own block (with a window only slots
     ``<= j``). Returns ``[batch, N*B, Hq, D]``. fp32, bf16 and fp64 on the CPU; bf16/fp16 on CUDA.
     Gradients flow to q, k and v. q, k, v may be strided as long as ``head_dim`` has stride 1.
-    Bad arguments raise ``RuntimeError`` naming the argument, its shape and what was expected.
+    Bad arguments raise ``TypeError`` (a non-tensor, a wrong dtype, a non-int size) or ``ValueError`` (a shape,
+    a size, tensors on different devices or on a device without kernels, e.g. meta) naming the argument, what was
+    expected and what it got; what only the op can see (anchors outside ``[0, S]``) raises its ``RuntimeError``.
 
     ``backend``: ``"fused"`` the fused kernels; ``"reference"`` the same attention from LibTorch ops only (any
     device and dtype, tiles of blocks, memory within 2x of the fused op, slower); ``"auto"`` (default) the fused
@@ -55,6 +87,8 @@ def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, an
     process, docs/TRAINING.md "Attention backend"), else the reference with one warning. ``"fused"`` runs the
     same check and raises ``RuntimeError`` when it fails.
     """
+    block_size, window = _check_args("anchor_block_attention", q, k, v, anchors, keep, block_size, window, ctx_start,
+                                     backend)
     if _backend_for(backend, q, k, v, block_size, window, ctx_start is not None) == "reference":
         return torch.ops.dflash.anchor_block_attention_reference(q, k, v, anchors, keep, block_size, window, scale,
                                                                  ctx_start)
@@ -62,6 +96,7 @@ def anchor_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, an
 
 
 def _as_bshd(x: torch.Tensor, name: str, want: str) -> torch.Tensor:
+    _checks.tensor("anchor_block_attention_bhsd", name, x)
     if x.dim() != 4:
         raise ValueError(f"anchor_block_attention_bhsd: {name} must be {want}, got shape {list(x.shape)}")
     y = x.transpose(1, 2)  # a view: no copy

@@ -29,6 +29,7 @@ from typing import Optional
 
 import torch
 
+from . import _checks
 from .attention import anchor_block_attention_bhsd
 from .masks import BlockMaskArgs, block_mask_args
 
@@ -38,6 +39,8 @@ ATTENTION_NAME = "anchor_block"
 def register(name: str = ATTENTION_NAME) -> str:
     """Registers :func:`anchor_block_attention_forward` in transformers' ``AttentionInterface`` under ``name`` (for
     every model of the process) and returns the name to set as ``config._attn_implementation``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register: name must be a non-empty str, got {type(name).__name__} {name!r}")
     if "flash" in name:
         raise ValueError(f"attention name {name!r} contains 'flash': transformers 5 would take it for a flash-attention "
                          "hub kernel and fail to load it; use a name without 'flash' (default 'anchor_block')")
@@ -60,6 +63,9 @@ def block_mask_from_dense(mask: torch.Tensor, block_size: int, window: int = 0) 
     """A dense DFlash mask, boolean ``[b, N*B, S + N*B]`` or ``[b, 1, N*B, S + N*B]`` (True = may attend), -> the
     anchors and keep flags that give it, with ``window``. Raises ``ValueError`` when ``mask`` is not exactly such a
     mask (a window inside the block narrower than the block, packed documents, another layout)."""
+    _checks.tensor("block_mask_from_dense", "mask", mask)
+    block_size = _checks.integer("block_mask_from_dense", "block_size", block_size, 1)
+    window = _checks.integer("block_mask_from_dense", "window", window, 0)
     if mask.dtype != torch.bool:
         raise ValueError(f"block_mask_from_dense: expected a boolean mask (True = may attend), got {mask.dtype}")
     m = mask
@@ -93,21 +99,40 @@ def block_mask_from_dense(mask: torch.Tensor, block_size: int, window: int = 0) 
     return args
 
 
-def _mask_args(attention_mask, kwargs, block_size: Optional[int], window: int) -> BlockMaskArgs:
+def _mask_args(attention_mask, kwargs, block_size: Optional[int], window: int, query: torch.Tensor,
+               key: torch.Tensor) -> BlockMaskArgs:
+    fn = "anchor_block attention"
+    if block_size is not None:
+        block_size = _checks.integer(fn, "the module's config.block_size", block_size, 1)
     given = kwargs.get("anchor_block_mask")
     m = given if given is not None else attention_mask
-    if isinstance(m, BlockMaskArgs):
-        if m.window and window and m.window != window:
-            raise ValueError(f"anchor_block attention: the mask arguments have window {m.window} but the layer's "
-                             f"sliding_window is {window}")
-        return m
+    name = "anchor_block_mask" if given is not None else "attention_mask"
+    batch, rows, keys = query.size(0), query.size(2), key.size(2)  # [b, Hq, N*B, D], [b, Hkv, S + N*B, D]
     if isinstance(m, torch.Tensor):
         if block_size is None:
             raise ValueError("anchor_block attention: a dense attention_mask needs the block size: give the module's "
                              "config a block_size, or pass dflash.integrations.block_mask(...) as the mask")
-        return block_mask_from_dense(m, block_size, window)
-    raise ValueError(f"anchor_block attention needs the DFlash mask: pass dflash.integrations.block_mask(...) as "
-                     f"attention_mask or anchor_block_mask=, or a dense boolean mask; got {type(m).__name__}")
+        want = f"[{batch}, {rows}, {keys}] or [{batch}, 1, {rows}, {keys}] (query rows N*B, keys S + N*B)"
+        if m.dim() not in (3, 4) or tuple(m.shape[-2:]) != (rows, keys) or m.size(0) != batch:
+            raise ValueError(f"{fn}: a dense {name} must be {want}, got shape {list(m.shape)}")
+        m = block_mask_from_dense(m, block_size, window)
+    elif not isinstance(m, BlockMaskArgs):
+        raise ValueError(f"anchor_block attention needs the DFlash mask: pass dflash.integrations.block_mask(...) as "
+                         f"attention_mask or anchor_block_mask=, or a dense boolean mask; got {type(m).__name__}")
+    if m.window and window and m.window != window:
+        raise ValueError(f"anchor_block attention: the mask arguments have window {m.window} but the layer's "
+                         f"sliding_window is {window}")
+    if block_size is not None and m.block_size != block_size:
+        raise ValueError(f"{fn}: {name} has block_size {m.block_size} but the module's config says {block_size}")
+    # The op takes S from the keys: mask arguments made for another S (or N) would silently mask the wrong keys.
+    if m.num_blocks * m.block_size != rows or m.context_len + rows != keys:
+        raise ValueError(f"{fn}: {name} is for {m.num_blocks} blocks of {m.block_size} after S = {m.context_len} "
+                         f"context keys ({m.num_blocks * m.block_size} query rows, "
+                         f"{m.context_len + m.num_blocks * m.block_size} keys), but query has {rows} rows and key "
+                         f"has {keys} keys")
+    if m.anchors.dim() == 2 and m.anchors.size(0) != batch:
+        raise ValueError(f"{fn}: {name} has anchors for batch {m.anchors.size(0)} but query has batch {batch}")
+    return m
 
 
 def anchor_block_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -124,9 +149,13 @@ def anchor_block_attention_forward(module: torch.nn.Module, query: torch.Tensor,
         raise ValueError(f"anchor_block attention has no dropout: set attention_dropout to 0 (got {dropout})")
     if kwargs.get("softcap") is not None:
         raise ValueError("anchor_block attention has no logit soft-capping (softcap)")
-    window = int(sliding_window or 0)
+    window = 0 if sliding_window is None else _checks.integer("anchor_block attention", "sliding_window",
+                                                              sliding_window, 0)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _checks.tensor("anchor_block attention", name, t, "float")
+        _checks.shape("anchor_block attention", name, t, "[batch, heads, seq, head_dim]", t.dim() == 4)
     block_size = getattr(getattr(module, "config", None), "block_size", None)
-    m = _mask_args(attention_mask, kwargs, block_size, window)
+    m = _mask_args(attention_mask, kwargs, block_size, window, query, key)
     out = anchor_block_attention_bhsd(query, key, value, m.anchors, m.keep, m.block_size, window or m.window, scaling,
                                       m.ctx_start)
     return out.transpose(1, 2), None

@@ -6,6 +6,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from . import _checks
+
 
 class LossWithStats(NamedTuple):
     loss: torch.Tensor         # scalar, with autograd to hidden
@@ -22,6 +24,19 @@ def chunked_lm_loss_with_stats(hidden: torch.Tensor, lm_head_weight: torch.Tenso
                                teacher_index: Optional[torch.Tensor] = None, kl_weight: float = 0.0,
                                chunk_rows: int = 1024, fused_ce: bool = True) -> LossWithStats:
     """:func:`chunked_lm_loss` that also returns each row's cross-entropy and argmax hit (for accuracy)."""
+    # What the op cannot say itself: a non-tensor or non-number argument, and tensors with no data (meta). Devices
+    # are named the op's way; shapes, dtypes and ranges come from the op (the same ValueError text).
+    fn = "chunked_lm_loss"
+    for name, t in (("hidden", hidden), ("lm_head_weight", lm_head_weight), ("labels", labels), ("weights", weights)):
+        _checks.tensor(fn, name, t)
+    for name, t in (("teacher_hidden", teacher_hidden), ("teacher_index", teacher_index)):
+        if t is not None:
+            _checks.tensor(fn, name, t)
+    chunk_rows = _checks.integer(fn, "chunk_rows", chunk_rows)
+    if isinstance(kl_weight, bool) or not isinstance(kl_weight, (int, float)):
+        raise TypeError(f"{fn}: kl_weight must be a float, got {type(kl_weight).__name__} {kl_weight!r}")
+    _checks.one_device(fn, [("hidden", hidden), ("lm_head", lm_head_weight), ("labels", labels), ("weights", weights),
+                            ("teacher_hidden", teacher_hidden), ("teacher_index", teacher_index)], op_devices=False)
     if lm_head_weight.requires_grad and torch.is_grad_enabled():
         raise ValueError("chunked_lm_loss: lm_head_weight requires grad, but the LM head is frozen here (it gets no "
                          "gradient); pass lm_head.weight.detach() or call requires_grad_(False) on it")
@@ -53,7 +68,9 @@ def chunked_lm_loss(hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: 
     Memory: one chunk of logits (``chunk_rows x V``, fp32) plus a few row vectors, never all R x V. The
     gradient w.r.t. hidden is computed in the forward while each chunk's logits exist, so backward
     recomputes nothing. Returns a scalar (float32, float64 for float64 hidden). Bad arguments raise
-    ``ValueError`` with the op's message.
+    ``ValueError`` with the op's message (shapes, dtypes, ranges, tensors on different devices or on meta), or
+    ``TypeError`` for an argument that is not a tensor / number, naming the argument, what was expected and what it
+    got.
     """
     return chunked_lm_loss_with_stats(hidden, lm_head_weight, labels, weights, teacher_hidden=teacher_hidden,
                                       teacher_index=teacher_index, kl_weight=kl_weight, chunk_rows=chunk_rows,

@@ -26,6 +26,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from . import _checks
+
 
 @dataclasses.dataclass(frozen=True)
 class BlockMaskArgs:
@@ -126,8 +128,12 @@ def block_mask_args(anchor_positions: torch.Tensor, block_keep_mask: Optional[to
     them): each block then sees only its anchor's document (``ctx_start``), RoPE positions restart at every
     document, and :func:`block_targets` drops labels past the document's end.
 
-    Raises ``ValueError`` for shapes, dtypes or anchors outside ``[0, S]`` (the op's message).
+    Raises ``TypeError`` for a non-int size or a float keep mask, ``ValueError`` for shapes, dtypes, values
+    or anchors outside ``[0, S]`` (the op's message).
     """
+    block_size = _checks.integer("block_mask_args", "block_size", block_size)
+    seq_len = _checks.integer("block_mask_args", "seq_len", seq_len)
+    window = _checks.integer("block_mask_args", "window", window)
     a = torch.as_tensor(anchor_positions)
     if a.dim() not in (1, 2):
         raise _bad(f"anchor_positions must be [N] or [batch, N], got shape {list(a.shape)}")
@@ -145,6 +151,10 @@ def block_mask_args(anchor_positions: torch.Tensor, block_keep_mask: Optional[to
     if keep.shape != a.shape:
         raise _bad(f"block_keep_mask must have the shape of anchor_positions {list(a.shape)}, "
                    f"got {list(keep.shape)}")
+    if keep.dtype.is_floating_point or keep.dtype.is_complex:  # 0.5 would silently count as kept
+        raise TypeError(f"block_mask_args: block_keep_mask must be bool or integer 0/1, got {keep.dtype}")
+    if keep.dtype != torch.bool and bool(((keep != 0) & (keep != 1)).any()):
+        raise _bad(f"block_keep_mask must hold only 0 and 1, got {sorted(set(keep.unique().tolist()) - {0, 1})[:3]}")
     keep = (keep != 0).contiguous()
     bad = ((a < 0) | (a > seq_len)).nonzero()
     if bad.numel():
@@ -172,6 +182,7 @@ def block_mask_args(anchor_positions: torch.Tensor, block_keep_mask: Optional[to
 
 def default_gamma(block_size: int) -> float:
     """The loss decay of DFlash: 7 for B=16, 5 for B=10, 4 for B=8, else B/2 (at least 1)."""
+    block_size = _checks.integer("default_gamma", "block_size", block_size, 1)
     return {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
 
 
@@ -193,12 +204,27 @@ def block_targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, args: BlockM
     None: :func:`default_gamma` (the paper's); ``math.inf``: no decay, every counted label weighs 1 (SpecForge's
     default, ``loss_decay: none`` of ``dflash train``).
     """
+    fn = "block_targets"
+    if not isinstance(args, BlockMaskArgs):
+        raise TypeError(f"{fn}: args must be the BlockMaskArgs of dflash.block_mask_args(...), got {type(args).__name__}")
+    _checks.tensor(fn, "input_ids", input_ids, "int")
+    _checks.tensor(fn, "loss_mask", loss_mask)
+    mask_token_id = _checks.integer(fn, "mask_token_id", mask_token_id, 0)
+    _checks.one_device(fn, [("input_ids", input_ids), ("loss_mask", loss_mask), ("args.anchors", args.anchors)],
+                       op_devices=False)
+    if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float))):
+        raise TypeError(f"{fn}: gamma must be a float or None, got {type(gamma).__name__} {gamma!r}")
     if gamma is not None and not gamma > 0:
         raise ValueError(f"block_targets: gamma must be > 0 (None: by block size, math.inf: no decay), got {gamma}")
     if input_ids.dim() != 2 or loss_mask.shape != input_ids.shape:
         raise ValueError(f"block_targets: input_ids and loss_mask must both be [batch, S], got "
                          f"{list(input_ids.shape)} and {list(loss_mask.shape)}")
+    if loss_mask.dtype.is_complex or bool(((loss_mask != 0) & (loss_mask != 1)).any()):
+        raise ValueError(f"{fn}: loss_mask must hold only 0 and 1 (or False/True), got dtype {loss_mask.dtype} "
+                         "with other values")
     bsz, S = input_ids.shape
+    if args.anchors.dim() == 2 and args.anchors.size(0) != bsz:
+        raise ValueError(f"{fn}: input_ids has batch {bsz} but the mask args' anchors have {args.anchors.size(0)} rows")
     if S != args.context_len:
         raise ValueError(f"block_targets: input_ids has {S} positions but the mask args have S = {args.context_len}")
     B = args.block_size

@@ -215,6 +215,8 @@ int eval_main(const std::vector<std::string>& args) {
   o.proposer = a.str("proposer");
   o.drafter = a.str("drafter");
   o.drafter_device = a.str("drafter-device");
+  // Checked whatever the proposer (a bad device is never dropped silently) and before the target loads.
+  if (o.drafter_device != "target") (void)ops::parse_device(o.drafter_device, "eval: --drafter-device");
   o.drafter_family = a.str("drafter-family");
   if (!o.drafter_family.empty() && o.proposer != "dflash")
     throw std::invalid_argument("eval: --drafter-family applies to --proposer dflash only");

@@ -25,9 +25,10 @@ struct DeviceLayout {
   std::string str() const;  // in the grammar above
 };
 
-// Parses and checks `spec`: the spelling of every device, no empty replica or stage, the same stage count in
-// every replica, no CUDA device in two replicas; then that every device exists on this machine. Errors are one
-// line naming `where` (the key or flag) and the offending value.
+// Parses and checks `spec` by the grammar and rules of util/device_list.h (the spelling of every device, no empty
+// entry, replica or control character, the same stage count in every replica, no CUDA device in two replicas);
+// then that every device exists on this machine. Errors are one line naming `where` (the key or flag), the list
+// and the offending entry.
 DeviceLayout parse_device_layout(const std::string& spec, const std::string& where);
 // The same checks except the last: for a caller that reports a device this machine lacks itself (dflash doctor).
 DeviceLayout parse_device_layout_spelling(const std::string& spec, const std::string& where);

@@ -4,6 +4,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 #include "anchor_attention_cuda_host.h"
 
 namespace dflash::ops {
@@ -23,6 +25,15 @@ void check_index_tensor(const at::Tensor& t, const char* name, at::ScalarType wa
 }
 
 }  // namespace
+
+void check_attention_devices(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& anchors, const at::Tensor& keep, const at::Tensor& ctx_start) {
+  const std::pair<const char*, const at::Tensor*> named[] = {
+      {"k", &k}, {"v", &v}, {"anchors", &anchors}, {"keep", &keep}, {"ctx_start", &ctx_start}};
+  for (const auto& [name, t] : named)
+    TORCH_CHECK(!t->defined() || t->device() == q.device(), op, ": ", name, " is on ", t->device(), " but q is on ",
+                q.device(), "; every tensor argument must be on one device");
+}
 
 AttentionDims check_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,

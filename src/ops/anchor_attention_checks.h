@@ -18,6 +18,11 @@ AttentionDims check_attention_args(const at::Tensor& q, const at::Tensor& k, con
                                    const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size,
                                    int64_t window, const at::Tensor& ctx_start = at::Tensor());
 
+// Every tensor argument on q's device, checked before the op dispatches (the dispatcher would otherwise pick a
+// kernel by the odd tensor out and say only that none is registered, e.g. for a meta tensor). `op` names the op.
+void check_attention_devices(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& anchors, const at::Tensor& keep, const at::Tensor& ctx_start);
+
 // Raw-pointer view of the tensors for the kernels (anchors/keep/ctx_start of shape [N] broadcast over batch).
 kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v, const at::Tensor& anchors,

@@ -58,6 +58,7 @@ class AnchorAttentionFunction : public torch::autograd::Function<AnchorAttention
 at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size, int64_t window,
                               std::optional<double> scale, const std::optional<at::Tensor>& ctx_start) {
+  check_attention_devices("anchor_block_attention", q, k, v, anchors, keep, ctx_start_or_undefined(ctx_start));
   return AnchorAttentionFunction::apply(q, k, v, anchors, keep, block_size, window, resolve_scale(q, scale),
                                         ctx_start);
 }
@@ -65,6 +66,7 @@ at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at
 at::Tensor attention_inference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& anchors, const at::Tensor& keep, int64_t block_size, int64_t window,
                                std::optional<double> scale, const std::optional<at::Tensor>& ctx_start) {
+  check_attention_devices("anchor_block_attention", q, k, v, anchors, keep, ctx_start_or_undefined(ctx_start));
   return std::get<0>(anchor_block_attention_fwd(q, k, v, anchors, keep, block_size, window, resolve_scale(q, scale),
                                                 ctx_start_or_undefined(ctx_start)));
 }

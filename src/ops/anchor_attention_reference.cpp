@@ -332,6 +332,7 @@ class ReferenceAttentionFunction : public torch::autograd::Function<ReferenceAtt
 at::Tensor reference_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& anchors,
                               const at::Tensor& keep, int64_t block_size, int64_t window, std::optional<double> scale,
                               const std::optional<at::Tensor>& ctx_start, int64_t tile_bytes) {
+  check_attention_devices("anchor_block_attention_reference", q, k, v, anchors, keep, ctx_start_or_undefined(ctx_start));
   return ReferenceAttentionFunction::apply(q, k, v, anchors, keep, block_size, window, resolve_scale(q, scale),
                                            ctx_start, tile_bytes);
 }
@@ -339,6 +340,7 @@ at::Tensor reference_autograd(const at::Tensor& q, const at::Tensor& k, const at
 at::Tensor reference_inference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& anchors,
                                const at::Tensor& keep, int64_t block_size, int64_t window, std::optional<double> scale,
                                const std::optional<at::Tensor>& ctx_start, int64_t tile_bytes) {
+  check_attention_devices("anchor_block_attention_reference", q, k, v, anchors, keep, ctx_start_or_undefined(ctx_start));
   return std::get<0>(anchor_attention_reference_fwd(q, k, v, anchors, keep, block_size, window, resolve_scale(q, scale),
                                                     ctx_start_or_undefined(ctx_start), tile_bytes));
 }

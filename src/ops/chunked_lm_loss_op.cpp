@@ -3,7 +3,9 @@
 #include "chunked_lm_loss_op.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <stdexcept>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -201,16 +203,33 @@ std::string check_chunked_lm_loss_args(const at::Tensor& hidden, const at::Tenso
                                        const at::Tensor& weights, const std::optional<at::Tensor>& teacher_hidden,
                                        const std::optional<at::Tensor>& teacher_index, int64_t chunk_rows,
                                        double kl_weight) {
+  // One device first: the dispatcher would otherwise pick a kernel by the odd tensor out (meta: "no kernel").
+  for (const auto& [name, t] : std::initializer_list<std::pair<const char*, const at::Tensor*>>{
+           {"lm_head", &lm_head}, {"labels", &labels}, {"weights", &weights},
+           {"teacher_hidden", teacher_hidden.has_value() ? &*teacher_hidden : nullptr},
+           {"teacher_index", teacher_index.has_value() ? &*teacher_index : nullptr}})
+    if (t && t->defined() && t->device() != hidden.device())
+      return std::string("chunked_lm_loss: ") + name + " is on " + t->device().str() + " but hidden is on " +
+             hidden.device().str() + "; every tensor argument must be on one device";
   if (hidden.dim() != 2 || lm_head.dim() != 2 || hidden.size(1) != lm_head.size(1))
     return "chunked_lm_loss: hidden [R, H] and lm_head [V, H] must share H";
   if (labels.numel() != hidden.size(0) || weights.numel() != hidden.size(0))
     return "chunked_lm_loss: labels and weights need one entry per hidden row";
   if (labels.scalar_type() != at::kLong)
     return std::string("chunked_lm_loss: labels must have dtype Long (int64), got ") + c10::toString(labels.scalar_type());
+  if (!at::isFloatingType(hidden.scalar_type()) || lm_head.scalar_type() != hidden.scalar_type())
+    return std::string("chunked_lm_loss: hidden must be floating-point and lm_head of its dtype, got ") +
+           c10::toString(hidden.scalar_type()) + " and " + c10::toString(lm_head.scalar_type());
+  if (!at::isFloatingType(weights.scalar_type()))
+    return std::string("chunked_lm_loss: weights must be floating-point, got ") + c10::toString(weights.scalar_type());
   if (chunk_rows <= 0) return "chunked_lm_loss: chunk_rows must be positive";
-  if (kl_weight < 0 || kl_weight > 1) return "chunked_lm_loss: kl_weight must be in [0, 1]";
+  if (!(kl_weight >= 0 && kl_weight <= 1))  // written so that nan fails too
+    return "chunked_lm_loss: kl_weight must be in [0, 1], got " + c10::str(kl_weight);
   const bool have_teacher = teacher_hidden.has_value() && teacher_hidden->defined() && teacher_index.has_value() &&
                             teacher_index->defined();
+  if (have_teacher && kl_weight != 0.0 && teacher_index->scalar_type() != at::kLong)
+    return std::string("chunked_lm_loss: teacher_index must have dtype Long (int64), got ") +
+           c10::toString(teacher_index->scalar_type());
   if (kl_weight != 0.0 && !have_teacher) return "chunked_lm_loss: kl_weight > 0 needs the target's last hidden states";
   return {};
 }

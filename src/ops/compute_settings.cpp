@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "device_list.h"
 #include "memory_probe.h"
 #include "parallel_threads.h"
 
@@ -40,52 +41,45 @@ at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
 
 std::string dtype_name(at::ScalarType t) { return util::dtype_name(dtype_of(t)); }
 
+namespace {
+
+at::Device to_device(const util::DeviceName& d) {
+  static_assert(util::kMaxDeviceIndex <= std::numeric_limits<c10::DeviceIndex>::max(),
+                "the grammar's index limit must fit LibTorch's index type");
+  return d.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index)) : at::Device(at::kCPU);
+}
+
+}  // namespace
+
 at::Device parse_device_name(const std::string& name, const std::string& where) {
-  // Checked by hand first: c10's own parser reports a bad string with a C++ stack trace.
-  const auto colon = name.find(':');
-  const std::string type = name.substr(0, colon), index = colon == std::string::npos ? "" : name.substr(colon + 1);
-  const bool index_ok = colon == std::string::npos ||
-                        (!index.empty() && index.size() <= 3 && index.find_first_not_of("0123456789") == std::string::npos);
-  if ((type != "cpu" && type != "cuda") || !index_ok || (type == "cpu" && colon != std::string::npos && index != "0"))
-    throw std::invalid_argument(where + ": expected a device like cpu, cuda or cuda:1, got '" + name + "'");
-  if (type == "cpu") return at::Device(at::kCPU);
-  // The index type is 8 bits: a larger index would wrap onto another device (cuda:256 -> cuda:0) or go negative.
-  const long long i = index.empty() ? 0 : std::stoll(index);
-  if (i > std::numeric_limits<c10::DeviceIndex>::max())
-    throw std::invalid_argument(where + ": '" + name + "': a CUDA device index is at most " +
-                                std::to_string(int(std::numeric_limits<c10::DeviceIndex>::max())));
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i));
+  // The grammar is checked by hand (util/device_list.h): c10's own parser reports a bad string with a C++ stack
+  // trace and keeps an index in 8 bits, so cuda:256 would become cuda:0.
+  return to_device(util::parse_one_device(name, where));
 }
 
 void check_device_available(at::Device d, const std::string& name, const std::string& where) {
   if (d.is_cpu()) return;
   const int64_t count = at::hasCUDA() ? int64_t(at::getNumGPUs()) : 0;
   if (count == 0)
-    throw std::invalid_argument(where + ": '" + name + "' asks for a CUDA device, but this " +
+    throw std::invalid_argument(where + ": " + util::quoted_device_text(name) + " asks for a CUDA device, but this " +
                                 (at::hasCUDA() ? "machine has no GPU" : "build or machine has no CUDA"));
   if (d.index() >= count)
-    throw std::invalid_argument(where + ": '" + name + "' but this machine has " + std::to_string(count) +
-                                " CUDA device(s) (cuda:0..cuda:" + std::to_string(count - 1) + ")");
+    throw std::invalid_argument(where + ": " + util::quoted_device_text(name) + " but this machine has " +
+                                std::to_string(count) + " CUDA device(s) (cuda:0..cuda:" + std::to_string(count - 1) +
+                                ", as CUDA_VISIBLE_DEVICES shows them)");
 }
 
 at::Device parse_device(const std::string& name, const std::string& where) {
   const at::Device d = parse_device_name(name, where);
-  check_device_available(d, name, where);
+  check_device_available(d, d.str(), name == d.str() ? where : where + " " + util::quoted_device_text(name));
   return d;
 }
 
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where) {
   std::vector<at::Device> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string item = list.substr(start, comma - start);
-    if (item.empty() && !list.empty())  // 'cuda:0,,cuda:1' or a trailing ',': a typo, not a device to skip
-      throw std::invalid_argument(where + ": an empty entry in '" + list + "'");
-    if (!item.empty()) out.push_back(parse_device(item, where));
-    start = comma + 1;
-  }
-  if (out.empty()) throw std::invalid_argument(where + ": needs at least one device, e.g. cpu or cuda:0");
+  for (const util::DeviceName& d : util::parse_device_list(list, where)) out.push_back(to_device(d));
+  for (const at::Device& d : out)
+    check_device_available(d, d.str(), d.str() == list ? where : where + " " + util::quoted_device_text(list));
   return out;
 }
 

@@ -21,11 +21,13 @@ at::ScalarType parse_dtype(const std::string& name, const std::string& where);
 // The canonical short name ("fp32", "bf16", "fp16", "fp64") of a floating dtype.
 std::string dtype_name(at::ScalarType t);
 
+// Devices in the grammar of util/device_list.h; errors are one line naming `where` and the entry (a list's
+// callers pass `where` naming the list too). One device ("cpu", "cuda", "cuda:N") that this machine has.
 at::Device parse_device(const std::string& name, const std::string& where);
 // parse_device in two halves: the spelling only ("cpu", "cuda", "cuda:N"), then whether this machine has it.
 at::Device parse_device_name(const std::string& name, const std::string& where);
 void check_device_available(at::Device d, const std::string& name, const std::string& where);
-// A comma list of devices; at least one.
+// A comma list of devices, one worker each: at least one, no empty entry, no ';', each on this machine.
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where);
 
 // The largest --threads accepted (more threads than this only oversubscribe and can stall start-up).

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "args.h"
+#include "device_list.h"
 #include "config_yaml.h"
 #include "index_list.h"
 #include "input_file.h"
@@ -117,15 +118,6 @@ std::string flag_name(const std::string& key) {
   for (char& ch : s)
     if (ch == '_') ch = '-';
   return s;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 void require(bool ok, const std::string& key, const std::string& expected, const std::string& got) {
@@ -282,8 +274,10 @@ std::string text_of(const nlohmann::json& value, const std::string& bad) {
   if (value.is_string()) return value.get<std::string>();
   if (!value.is_array()) throw std::invalid_argument(bad + "a string, got " + io::json_shown(value));
   std::string s;
+  bool first = true;  // an empty first item stays an empty entry (["", "cpu"] is ",cpu"), not dropped
   for (const auto& e : value) {
-    if (!s.empty()) s += ',';
+    if (!first) s += ',';
+    first = false;
     s += e.is_string() ? e.get<std::string>() : e.dump();
   }
   return s;
@@ -300,8 +294,19 @@ const std::vector<FieldInfo>& train_fields() {
   return out;
 }
 
-std::vector<std::string> TrainConfig::drafter_device_list() const { return split_list(drafter_devices); }
-std::vector<std::string> TrainConfig::target_device_list() const { return split_list(target_devices); }
+std::vector<std::string> TrainConfig::drafter_device_list() const {
+  std::vector<std::string> out;
+  for (const util::DeviceName& d : util::parse_device_list(drafter_devices, "train config: 'drafter_devices'"))
+    out.push_back(d.str());
+  return out;
+}
+
+std::vector<std::string> TrainConfig::target_device_list() const {
+  std::vector<std::string> out;
+  for (const auto& replica : util::parse_device_grid(target_devices, "train config: 'target_devices'").replicas)
+    for (const util::DeviceName& d : replica) out.push_back(d.str());
+  return out;
+}
 
 void TrainConfig::validate() const {
   require(!target.empty(), "target", "a model path (HF folder or .gguf)", "nothing");
@@ -336,9 +341,16 @@ void TrainConfig::validate() const {
   require(dtype != util::Dtype::F16, "dtype", "bf16, fp32 or fp64", "'fp16'");
   in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
   in_range("draft_vocab", draft_vocab, 0, 16777216, " (0: the full vocabulary; at most the target's vocabulary size)");
-  require(!drafter_device_list().empty(), "drafter_devices", "a comma list of devices (cpu, cuda:N)", "nothing");
-  require(!target_device_list().empty(), "target_devices",
-          "devices (cpu, cuda:N): stages separated by ',', replicas by ';'", "nothing");
+  // The spelling and shape of both device lists (util/device_list.h); train checks that the devices exist when the
+  // run opens (run_context.cpp), doctor --config reports a missing one as a failed row.
+  const auto drafters = util::parse_device_list(drafter_devices, "train config: 'drafter_devices'");
+  for (const auto& replica : util::parse_device_grid(target_devices, "train config: 'target_devices'").replicas)
+    for (const util::DeviceName& d : replica)
+      if (d.cuda && std::find(drafters.begin(), drafters.end(), d) != drafters.end())
+        throw std::invalid_argument("train config: " + d.str() + " is in 'target_devices' (" +
+                                    util::quoted_device_text(target_devices) + ") and in 'drafter_devices' (" +
+                                    util::quoted_device_text(drafter_devices) +
+                                    "); a GPU runs the target or drafter workers, not both");
   in_range("checkpoint_every", checkpoint_every, 1, std::numeric_limits<int64_t>::max());
   in_range("keep_checkpoints", keep_checkpoints, 1, 1000000);
   in_range("log_every", log_every, 1, std::numeric_limits<int64_t>::max());

@@ -246,6 +246,33 @@ void shard_index_seeds() {
   seed("shard_index", "ids", "1,9,17");
 }
 
+void device_list_seeds() {
+  // Valid layouts of each shape, then the near misses the grammar refuses (issue 36 class 3).
+  const char* const specs[][2] = {
+      {"cpu", "cpu"},
+      {"two_stages", "cuda:0,cuda:1"},
+      {"replicas", "cuda:0,cuda:1;cuda:2,cuda:3"},
+      {"cpu_replicas", "cpu;cpu;cpu"},
+      {"spaces", " cuda:0 , cuda:1 ; cuda:2 , cuda:3 "},
+      {"bare_cuda", "cuda;cpu:0"},
+      {"max_index", "cuda:127"},
+      {"wraps", "cuda:256"},
+      {"leading_zeros", "cuda:0000000000000000000000001"},
+      {"empty_stage", "cuda:0,,cuda:1"},
+      {"empty_replica", "cpu;;cpu"},
+      {"trailing", "cpu,cpu;"},
+      {"unknown_type", "gpu:0"},
+      {"mixed_shapes", "cpu,cpu;cpu"},
+      {"repeat_gpu", "cuda:1;cuda:1"},
+      {"tab", "cuda:0\t,cpu"},
+      {"newline", "cpu\ncpu"},
+      {"cpu_index", "cpu:1"},
+      {"sign", "cuda:-1"},
+  };
+  for (const auto& [name, text] : specs) seed("device_list", name, text);
+  seed("device_list", "nul", std::string("cuda:0\0,cpu", 11));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,5 +287,6 @@ int main(int argc, char** argv) {
   train_config_seeds();
   jsonl_seeds();
   shard_index_seeds();
+  device_list_seeds();
   return 0;
 }

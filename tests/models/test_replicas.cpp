@@ -59,7 +59,7 @@ TEST(DeviceLayout, IndicesThatWouldWrapAndEmptyEntriesAreRefused) {
         << spec;
   EXPECT_NO_THROW(parse_device_layout_spelling("cuda:127", "--devices"));
   EXPECT_NE(error_of([] { parse_device_layout_spelling("cpu\t", "--devices"); })
-                .find("--devices: a control character (byte 9) at position 3 of the device list"),
+                .find("--devices: a control character (byte 9) at position 3 of 'cpu\\x09', in entry 'cpu\\x09'"),
             std::string::npos);
   const std::string key = "train config: 'drafter_devices'";
   for (const std::string list : {"cpu,,cpu", "cpu,"})

@@ -119,7 +119,14 @@ TEST(ChunkedLoss, BadArgumentsAreInvalidArgumentErrors) {
   EXPECT_EQ(loss_error(h, lm_head, labels.to(at::kInt), w, {}),
             "chunked_lm_loss: labels must have dtype Long (int64), got Int");
   EXPECT_EQ(loss_error(h, lm_head, labels, w, {0, 0.0, true}), "chunked_lm_loss: chunk_rows must be positive");
-  EXPECT_EQ(loss_error(h, lm_head, labels, w, {4, 1.5, true}), "chunked_lm_loss: kl_weight must be in [0, 1]");
+  EXPECT_EQ(loss_error(h, lm_head, labels, w, {4, 1.5, true}), "chunked_lm_loss: kl_weight must be in [0, 1], got 1.5");
+  EXPECT_EQ(loss_error(h, lm_head, labels, w, {4, std::nan(""), true}),
+            "chunked_lm_loss: kl_weight must be in [0, 1], got nan");
+  EXPECT_EQ(loss_error(h, lm_head.to(at::kDouble), labels, w, {}),
+            "chunked_lm_loss: hidden must be floating-point and lm_head of its dtype, got Float and Double");
+  EXPECT_EQ(loss_error(h, lm_head, labels, w.to(at::kLong), {}), "chunked_lm_loss: weights must be floating-point, got Long");
+  EXPECT_EQ(loss_error(h, lm_head, labels, w.to(at::kMeta), {}),
+            "chunked_lm_loss: weights is on meta but hidden is on cpu; every tensor argument must be on one device");
   EXPECT_EQ(loss_error(h, lm_head, labels, w, {4, 0.2, true}),
             "chunked_lm_loss: kl_weight > 0 needs the target's last hidden states");
 }

@@ -369,7 +369,7 @@ def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tm
     ({"flags": ["--bogus", "1"]}, "unknown option --bogus"),
     ({"flags": ["--lr", "-1"]}, "'lr' must be > 0"),
     ({"flags": ["--mask-token-id", "-1"]}, "'mask_token_id' is required"),
-    ({"flags": ["--drafter-devices", ""]}, "'drafter_devices' must be"),
+    ({"flags": ["--drafter-devices", ""]}, "'drafter_devices': needs at least one device, e.g. cpu or cuda:0; got ''"),
     ({"yaml": "lr: fast\n"}, "c.yaml:1: key 'lr' expects a number, got \"fast\""),
     ({"yaml": "lr: 1e-3\nnum_anchor: 5\n"}, "c.yaml:2: unknown key 'num_anchor' (valid keys: target, data,"),
     ({"yaml": "lr: [1e-3\n"}, "invalid YAML"),
