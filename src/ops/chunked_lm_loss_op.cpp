@@ -208,7 +208,8 @@ std::string check_chunked_lm_loss_args(const at::Tensor& hidden, const at::Tenso
   if (labels.scalar_type() != at::kLong)
     return std::string("chunked_lm_loss: labels must have dtype Long (int64), got ") + c10::toString(labels.scalar_type());
   if (chunk_rows <= 0) return "chunked_lm_loss: chunk_rows must be positive";
-  if (kl_weight < 0 || kl_weight > 1) return "chunked_lm_loss: kl_weight must be in [0, 1]";
+  if (!(kl_weight >= 0 && kl_weight <= 1))  // NaN too: it made a NaN loss
+    return "chunked_lm_loss: kl_weight must be a finite number in [0, 1], got " + c10::str(kl_weight);
   const bool have_teacher = teacher_hidden.has_value() && teacher_hidden->defined() && teacher_index.has_value() &&
                             teacher_index->defined();
   if (kl_weight != 0.0 && !have_teacher) return "chunked_lm_loss: kl_weight > 0 needs the target's last hidden states";
