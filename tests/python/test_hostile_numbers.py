@@ -214,3 +214,24 @@ def test_too_many_drafter_layers_names_the_layer_count(dflash_bin, tmp_path):
     p = write_json(tmp_path / "drafter.json", d)
     one_line_error(run(dflash_bin, "plan", "--config", p), 1, p, "num_hidden_layers and num_target_layers",
                    "drafter_layers 6 is too many for a target of 4 layers")
+
+
+def test_train_refuses_drafter_settings_its_drafter_config_overrides(dflash_bin, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    target = tmp_path / "target"
+    LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+                                 num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                 tie_word_embeddings=True)).save_pretrained(str(target))
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"input_ids": list(range(3, 20)), "loss_mask": [0] * 5 + [1] * 12}) + "\n")
+    d = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 16, "intermediate_size": 32,
+         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "num_hidden_layers": 1,
+         "num_target_layers": 3, "vocab_size": VOCAB, "block_size": 4, "rope_theta": 10000.0,
+         "dflash_config": {"mask_token_id": 5, "target_layer_ids": [1]}}
+    cfg = write_json(tmp_path / "drafter.json", d)
+    base = ["train", "--target", target, "--data", data, "--drafter-config", cfg, "--steps", 1]
+    for flag, value, want in [("--block-size", 8, "'block_size' is not used with drafter_config"),
+                              ("--drafter-layers", 2, "'drafter_layers' is not used with drafter_config"),
+                              ("--target-layer-ids", "0", "'target_layer_ids' is not used with drafter_config")]:
+        one_line_error(run(dflash_bin, *base, "--out", tmp_path / f"run{flag}", flag, value), 1, want, cfg)
