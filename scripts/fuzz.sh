@@ -18,7 +18,7 @@ while (($#)); do
     *) TARGETS+=("$1"); shift ;;
   esac
 done
-((${#TARGETS[@]})) || TARGETS=(safetensors gguf tokenizer_json train_config jsonl shard_index device_list)
+((${#TARGETS[@]})) || TARGETS=(safetensors gguf tokenizer_json train_config jsonl shard_index device_list model_settings)
 FUZZ="$BUILD/fuzz"
 if [ ! -x "$FUZZ/make_fuzz_seeds" ]; then
   echo "fuzz: $FUZZ has no fuzz targets (needs clang with libFuzzer: apt install clang libclang-rt-dev, then make build)" >&2

@@ -9,6 +9,7 @@
 #include "args.h"
 #include "data_commands.h"
 #include "doctor_commands.h"
+#include "environment_switches.h"
 #include "drafter_commands.h"
 #include "eval_commands.h"
 #include "export_commands.h"
@@ -39,6 +40,7 @@ std::vector<dflash::util::Subcommand> all_commands() {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
+    dflash::ops::check_environment_switches();  // a malformed switch is refused by every command, not dropped
     return dflash::util::dispatch(all_commands(), args, "dflash");
   } catch (const dflash::util::UsageError& e) {
     std::fprintf(stderr, "dflash: error: %s\n", e.what());

@@ -49,6 +49,8 @@ int dump_hidden_main(const std::vector<std::string>& args) {
   a.option("samples-per-shard", "N", "1000", "samples per shard file");
   a.flag("last-hidden", "also store the final-normed last hidden state (needed for kl_weight > 0)");
   a.option("limit", "N", "-1", "dump the first N samples (-1: all); a rerun may raise it");
+  a.range("drafter-layers", 1, 256).range("max-len", 2, 1048576).range("samples-per-shard", 1, 1000000000);
+  a.range("limit", -1, 2147483647, " (-1: all)");
   if (!a.parse(args)) return 0;
   a.require("data");
   a.require("out");

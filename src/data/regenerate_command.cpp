@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -270,6 +271,10 @@ int regenerate_main(const std::vector<std::string>& args) {
            "docs/DFLASH.md)");
   a.option("drafter-layers", "N", "1", "with --hidden-out: drafter layers the default layer choice is made for");
   a.option("hidden-samples-per-shard", "N", "100", "with --hidden-out: samples per shard file");
+  a.range("limit", -1, 2147483647, " (-1: all)").range("shards", 1, 65536).range("shard", 0, 65535);
+  a.range("max-new", 1, 1048576).range("temperature", util::closed(0, 100), " (0: greedy)");
+  a.range("seed", 0, std::numeric_limits<int64_t>::max()).range("batch", 1, 4096).range("onednn", 0, 1);
+  a.range("drafter-layers", 1, 256).range("hidden-samples-per-shard", 1, 1000000000);
   if (!a.parse(args)) return 0;
   a.require("input");
   a.require("output");

@@ -107,7 +107,13 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     }
     for (const auto& spec : run_attention_specs(cfg, d, compute, device)) {
       CheckRow row = attention_row("config_attention", spec);
-      if (row.status == CheckStatus::Fail)  // what `dflash train` would make of it
+      const bool reference_failed = row.data.is_object() && row.data.contains("reference_exception") &&
+                                    row.data["reference_exception"].is_string() &&
+                                    !row.data["reference_exception"].get<std::string>().empty();
+      if (row.status == CheckStatus::Fail && reference_failed)  // no fallback: the reference is what failed
+        row.detail += "; the reference attention failed too: dflash train would stop before its first step on " +
+                      device.str() + " (whatever its attention_backend)";
+      else if (row.status == CheckStatus::Fail)  // what `dflash train` would make of it
         row.detail += cfg.attention_backend == ops::AttentionBackend::Fused
                           ? "; dflash train (attention_backend fused) would refuse to start"
                           : "; dflash train (attention_backend " + std::string(ops::attention_backend_name(cfg.attention_backend)) +

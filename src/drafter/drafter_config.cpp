@@ -1,5 +1,6 @@
 #include "drafter_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -107,8 +108,8 @@ void DrafterConfig::validate(const std::string& where) const {
     fail(where, "num_key_value_heads", "a divisor of num_attention_heads (" + std::to_string(num_attention_heads) + ")",
          std::to_string(num_key_value_heads));
   if (head_dim % 2 != 0) fail(where, "head_dim", "an even number (RoPE rotates pairs)", std::to_string(head_dim));
-  if (!std::isfinite(rms_norm_eps) || !(rms_norm_eps > 0))
-    fail(where, "rms_norm_eps", "a finite positive number", shown_double(rms_norm_eps));
+  if (const auto e = util::out_of_range(rms_norm_eps, models::norm_eps_range()))
+    fail(where, "rms_norm_eps", *e, shown_double(rms_norm_eps));
   if (!rope.freq_divisors.empty())
     throw std::invalid_argument(where + ": RoPE frequency divisors (a GGUF target's rope_freqs.weight) have no "
                                 "config.json spelling: give a drafter_config with the target's rope_scaling");
@@ -149,13 +150,43 @@ void DrafterConfig::validate(const std::string& where) const {
   }
 }
 
-std::vector<int64_t> default_target_layer_ids(int64_t L, int64_t n) {
-  if (n <= 0) throw std::invalid_argument("default_target_layer_ids: need at least one drafter layer");
+namespace {
+
+std::vector<int64_t> spread_layer_ids(int64_t L, int64_t n) {
   if (n == 1) return {L / 2};
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < n; ++i)
     ids.push_back(int64_t(std::nearbyint(1.0 + double(i) * double(L - 4) / double(n - 1))));
   return ids;
+}
+
+// Each id once and inside [0, L).
+bool usable_layer_ids(const std::vector<int64_t>& ids, int64_t L) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= L) return false;
+    for (size_t k = 0; k < i; ++k)
+      if (ids[k] == ids[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<int64_t> default_target_layer_ids(int64_t L, int64_t n) {
+  if (n <= 0) throw std::invalid_argument("default_target_layer_ids: need at least one drafter layer");
+  std::vector<int64_t> ids = spread_layer_ids(L, n);
+  if (usable_layer_ids(ids, L)) return ids;
+  // Too many drafter layers for this target: say so, not "each target layer once (also at index 0)", which blamed a
+  // list nobody wrote.
+  int64_t most = 0;
+  for (int64_t m = std::min<int64_t>(n - 1, 4096); m >= 1 && most == 0; --m)
+    if (usable_layer_ids(spread_layer_ids(L, m), L)) most = m;
+  throw std::invalid_argument(
+      "drafter_layers " + std::to_string(n) + " is too many for a target of " + std::to_string(L) +
+      " layers: the default target_layer_ids (one target layer per drafter layer, spread over layers 1.." +
+      std::to_string(std::max<int64_t>(L - 3, 1)) + ") would repeat a layer or fall outside the target; " +
+      (most > 0 ? "use at most " + std::to_string(most) + " drafter layers" : "this target is too small for a default") +
+      " or list target_layer_ids");
 }
 
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where) {
@@ -233,7 +264,12 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
       c.target_layer_ids.push_back(*id);
     }
   } else if (c.num_target_layers > 0 && c.num_hidden_layers > 0) {
-    c.target_layer_ids = default_target_layer_ids(c.num_target_layers, c.num_hidden_layers);
+    try {
+      c.target_layer_ids = default_target_layer_ids(c.num_target_layers, c.num_hidden_layers);
+    } catch (const std::invalid_argument& e) {  // the config's own fields are the drafter_layers here
+      throw std::invalid_argument(where + ": num_hidden_layers and num_target_layers without "
+                                  "dflash_config.target_layer_ids: " + e.what());
+    }
   }
 
   if (j.contains("layer_types") && !j.at("layer_types").is_null()) {

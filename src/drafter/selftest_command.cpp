@@ -16,6 +16,7 @@
 #include "compute_settings.h"
 #include "drafter_commands.h"
 #include "drafter_model.h"
+#include "loss_weighting.h"
 #include "safetensors.h"
 
 namespace dflash::drafter {
@@ -31,8 +32,11 @@ int selftest_main(const std::vector<std::string>& argv) {
   a.option("dtype", "DTYPE", "float64", "compute dtype");
   a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
   a.option("kl-weight", "X", "0", "soft-label weight");
-  a.option("gamma", "X", "0", "loss decay (0: by block size; inf: no decay)");
+  a.option("gamma", "X", "0", "loss decay exp(-(k-1)/gamma) (0: by block size)");
+  a.option("loss-decay", "NAME", "exp", "exp: decay by --gamma | none: every block slot weighs 1");
   a.option("chunk-rows", "N", "7", "loss chunk rows");
+  a.range("kl-weight", util::closed(0, 1)).range("gamma", util::closed(0, 1e4), " (0: by block size)");
+  a.range("chunk-rows", 1, 16777216);
   if (!a.parse(argv)) return 0;
   if (a.given("out")) io::check_output_path(a.str("out"), "drafter selftest: --out");  // before any work
   for (const char* req : {"config", "weights", "batch", "out"})
@@ -60,7 +64,11 @@ int selftest_main(const std::vector<std::string>& argv) {
   const at::Tensor last = batch.contains("target_last_hidden") ? batch.load("target_last_hidden").to(dtype) : at::Tensor();
 
   DrafterLossOptions opt;
-  opt.gamma = a.f64("gamma") > 0 ? a.f64("gamma") : default_loss_gamma(cfg.block_size);
+  const auto decay = loss_decay_from_text(a.str("loss-decay"));
+  if (!decay) throw util::UsageError("drafter selftest: --loss-decay: expected exp or none, got '" + a.str("loss-decay") + "'");
+  if (*decay == LossDecay::None && a.f64("gamma") != 0)
+    throw util::UsageError("drafter selftest: --gamma is not used with --loss-decay none (no decay, no gamma)");
+  opt.gamma = loss_gamma(a.f64("gamma"), *decay, cfg.block_size);
   opt.chunk.kl_weight = a.f64("kl-weight");
   opt.chunk.chunk_rows = a.i64("chunk-rows");
   const BlockBatch blocks = build_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma);

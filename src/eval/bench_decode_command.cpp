@@ -170,6 +170,7 @@ int bench_decode_main(const std::vector<std::string>& args) {
            "also time N sequences decoded together (as regenerate does): fused decode attention vs per-sequence SDPA");
   a.option("prefill-lengths", "LIST", "", "also time the prefill of T-token prompts for each T (e.g. 512,2048,8192)");
   a.option("json", "FILE", "", "write the results as JSON");
+  a.range("new-tokens", 1, 1048576).range("skip-hf", 0, 1).range("batch", 0, 4096, " (0: no batched run)");
   if (!a.parse(args)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench decode: --json");  // before the target loads
   const models::TargetOptions topt = models::read_target_options(a, target_set);  // --threads applies to both sides

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -205,7 +206,16 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("baseline", "0|1", "1", "also decode with the target alone (speed baseline and lossless check)");
   a.option("json", "FILE", "", "write the results as JSON");
   a.option("tokens-out", "FILE", "", "write the generated tokens per prompt and repeat as JSONL");
+  a.range("block-size", 2, 1024).range("max-draft", 0, 1023, " (0: all B-1)").range("limit", -1, 2147483647, " (-1: all)");
+  a.range("max-new", 1, 1048576).range("temperature", util::closed(0, 100), " (0: greedy)");
+  a.range("seed", 0, std::numeric_limits<int64_t>::max()).range("repeats", 1, 1000000).range("baseline", 0, 1);
   if (!a.parse(args)) return 0;
+  // What the chosen proposer does not read is refused, not dropped: a bad --drafter-device used to pass with oracle.
+  if (a.str("proposer") != "dflash")
+    a.refuse_given({"drafter", "drafter-device", "attention-backend"},
+                   "with --proposer " + a.str("proposer") + " (only --proposer dflash runs a drafter)");
+  else
+    a.refuse_given({"block-size"}, "with --proposer dflash (the drafter's config.json sets its block size)");
   EvalOptions o;
   o.target = models::read_target_options(a, target_set);
   o.datasets = parse_eval_datasets(a.str_list("data"));

@@ -22,6 +22,7 @@ int export_main(const std::vector<std::string>& argv) {
   a.option("max-position-embeddings", "N", "0",
            "the target's context length, for a run that does not know it (a GGUF target without context_length)");
   a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the run's drafter_config.json; only dflash so far)");
+  a.range("max-position-embeddings", 0, 2147483647, " (0: the target's)");
   if (!a.parse(argv)) return 0;
   a.require("out");
   io::check_output_folder(a.str("out"), "export: --out");  // before the checkpoint is read

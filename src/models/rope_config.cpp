@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "number_range.h"
 #include "strict_json.h"
 
 namespace dflash::models {
@@ -16,11 +17,7 @@ using nlohmann::json;
   throw RopeConfigError("field '" + field + "': expected " + expected + ", got " + got);
 }
 
-std::string shown(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return json(v).dump();
-}
+std::string shown(double v) { return std::isfinite(v) ? json(v).dump() : util::number_text(v); }
 
 // The keys each type reads (transformers' _validate_<type>_rope_parameters), beside rope_theta / rope_type / type.
 const std::vector<std::string>& keys_of(const std::string& type) {
@@ -105,22 +102,41 @@ bool RopeConfig::operator==(const RopeConfig& o) const {
          freq_divisors == o.freq_divisors;
 }
 
+const std::vector<RopeRange>& rope_ranges() {
+  // Wide enough for every released model (theta 1e4..1e8; factor 2..64; yarn attention_factor ~1, beta_fast 32,
+  // beta_slow 1, mscale ~0.7..1; llama3 low 1, high 4) and narrow enough that the float32 frequency tables of
+  // every position up to 2^31 stay finite: a factor of 1e-39 or a subnormal theta gave NaN tables (exit 0).
+  static const std::vector<RopeRange> r = {
+      {"rope_theta", util::above(1, 1e12), ""},
+      {"factor", util::closed(1e-3, 1e6), ""},
+      {"attention_factor", util::closed(1e-3, 100), ""},
+      {"beta_fast", util::closed(0, 1e4), " (0: the default 32)"},
+      {"beta_slow", util::closed(0, 1e4), " (0: the default 1)"},
+      {"mscale", util::closed(0, 100), ""},
+      {"mscale_all_dim", util::closed(0, 100), ""},
+      {"low_freq_factor", util::closed(1e-3, 1e3), ""},
+      {"high_freq_factor", util::closed(1e-3, 1e3), ""},
+  };
+  return r;
+}
+
 void check_rope_config(const RopeConfig& r, int64_t max_positions, const std::string& f) {
-  if (!std::isfinite(r.theta) || !(r.theta > 0)) fail("rope_theta", "a finite positive number", shown(r.theta));
-  auto positive = [&](const char* key, const std::optional<double>& v) {
-    if (v && (!std::isfinite(*v) || !(*v > 0))) fail(f + "." + key, "a finite positive number", shown(*v));
+  auto in_range = [&](const std::string& key, const std::optional<double>& v) {
+    if (!v) return;
+    for (const RopeRange& x : rope_ranges())
+      if (x.key == key)
+        if (const auto e = util::out_of_range(*v, x.range, x.note))
+          fail(key == "rope_theta" ? key : f + "." + key, *e, shown(*v));
   };
-  auto finite = [&](const char* key, const std::optional<double>& v) {
-    if (v && !std::isfinite(*v)) fail(f + "." + key, "a finite number", shown(*v));
-  };
-  positive("factor", r.factor);
-  positive("attention_factor", r.attention_factor);
-  finite("beta_fast", r.beta_fast);
-  finite("beta_slow", r.beta_slow);
-  finite("mscale", r.mscale);
-  finite("mscale_all_dim", r.mscale_all_dim);
-  finite("low_freq_factor", r.low_freq_factor);
-  finite("high_freq_factor", r.high_freq_factor);
+  in_range("rope_theta", r.theta);
+  in_range("factor", r.factor);
+  in_range("attention_factor", r.attention_factor);
+  in_range("beta_fast", r.beta_fast);
+  in_range("beta_slow", r.beta_slow);
+  in_range("mscale", r.mscale);
+  in_range("mscale_all_dim", r.mscale_all_dim);
+  in_range("low_freq_factor", r.low_freq_factor);
+  in_range("high_freq_factor", r.high_freq_factor);
   if (r.type != "default" && !r.factor) fail(f + ".factor", "a number (rope_type \"" + r.type + "\")", "nothing");
   if (r.type == "dynamic" && max_positions <= 0)
     fail("max_position_embeddings", "a positive integer (rope_type \"dynamic\" scales beyond it)", "nothing");

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "number_range.h"
+
 namespace dflash::models {
 
 struct RopeConfig {
@@ -47,7 +49,18 @@ struct RopeConfigError : std::runtime_error {
 RopeConfig parse_rope_config(const nlohmann::json& j, double default_theta, int64_t max_position_embeddings,
                              bool strict);
 
-// Throws RopeConfigError when the values cannot give frequencies: theta, factor and the like finite and positive,
+// The range of each RoPE number (rope_theta and the scaling parameters), checked by check_rope_config and listed in
+// docs/TARGET.md: finite, not subnormal, within [lo, hi].
+struct RopeRange {
+  std::string key;
+  util::NumberRange range;
+  std::string note;
+};
+const std::vector<RopeRange>& rope_ranges();
+// rms_norm_eps of a target or drafter config: released models use 1e-5 or 1e-6; 0 divides by zero on a zero row.
+inline util::NumberRange norm_eps_range() { return util::closed(1e-12, 1); }
+
+// Throws RopeConfigError when the values cannot give frequencies: rope_theta and the scaling parameters within rope_ranges(),
 // the parameters the type requires present, high_freq_factor > low_freq_factor, and the lengths dynamic and yarn
 // need (max_position_embeddings, 0 when unknown, is dynamic's threshold and yarn's default original length).
 // `field` names the parameters' object in messages.

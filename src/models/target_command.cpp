@@ -32,6 +32,7 @@ int target_run_main(const std::vector<std::string>& args) {
   a.option("prefill", "P", "0", "0: one full forward; P > 0: P-token prefill on a KV cache, then blocks");
   a.option("block", "B", "1", "block size after the prefill (1 = token-by-token decode)");
   a.flag("rollback", "before each block, verify a junk block and crop it away (speculative rejection)");
+  a.range("prefill", 0, 2147483647, " (0: one full forward)").range("block", 1, 1024);
   if (!a.parse(args)) return 0;
   if (a.given("output")) io::check_output_path(a.str("output"), "target run: --output");  // before any work
   const TargetModel model = load_target(read_target_options(a));
@@ -84,6 +85,7 @@ int target_generate_main(const std::vector<std::string>& args) {
   a.option("prompt", "TEXT", "", "prompt text, sent as one user chat message (decoded reply printed)");
   a.flag("raw", "tokenize --prompt as plain text instead of a chat message");
   a.option("max-new", "N", "32", "maximum new tokens");
+  a.range("max-new", 1, 1048576);
   if (!a.parse(args)) return 0;
   const TargetOptions topt = read_target_options(a);
   if (a.given("prompt") == a.given("prompt-ids"))

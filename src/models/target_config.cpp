@@ -91,10 +91,6 @@ void TargetConfig::validate(const std::string& what) const {
       fail(what, std::string("field '") + name + "' is " + std::to_string(v) + ", above the limit " +
                      std::to_string(kMaxTargetInt));
   };
-  auto finite_positive = [&](const char* name, double v) {
-    if (!std::isfinite(v) || !(v > 0))
-      fail(what, std::string("field '") + name + "' must be a finite positive number, got " + shown_double(v));
-  };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
   if (has_dense_mlp()) positive("intermediate_size", intermediate_size);
@@ -109,9 +105,11 @@ void TargetConfig::validate(const std::string& what) const {
   if (max_position_embeddings < 0 || max_position_embeddings > kMaxTargetInt)
     fail(what, "field 'max_position_embeddings' is " + std::to_string(max_position_embeddings) + ", outside [0, " +
                    std::to_string(kMaxTargetInt) + "]");
-  finite_positive("rms_norm_eps", rms_norm_eps);
-  finite_positive("rope_theta", rope.theta);
-  for (double d : rope.freq_divisors) finite_positive("rope_freqs", d);
+  if (const auto e = util::out_of_range(rms_norm_eps, norm_eps_range()))
+    fail(what, "field 'rms_norm_eps' must be " + *e + ", got " + shown_double(rms_norm_eps));
+  for (double d : rope.freq_divisors)  // per-frequency factors: the range of rope_scaling.factor
+    if (const auto e = util::out_of_range(d, util::closed(1e-3, 1e6)))
+      fail(what, "field 'rope_freqs' must hold " + *e + " per frequency, got " + shown_double(d));
   try {
     check_rope_config(rope, max_position_embeddings);
   } catch (const RopeConfigError& e) {

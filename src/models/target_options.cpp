@@ -37,6 +37,7 @@ TargetOptions read_target_options(const util::Args& a, const TargetOptionSet& se
   const int64_t stages = a.i64("stages");
   if (stages < 1 || stages > 4096)
     throw std::invalid_argument(cmd + ": --stages expects 1 to 4096, got " + std::to_string(stages));
+  if (a.given("devices")) a.refuse_given({"stages"}, "with --devices (the layout names the stages)");
   o.layout = a.given("devices") ? parse_device_layout(a.str("devices"), cmd + ": --devices") : cpu_layout(stages);
   if (!set.replicas && o.layout.num_replicas() > 1)
     throw std::invalid_argument(cmd + ": --devices '" + a.str("devices") + "' lists " +

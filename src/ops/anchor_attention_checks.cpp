@@ -1,5 +1,7 @@
 #include "anchor_attention_checks.h"
 
+#include <cmath>
+
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
@@ -76,6 +78,14 @@ AttentionDims check_attention_args(const at::Tensor& q, const at::Tensor& k, con
   return d;
 }
 
+double checked_attention_scale(double scale) {
+  const bool normal = std::isfinite(scale) && std::fpclassify(scale) != FP_SUBNORMAL;
+  TORCH_CHECK(normal && scale > 0 && scale <= 1000,
+              "anchor_block_attention: scale must be a finite number in (0, 1000] (None: 1/sqrt(head_dim)), got ",
+              std::isfinite(scale) ? c10::str(scale) : std::isnan(scale) ? "nan" : scale > 0 ? "inf" : "-inf");
+  return scale;
+}
+
 kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v, const at::Tensor& anchors,
                                               const at::Tensor& keep, int64_t window, double scale,
@@ -90,7 +100,7 @@ kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::
   s.kv_heads = d.kv_heads;
   s.head_dim = d.head_dim;
   s.window = window;
-  s.scale = scale;
+  s.scale = checked_attention_scale(scale);
   switch (q.scalar_type()) {
     case at::kFloat: s.dtype = kernels::ScalarType::Float32; break;
     case at::kDouble: s.dtype = kernels::ScalarType::Float64; break;

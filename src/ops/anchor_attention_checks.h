@@ -29,6 +29,10 @@ kernels::AnchorAttentionArgs make_kernel_args(const AttentionDims& d, const at::
                                               const at::Tensor& keep, int64_t window, double scale,
                                               const at::Tensor& ctx_start = at::Tensor());
 
+// The softmax scale a caller gave (None: 1/sqrt(head_dim)): a finite number in (0, 1000] (not subnormal), else a
+// TORCH_CHECK error naming it; NaN or inf gave NaN outputs without a word. Returns it.
+double checked_attention_scale(double scale);
+
 // The schema's `Tensor? ctx_start` as a possibly undefined tensor.
 inline at::Tensor ctx_start_or_undefined(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
 

@@ -18,7 +18,7 @@ namespace dflash::ops {
 namespace {
 
 double resolve_scale(const at::Tensor& q, std::optional<double> scale) {
-  return scale.has_value() ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+  return scale.has_value() ? checked_attention_scale(*scale) : 1.0 / std::sqrt(double(q.size(-1)));
 }
 
 std::optional<at::Tensor> optional_of(const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; }

@@ -20,7 +20,7 @@ namespace dflash::ops {
 namespace {
 
 double resolve_scale(const at::Tensor& q, std::optional<double> scale) {
-  return scale.has_value() ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+  return scale.has_value() ? checked_attention_scale(*scale) : 1.0 / std::sqrt(double(q.size(-1)));
 }
 
 at::ScalarType acc_type(const at::Tensor& q, bool in_input_dtype) {

@@ -208,6 +208,13 @@ AttentionChoice choose_attention_backend(AttentionBackend requested, const std::
     const AttentionCheckResult& r = c.checks.back();
     if (r.passed) continue;
     const std::string why = r.spec.describe() + ": " + r.summary();
+    // The reference itself could not run (out of memory, a device error): falling back to it would fail the same
+    // way, so say that instead of blaming the fused op.
+    if (!r.reference_exception.empty())
+      throw std::runtime_error("attention self-check on " + c.device + ": the reference attention itself failed (" +
+                               why + "), so neither backend can run this shape on " + c.device +
+                               " (attention_backend " + attention_backend_name(requested) +
+                               "); free memory on the device or lower max_len / batch_size");
     if (requested == AttentionBackend::Fused)
       throw std::runtime_error("attention_backend fused: the fused attention failed its self-check against the "
                                "reference on " + c.device + " (" + why +

@@ -431,6 +431,7 @@ int bench_attention_main(const std::vector<std::string>& argv) {
       .option("mem-limit-gb", "GB", "", "skip a baseline whose predicted memory exceeds this (default: 60% of available)")
       .option("json", "FILE", "", "also write the results as JSON")
       .flag("cpu-efficiency", "also time the fused forward and torch.mm on one thread by CPU time (robust on a busy machine)");
+  args.range("reps", 1, 1000000).range("chunk-blocks", 1, 1000000).range("mem-limit-gb", util::closed(0.001, 1e6));
   if (!args.parse(argv)) return 0;
   BenchAttentionOptions o;
   o.configs = args.str_list("configs");

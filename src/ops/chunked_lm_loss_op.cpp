@@ -223,8 +223,8 @@ std::string check_chunked_lm_loss_args(const at::Tensor& hidden, const at::Tenso
   if (!at::isFloatingType(weights.scalar_type()))
     return std::string("chunked_lm_loss: weights must be floating-point, got ") + c10::toString(weights.scalar_type());
   if (chunk_rows <= 0) return "chunked_lm_loss: chunk_rows must be positive";
-  if (!(kl_weight >= 0 && kl_weight <= 1))  // written so that nan fails too
-    return "chunked_lm_loss: kl_weight must be in [0, 1], got " + c10::str(kl_weight);
+  if (!(kl_weight >= 0 && kl_weight <= 1))  // NaN too: it made a NaN loss
+    return "chunked_lm_loss: kl_weight must be a finite number in [0, 1], got " + c10::str(kl_weight);
   const bool have_teacher = teacher_hidden.has_value() && teacher_hidden->defined() && teacher_index.has_value() &&
                             teacher_index->defined();
   if (have_teacher && kl_weight != 0.0 && teacher_index->scalar_type() != at::kLong)

@@ -68,6 +68,8 @@ int bench_flops_main(const std::vector<std::string>& argv) {
   a.option("repeats", "N", "3", "timed calls per part (median; one warm-up call first)");
   a.option("threads", "N", "0", "intra-op threads (0: every core)");
   a.option("json", "FILE", "", "also write the results as JSON");
+  a.range("seq-len", 1, 1048576).range("anchors", 1, 1048576).range("drafter-layers", 1, 256);
+  a.range("gemm-size", 1, 65536).range("repeats", 1, 1000000);
   if (!a.parse(argv)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench flops: --json");  // before the runs
   if (a.str("target").empty() == a.str("target-config").empty())

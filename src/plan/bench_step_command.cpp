@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -452,6 +453,9 @@ int bench_step_main(const std::vector<std::string>& argv) {
            "also time the first policy with the generic ATen cross-entropy instead of the fused CPU kernel");
   a.option("attention-backend", "NAME", "auto",
            "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
+  a.range("seq-len", 1, 1048576).range("anchors", 1, 1048576).range("kl-weight", util::closed(0, 1));
+  a.range("loss-chunk", 1, 16777216).range("iters", 1, 1000000).range("seed", 0, std::numeric_limits<int64_t>::max());
+  a.range("draft-vocab", 0, 16777216, " (0: the full vocabulary)").range("reference", 0, 1).range("generic-ce", 0, 1);
   if (!a.parse(argv)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench step: --json");  // before the runs
   BenchStepOptions o;

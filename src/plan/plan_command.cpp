@@ -17,6 +17,7 @@
 #include "dtype_names.h"
 #include "input_file.h"
 #include "memory_planner.h"
+#include "number_range.h"
 #include "node_planner.h"
 #include "plan_commands.h"
 #include "serving_engines.h"
@@ -57,6 +58,14 @@ models::TargetConfig read_target(const std::string& path) {
   return models::parse_target_config(text, "'" + path + "'");
 }
 
+// A GPU's memory: 1 GB to 100 TB (1e-300 or 1e308 bytes is no GPU).
+double gpu_memory_flag(const Args& a) {
+  const double b = util::parse_byte_size(a.str("gpu-memory"), "plan: --gpu-memory").bytes;
+  if (!(b >= 1e9 && b <= 1e14))
+    throw std::invalid_argument("plan: --gpu-memory must be a size in [1GB, 100TB], got '" + a.str("gpu-memory") + "'");
+  return b;
+}
+
 // "qwen3-8b|qwen3.6-27b": the target presets, as the flag's help and errors name them.
 std::string target_preset_list() {
   std::string names;
@@ -69,6 +78,15 @@ std::string target_preset_list() {
 // --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
 int plan_node_main(const Args& a) {
   NodeSettings ns;
+  // What --node does not read: it picks the checkpointing and loss chunk that fit each GPU itself, and plans
+  // training on CUDA with AdamW and fp32 master weights.
+  a.refuse_given({"budget", "checkpoint", "loss-chunk"}, "with --node (it picks the activation checkpointing and loss "
+                 "chunk that fit a GPU; the GPU's memory is --gpu or --gpu-memory)");
+  a.refuse_given({"optimizer", "no-master", "device", "deterministic", "attention-backend", "draft-vocab"},
+                 "with --node (it plans CUDA workers with AdamW, fp32 master weights, the fused attention and the full "
+                 "vocabulary); plan without --node reads it");
+  if (!a.str("preset").empty()) a.refuse_given({"drafter-layers", "mask-token-id"}, "with --preset (only with --target-config)");
+  if (!a.str("config").empty()) a.refuse_given({"drafter-layers", "mask-token-id"}, "with --config (only with --target-config)");
   if (!a.str("preset").empty() == !a.str("target-config").empty())
     throw std::invalid_argument("plan --node: give the target as --preset " + target_preset_list() +
                                 " or --target-config FILE");
@@ -101,19 +119,18 @@ int plan_node_main(const Args& a) {
   if (a.given("seq-len")) ns.drafter.seq_len = a.i64("seq-len");
   if (a.given("anchors")) ns.drafter.num_anchors = a.i64("anchors");
   if (a.given("batch")) ns.drafter.batch = a.i64("batch");
+  if (a.given("block-size")) ns.drafter.cfg.block_size = a.i64("block-size");
   if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
   if (a.given("dtype")) ns.drafter.dtype_bytes = dtype_bytes_of(a.str("dtype"));
   ns.drafter.device = PlanDevice::Cuda;
   ns.gpu = gpu_spec(a.str("gpu"));
-  if (a.given("gpu-memory")) ns.gpu.memory_bytes = util::parse_byte_size(a.str("gpu-memory"), "plan: --gpu-memory").bytes;
+  if (a.given("gpu-memory")) ns.gpu.memory_bytes = gpu_memory_flag(a);
   if (a.given("gpu-tflops")) ns.gpu.bf16_flops = a.f64("gpu-tflops") * 1e12;
   if (a.given("gpu-memory") || a.given("gpu-tflops")) ns.gpu.name += " (given)";
   ns.gpus = a.i64("gpus");
   ns.target_efficiency = a.f64("target-efficiency");
   ns.drafter_efficiency = a.f64("drafter-efficiency");
   ns.usable_memory = a.f64("usable-memory");
-  if (!(ns.usable_memory > 0 && ns.usable_memory <= 1))
-    throw std::invalid_argument("plan: --usable-memory must be in (0, 1], got " + a.str("usable-memory"));
   const NodePlan p = plan_node(ns);
   if (a.on("json")) std::cout << node_plan_to_json(p).dump(2) << "\n";
   else std::cout << format_node_plan(p);
@@ -161,6 +178,15 @@ int plan_main(const std::vector<std::string>& argv) {
   a.option("target-efficiency", "X", "0.5", "with --node: achieved share of peak FLOP/s of the target forward");
   a.option("drafter-efficiency", "X", "0.4", "with --node: achieved share of peak FLOP/s of a drafter step");
   a.option("usable-memory", "X", "0.9", "with --node: share of a GPU's memory a plan may fill");
+  // Every number flag has a range (docs/ERRORS.md "Limits"), checked when it is read; the train settings' limits
+  // where the setting is the same. GPU rates of 1 TFLOP/s to 1 EFLOP/s: inf, 1e308 or 1e-300 made every time 0 or
+  // infinite.
+  a.range("drafter-layers", 1, 256).range("mask-token-id", -1, 2147483647, " (-1: the last token id)");
+  a.range("seq-len", 1, 1048576).range("anchors", 1, 1048576).range("batch", 1, 65536).range("block-size", 2, 1024);
+  a.range("loss-chunk", 1, 16777216).range("kl-weight", util::closed(0, 1), " (0: hard labels only)");
+  a.range("gpus", 2, 256, " (the target and a drafter worker need a GPU each)");
+  a.range("gpu-tflops", util::closed(1, 1e6)).range("target-efficiency", util::closed(0.01, 1));
+  a.range("drafter-efficiency", util::closed(0.01, 1)).range("usable-memory", util::closed(0.05, 1));
   if (!a.parse(argv)) return 0;
   {  // the family first: the planner counts no family's extra memory yet
     const std::string config = a.str("config");
@@ -172,6 +198,10 @@ int plan_main(const std::vector<std::string>& argv) {
   if (a.on("node")) return plan_node_main(a);
 
   using namespace dflash::drafter;
+  a.refuse_given({"gpus", "gpu", "gpu-memory", "gpu-tflops", "target-efficiency", "drafter-efficiency", "usable-memory"},
+                 "without --node (the memory of one drafter worker; --budget SIZE checks it against a memory size)");
+  if (a.str("target-config").empty())
+    a.refuse_given({"drafter-layers", "mask-token-id"}, "without --target-config (--config and --preset name the drafter)");
   PlanSettings s;
   if (int(!a.str("preset").empty()) + int(!a.str("config").empty()) + int(!a.str("target-config").empty()) > 1)
     throw std::invalid_argument("plan: give only one of --config, --preset and --target-config");

@@ -144,6 +144,8 @@ int bench_producer_main(const std::vector<std::string>& argv) {
   a.option("dtype", "DTYPE", "fp32", "the target's dtype");
   a.option("steps", "N", "12", "steps of each whole training run (0: skip the runs)");
   a.option("work-dir", "DIR", "bench-producer-runs", "a new folder for the training runs' outputs");
+  a.range("seq-len", 2, 1048576).range("micro-batches", 1, 1000000).range("threads", 0, 1024, " (0: every core)");
+  a.range("steps", 0, 1000000, " (0: skip the runs)");
   if (!a.parse(argv)) return 0;
   a.require("target");
   const int64_t len = a.i64("seq-len"), micro = a.i64("micro-batches"), threads = a.i64("threads"), steps = a.i64("steps");

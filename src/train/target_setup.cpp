@@ -10,6 +10,7 @@
 #include "compute_settings.h"
 #include "drafter_from_target.h"
 #include "hidden_shards.h"
+#include "index_list.h"
 #include "memory_planner.h"
 #include "serving_engines.h"
 #include "safetensors.h"
@@ -175,6 +176,20 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
   if (!cfg.drafter_config.empty()) {
     d = drafter::load_drafter_config(cfg.drafter_config);
     if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
+    // The drafter config sets these: a different value given beside it is refused, not dropped.
+    const TrainConfig defaults;
+    auto same = [&](const char* key, bool given, bool agrees, const std::string& got, const std::string& file) {
+      if (given && !agrees)
+        throw std::invalid_argument("train config: '" + std::string(key) + "' is not used with drafter_config (" +
+                                    cfg.drafter_config + " says " + file + "), got " + got +
+                                    "; leave it unset or make the two agree");
+    };
+    same("drafter_layers", cfg.drafter_layers != defaults.drafter_layers, cfg.drafter_layers == d.num_hidden_layers,
+         std::to_string(cfg.drafter_layers), "num_hidden_layers " + std::to_string(d.num_hidden_layers));
+    same("block_size", cfg.block_size != defaults.block_size, cfg.block_size == d.block_size,
+         std::to_string(cfg.block_size), "block_size " + std::to_string(d.block_size));
+    same("target_layer_ids", !cfg.target_layer_ids.empty(), cfg.target_layer_ids == d.target_layer_ids,
+         util::join_indices(cfg.target_layer_ids), "target_layer_ids " + util::join_indices(d.target_layer_ids));
   } else {
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
                                            cfg.target_layer_ids);
@@ -201,6 +216,9 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   const at::ScalarType compute = run.compute;
   TargetSide t;
   t.samples = data::open_samples(cfg.data, cfg.data_format);
+  if (t.samples->has_features() && cfg.target_devices != TrainConfig{}.target_devices)  // refused, not dropped
+    throw std::invalid_argument("train config: 'target_devices' is not used with offline data (" + cfg.data +
+                                " holds the target's features: the target does not run), got '" + cfg.target_devices + "'");
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
   // this project cannot run still work with their existing hidden-state dumps.
   const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);

@@ -2,12 +2,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "checkpoint.h"
 #include "drafter_family_setting.h"
+#include "number_range.h"
 #include "output_file.h"
 #include "python_driver.h"
 #include "run_settings.h"
@@ -26,9 +28,14 @@ namespace {
 // The test hooks of a whole run, for the Python tests that drive `dflash train` as a process.
 TrainHooks hooks_from_environment() {
   TrainHooks h;
-  if (const char* f = std::getenv("DFLASH_TEST_FAIL_WORKER")) h.fail_worker = std::atoi(f);
-  if (const char* k = std::getenv("DFLASH_TEST_KILL_IN_SAVE")) h.kill_in_save_step = std::atoll(k);
-  if (const char* d = std::getenv("DFLASH_TEST_DUMP_RANK_WEIGHTS")) h.dump_rank_weights = std::string(d) == "1";
+  // Malformed values are refused (atoi read "junk" as worker 0).
+  if (const auto f = util::env_integer("DFLASH_TEST_FAIL_WORKER", 0, 1024, " (a test-only switch: a worker index)"))
+    h.fail_worker = int(*f);
+  if (const auto k = util::env_integer("DFLASH_TEST_KILL_IN_SAVE", 0, std::numeric_limits<int64_t>::max(),
+                                       " (a test-only switch: a step)"))
+    h.kill_in_save_step = *k;
+  if (const auto d = util::env_integer("DFLASH_TEST_DUMP_RANK_WEIGHTS", 0, 1, " (a test-only switch)"))
+    h.dump_rank_weights = *d == 1;
   return h;
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <variant>
 
 #include "args.h"
@@ -16,6 +17,7 @@
 #include "config_yaml.h"
 #include "index_list.h"
 #include "input_file.h"
+#include "number_range.h"
 #include "strict_json.h"
 
 namespace dflash::train {
@@ -126,8 +128,7 @@ void require(bool ok, const std::string& key, const std::string& expected, const
 
 // A float as written: 1e-09, not to_string's 0.000000.
 std::string shown(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (!std::isfinite(v)) return util::number_text(v);
   return nlohmann::json(v).dump();
 }
 
@@ -137,9 +138,6 @@ void in_range(const std::string& key, int64_t v, int64_t lo, int64_t hi, const s
   require(v >= lo && v <= hi, key, "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + why,
           std::to_string(v));
 }
-
-// Float settings are finite first (a flag can say inf or nan), then in their own range.
-void finite(const std::string& key, double v) { require(std::isfinite(v), key, "a finite number", shown(v)); }
 
 // A setting written as text and read into a type of its own, once, when the file or flag is read. read() returns
 // "" or what the setting must be (for "<where>: '<key>' must be <that>, got '<text>'"), with an optional detail.
@@ -245,7 +243,7 @@ struct TextKind<util::ByteSize> {
     try {
       out = util::parse_byte_size(s, "budget");
     } catch (const std::invalid_argument&) {
-      return TextError{"a size like 90GB, 80GiB or 512MB (empty: no budget)", ""};
+      return TextError{"a size like 90GB, 80GiB or 512MB, of 1 byte to 1e18 bytes (empty: no budget)", ""};
     }
     return std::nullopt;
   }
@@ -321,23 +319,24 @@ void TrainConfig::validate() const {
   in_range("grad_accum", grad_accum, 1, 65536);
   in_range("max_len", max_len, 2, 1048576);
   in_range("num_anchors", num_anchors, 1, max_len, " (at most one anchor per position of max_len)");
-  for (const auto& [key, v] : std::initializer_list<std::pair<const char*, double>>{
-           {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"min_lr_ratio", min_lr_ratio}, {"weight_decay", weight_decay},
-           {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"clip", clip}, {"gamma", gamma}, {"kl_weight", kl_weight},
-           {"init_std", init_std}, {"init_final_norm", init_final_norm}})
-    finite(key, v);
-  require(lr > 0, "lr", "> 0", shown(lr));
-  require(warmup_ratio >= 0 && warmup_ratio < 1, "warmup_ratio", "in [0, 1)", shown(warmup_ratio));
-  require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "min_lr_ratio", "in [0, 1]", shown(min_lr_ratio));
-  require(weight_decay >= 0, "weight_decay", ">= 0", shown(weight_decay));
-  require(beta1 >= 0 && beta1 < 1, "beta1", "in [0, 1)", shown(beta1));
-  require(beta2 >= 0 && beta2 < 1, "beta2", "in [0, 1)", shown(beta2));
-  require(eps > 0, "eps", "> 0", shown(eps));
-  require(clip >= 0, "clip", ">= 0", shown(clip));
-  require(gamma >= 0, "gamma", ">= 0", shown(gamma));
+  // Every float setting has a finite range (util/number_range.h: finite, not subnormal, within the bounds);
+  // docs/TRAINING.md "Limits" lists them.
+  for (const auto& [key, v, range, note] : std::initializer_list<std::tuple<const char*, double, util::NumberRange, const char*>>{
+           {"lr", lr, util::closed(1e-12, 10), ""},
+           {"warmup_ratio", warmup_ratio, util::below(0, 1), ""},
+           {"min_lr_ratio", min_lr_ratio, util::closed(0, 1), ""},
+           {"weight_decay", weight_decay, util::closed(0, 10), ""},
+           {"beta1", beta1, util::below(0, 1), ""},
+           {"beta2", beta2, util::below(0, 1), ""},
+           {"eps", eps, util::closed(1e-30, 1), ""},
+           {"clip", clip, util::closed(0, 1e6), " (0: off)"},
+           {"gamma", gamma, util::closed(0, 1e4), " (0: by block size)"},
+           {"kl_weight", kl_weight, util::closed(0, 1), ""},
+           {"init_std", init_std, util::closed(1e-8, 10), ""},
+           {"init_final_norm", init_final_norm, util::closed(1e-6, 1e3), ""}})
+    if (const auto e = util::out_of_range(v, range, note)) require(false, key, *e, shown(v));
   require(loss_decay == drafter::LossDecay::Exp || gamma == 0, "gamma", "0 (unset) with loss_decay none (no decay, no gamma)",
           shown(gamma));
-  require(kl_weight >= 0 && kl_weight <= 1, "kl_weight", "in [0, 1]", shown(kl_weight));
   require(dtype != util::Dtype::F16, "dtype", "bf16, fp32 or fp64", "'fp16'");
   in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
   in_range("draft_vocab", draft_vocab, 0, 16777216, " (0: the full vocabulary; at most the target's vocabulary size)");
@@ -357,8 +356,6 @@ void TrainConfig::validate() const {
   in_range("threads", threads, 0, 1024, " (0: cores / workers)");
   in_range("queue_depth", queue_depth, 1, 1024);
   in_range("stop_after", stop_after, 0, std::numeric_limits<int64_t>::max());
-  require(init_std > 0, "init_std", "> 0", shown(init_std));
-  require(init_final_norm > 0, "init_final_norm", "> 0", shown(init_final_norm));
   in_range("init_from_target_layer", init_from_target_layer, -1, 2147483647, " (-1: off, else a target layer index)");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
@@ -371,8 +368,7 @@ void TrainConfig::validate_family_settings() const {
   for (const auto& [key, v] : std::initializer_list<std::pair<const char*, double>>{
            {"ce_loss_weight", ce_loss_weight}, {"l1_loss_weight", l1_loss_weight},
            {"confidence_loss_weight", confidence_loss_weight}}) {
-    finite(key, v);
-    require(v >= 0, key, ">= 0", shown(v));
+    if (const auto e = util::out_of_range(v, util::closed(0, 1e3))) require(false, key, *e, shown(v));
   }
   try {
     dspark_heads().validate("train config");

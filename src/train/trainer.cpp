@@ -176,8 +176,15 @@ void log_run_summary(const TrainConfig& cfg, const RunContext& run, const Target
   log.finish(stopped ? "interrupted: checkpoint written, exiting" : "done");
 }
 
-std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, const std::string& kept) {
+std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, const std::string& kept, bool first_update) {
   std::ostringstream s;
+  if (first_update) {  // no optimizer step has run: the learning rate cannot be the cause
+    s << e.what() << " (the first step of the run, before any update: not the learning rate); the initial drafter or "
+      << "its inputs give non-finite numbers: check the target's features and its config (rope_theta, rope_scaling, "
+      << "rms_norm_eps), init_std (now " << cfg.init_std << "), init_final_norm (now " << cfg.init_final_norm
+      << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype) << ")";
+    return s.str();
+  }
   s << e.what() << "; the weights were not updated and " << kept
     << ". Try a lower lr (now " << cfg.lr << "), gradient clipping (clip, now " << cfg.clip
     << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype)
@@ -255,7 +262,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
     }
   } catch (const DivergedError& e) {
     producer.stop();
-    throw std::runtime_error(diverged_advice(cfg, e, checkpoints.kept()));
+    throw std::runtime_error(diverged_advice(cfg, e, checkpoints.kept(), start_step == 0 && e.step == 1));
   }
   producer.stop();
   log_run_summary(cfg, run, side, master, rows, hooks, log, stopped);

@@ -1,6 +1,7 @@
 #include "args.h"
 
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -10,6 +11,18 @@ Args& Args::option(const std::string& name, const std::string& value_name, const
                    const std::string& help) {
   order_.push_back(name);
   opts_[name] = Opt{value_name, def, help};
+  return *this;
+}
+
+Args& Args::range(const std::string& name, const NumberRange& r, const std::string& note) {
+  if (!opts_.count(name)) throw std::logic_error("range of undeclared option --" + name);
+  number_ranges_[name] = {r, note};
+  return *this;
+}
+
+Args& Args::range(const std::string& name, int64_t lo, int64_t hi, const std::string& note) {
+  if (!opts_.count(name)) throw std::logic_error("range of undeclared option --" + name);
+  int_ranges_[name] = {lo, hi, note};
   return *this;
 }
 
@@ -77,6 +90,11 @@ void Args::require(const std::string& name) const {
   if (str(name).empty()) throw UsageError(command_ + ": --" + name + " is required");
 }
 
+void Args::refuse_given(const std::vector<std::string>& names, const std::string& why) const {
+  for (const std::string& name : names)
+    if (given(name)) throw UsageError(command_ + ": --" + name + " is not used " + why);
+}
+
 std::string Args::str(const std::string& name) const {
   const auto v = values_.find(name);
   if (v != values_.end()) return v->second;
@@ -87,24 +105,32 @@ std::string Args::str(const std::string& name) const {
 
 int64_t Args::i64(const std::string& name) const {
   const std::string s = str(name);
+  std::optional<int64_t> v;
   try {
     size_t pos = 0;
-    const long long v = std::stoll(s, &pos);
-    if (pos == s.size()) return v;
+    const long long x = std::stoll(s, &pos);
+    if (pos == s.size()) v = x;
   } catch (const std::exception&) {
   }
-  throw UsageError(command_ + ": --" + name + " expects an integer, got '" + s + "'");
+  if (!v) throw UsageError(command_ + ": --" + name + " expects an integer, got '" + s + "'");
+  if (const auto r = int_ranges_.find(name); r != int_ranges_.end())
+    check_integer(*v, r->second.lo, r->second.hi, command_ + ": --" + name, r->second.note);
+  return *v;
 }
 
 double Args::f64(const std::string& name) const {
   const std::string s = str(name);
+  std::optional<double> v;
   try {
     size_t pos = 0;
-    const double v = std::stod(s, &pos);
-    if (pos == s.size()) return v;
+    const double x = std::stod(s, &pos);
+    if (pos == s.size()) v = x;
   } catch (const std::exception&) {
   }
-  throw UsageError(command_ + ": --" + name + " expects a number, got '" + s + "'");
+  if (!v) throw UsageError(command_ + ": --" + name + " expects a number, got '" + s + "'");
+  if (const auto r = number_ranges_.find(name); r != number_ranges_.end())
+    check_number(*v, r->second.first, command_ + ": --" + name, r->second.second);
+  return *v;
 }
 
 bool Args::on(const std::string& name) const { return str(name) == "1"; }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "number_range.h"
+
 namespace dflash::util {
 
 // A mistake on the command line itself (unknown flag, bad value, missing argument): `dflash` exits with 2, other
@@ -23,6 +25,10 @@ class Args {
   // Declare before parse(). `value_name` empty means a boolean switch.
   Args& option(const std::string& name, const std::string& value_name, const std::string& def, const std::string& help);
   Args& flag(const std::string& name, const std::string& help) { return option(name, "", "", help); }
+  // The range of a number option, checked by f64() / i64() whenever the value is read (flag or default); outside it,
+  // std::invalid_argument "<command>: --<name> must be <range><note>, got <value>" (util/number_range.h).
+  Args& range(const std::string& name, const NumberRange& r, const std::string& note = "");
+  Args& range(const std::string& name, int64_t lo, int64_t hi, const std::string& note = "");
   // --alias means --name (an older spelling kept working); help lists it beside the option.
   Args& alias(const std::string& alias, const std::string& name);
   // A positional argument, filled in declaration order; read it with str(name). Required unless a default is
@@ -43,6 +49,9 @@ class Args {
   std::vector<std::string> str_list(const std::string& name) const;
   // Throws UsageError "<command>: --<name> is required" when the option was left empty.
   void require(const std::string& name) const;
+  // A setting the command would not use is refused, never dropped without a word: throws UsageError
+  // "<command>: --<name> is not used <why>" for the first of `names` that was given.
+  void refuse_given(const std::vector<std::string>& names, const std::string& why) const;
 
   std::string help() const;
 
@@ -61,6 +70,12 @@ class Args {
   std::vector<Positional> positionals_;
   std::map<std::string, std::string> values_;
   std::map<std::string, bool> given_;
+  struct IntRange {
+    int64_t lo, hi;
+    std::string note;
+  };
+  std::map<std::string, std::pair<NumberRange, std::string>> number_ranges_;
+  std::map<std::string, IntRange> int_ranges_;
 };
 
 }  // namespace dflash::util

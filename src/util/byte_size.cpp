@@ -29,7 +29,9 @@ ByteSize parse_byte_size(const std::string& text, const std::string& where) {
   else if (unit == "MIB") mul = 1024.0 * 1024;
   else if (unit == "GIB") mul = 1024.0 * 1024 * 1024;
   else throw std::invalid_argument(where + ": unknown unit '" + unit + "' in '" + text + "' (expected B, MB, GB, GiB, ...)");
-  if (!(v > 0) || !(v * mul < 1e18)) throw std::invalid_argument(where + ": must be a positive size below 1e18 bytes, got '" + text + "'");
+  // At least one byte (1e-300GB is no size) and below 1e18 (inf, 1e308 and nan are none either).
+  if (!(v * mul >= 1) || !(v * mul < 1e18))
+    throw std::invalid_argument(where + ": must be a size of at least 1 byte and below 1e18 bytes, got '" + text + "'");
   return ByteSize{v * mul, text};
 }
 

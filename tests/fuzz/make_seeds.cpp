@@ -271,6 +271,32 @@ void device_list_seeds() {
   };
   for (const auto& [name, text] : specs) seed("device_list", name, text);
   seed("device_list", "nul", std::string("cuda:0\0,cpu", 11));
+
+// model_settings: byte 0 picks a target config (0), a drafter config (1), a JSON (2) or YAML (3) train config.
+void model_settings_seeds() {
+  const std::string llama = R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,)"
+                            R"( "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,)"
+                            R"( "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 500000.0)";
+  seed("model_settings", "target_llama3", std::string(1, '\0') + llama +
+       R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,)"
+       R"( "original_max_position_embeddings": 1024}})");
+  seed("model_settings", "target_yarn", std::string(1, '\0') + llama +
+       R"(, "rope_parameters": {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0, "beta_fast": 32,)"
+       R"( "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.5, "original_max_position_embeddings": 512}})");
+  seed("model_settings", "target_dynamic", std::string(1, '\0') + llama + R"(, "rope_scaling": {"type": "dynamic", "factor": 2.0}})");
+  seed("model_settings", "drafter_linear",
+       std::string("\x01") +
+           R"({"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,)"
+           R"( "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "num_hidden_layers": 2,)"
+           R"( "num_target_layers": 8, "vocab_size": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,)"
+           R"( "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0},)"
+           R"( "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 64, "block_size": 16,)"
+           R"( "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 4]}})");
+  seed("model_settings", "train_loss",
+       std::string("\x02") + R"({"target": "t", "data": "d", "out": "o", "gamma": 7.0, "kl_weight": 0.15,)"
+                             R"( "loss_decay": "exp", "attention_backend": "auto", "loss_chunk_rows": 512, "block_size": 16})");
+  seed("model_settings", "train_no_decay",
+       "\x03target: t\ndata: d\nout: o\nloss_decay: none\nattention_backend: reference\nlr: 1.0e-4\neps: 1.0e-8\n");
 }
 
 }  // namespace
@@ -288,5 +314,6 @@ int main(int argc, char** argv) {
   jsonl_seeds();
   shard_index_seeds();
   device_list_seeds();
+  model_settings_seeds();
   return 0;
 }

@@ -104,6 +104,27 @@ TEST(AttentionSelfCheck, ChoiceFollowsWhatWasAsked) {
   }
 }
 
+TEST(AttentionSelfCheck, AReferenceThatCannotRunIsNamedNotTheFusedOp) {
+  // A context no machine can hold: the reference's inputs cannot be allocated. Falling back to the reference would
+  // fail the same way, so the choice says the reference failed instead of blaming the fused op.
+  AttentionCheckSpec huge = small_spec(at::kFloat);
+  huge.context_len = int64_t(1) << 44;
+  const AttentionCheckResult r = check_fused_attention(huge);
+  EXPECT_FALSE(r.passed);
+  EXPECT_FALSE(r.reference_exception.empty());
+  for (const AttentionBackend b : {AttentionBackend::Auto, AttentionBackend::Fused}) {
+    try {
+      choose_attention_backend(b, {huge});
+      FAIL() << "a reference that cannot run must stop the choice";
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("attention self-check on cpu: the reference attention itself failed ("), std::string::npos) << msg;
+      EXPECT_NE(msg.find("neither backend can run this shape on cpu"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("falling back"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(AttentionSelfCheck, BackendNamesHaveOneSpelling) {
   EXPECT_EQ(parse_attention_backend("auto", "x"), AttentionBackend::Auto);
   EXPECT_EQ(parse_attention_backend("fused", "x"), AttentionBackend::Fused);

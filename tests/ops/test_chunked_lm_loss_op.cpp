@@ -119,9 +119,9 @@ TEST(ChunkedLoss, BadArgumentsAreInvalidArgumentErrors) {
   EXPECT_EQ(loss_error(h, lm_head, labels.to(at::kInt), w, {}),
             "chunked_lm_loss: labels must have dtype Long (int64), got Int");
   EXPECT_EQ(loss_error(h, lm_head, labels, w, {0, 0.0, true}), "chunked_lm_loss: chunk_rows must be positive");
-  EXPECT_EQ(loss_error(h, lm_head, labels, w, {4, 1.5, true}), "chunked_lm_loss: kl_weight must be in [0, 1], got 1.5");
+  EXPECT_EQ(loss_error(h, lm_head, labels, w, {4, 1.5, true}), "chunked_lm_loss: kl_weight must be a finite number in [0, 1], got 1.5");
   EXPECT_EQ(loss_error(h, lm_head, labels, w, {4, std::nan(""), true}),
-            "chunked_lm_loss: kl_weight must be in [0, 1], got nan");
+            "chunked_lm_loss: kl_weight must be a finite number in [0, 1], got nan");
   EXPECT_EQ(loss_error(h, lm_head.to(at::kDouble), labels, w, {}),
             "chunked_lm_loss: hidden must be floating-point and lm_head of its dtype, got Float and Double");
   EXPECT_EQ(loss_error(h, lm_head, labels, w.to(at::kLong), {}), "chunked_lm_loss: weights must be floating-point, got Long");

@@ -205,7 +205,7 @@ def test_duplicate_json_key_and_second_yaml_document(dflash_bin, tmp_path):
     ("--drafter-layers", 2**32 + 1, "'drafter_layers' must be in [1, 256], got 4294967297"),
     ("--activation-checkpoint", "every:0", "'activation_checkpoint' must be none, layer or every:K with K >= 1"),
     ("--target-layer-ids", "1,1", "'target_layer_ids' must be a list without repeats"),
-    ("--lr", "nan", "'lr' must be a finite number, got nan"),
+    ("--lr", "nan", "'lr' must be a finite number in [1e-12, 10], got nan"),
 ])
 def test_out_of_range_train_settings(dflash_bin, tiny_target, tmp_path, flag, value, want):
     r = run(dflash_bin, "train", "--target", tiny_target, "--data", tmp_path / "none.jsonl", "--out", tmp_path / "run",
@@ -240,7 +240,7 @@ def test_non_finite_and_overflowing_numbers_in_config_json(dflash_bin, tiny_targ
     w.write_tensors_to_file()
     w.close()
     clean_error(run(dflash_bin, "target", "run", "--model", g, "--input", ids, "--output", tmp_path / "o"),
-                g, "'rope_theta' must be a finite positive number, got inf")
+                g, "field 'rope_theta': expected a finite number in (1, 1000000000000], got inf")
 
 
 def test_integer_and_bool_weights_are_refused(dflash_bin, tiny_target, tmp_path):

@@ -122,7 +122,7 @@ def loss_args():
     (dict(hidden=torch.randn(2, 3, 8, device="meta")), ValueError, "lm_head is on cpu but hidden is on meta"),
     (dict(chunk_rows=0), ValueError, "chunk_rows must be positive"),
     (dict(chunk_rows=2.5), TypeError, "chunk_rows must be an int, got float"),
-    (dict(kl_weight=float("nan")), ValueError, r"kl_weight must be in \[0, 1\], got nan"),  # used to pass
+    (dict(kl_weight=float("nan")), ValueError, r"kl_weight must be a finite number in \[0, 1\], got nan"),  # used to pass
     (dict(kl_weight="0.5"), TypeError, "kl_weight must be a float, got str"),
     (dict(hidden=None), TypeError, "hidden must be a torch.Tensor, got NoneType"),
 ])

@@ -37,8 +37,8 @@ def test_nothing_fits_exits_3_with_the_reason(dflash_bin):
 def test_bad_flags(dflash_bin):
     for argv, needle in [
         (["--preset", "qwen3.6-27b", "--gpu", "a100"], "--gpu expects one of h100, h200, b200, rtx-pro-6000"),
-        (["--preset", "qwen3.6-27b", "--gpus", 1], "--gpus must be in [2, 256]"),
-        (["--preset", "qwen3.6-27b", "--target-efficiency", 2], "--target-efficiency must be in (0, 1]"),
+        (["--preset", "qwen3.6-27b", "--gpus", 1], "--gpus must be an integer in [2, 256]"),
+        (["--preset", "qwen3.6-27b", "--target-efficiency", 2], "--target-efficiency must be a finite number in [0.01, 1], got 2"),
         (["--gpus", 8], "plan --node: give the target as --preset qwen3-30b-a3b|qwen3-8b|qwen3.6-27b|qwen3.6-35b-a3b or --target-config FILE"),
     ]:
         r = _plan(dflash_bin, *argv)

@@ -286,7 +286,7 @@ def test_chunked_loss_errors_are_value_errors_with_the_op_message():
         ((h, lm_head, labels[:4], w), {}, "labels and weights need one entry per hidden row"),
         ((h, lm_head, labels.int(), w), {}, "labels must have dtype Long (int64), got Int"),
         ((h, lm_head, labels, w), {"chunk_rows": 0}, "chunk_rows must be positive"),
-        ((h, lm_head, labels, w), {"kl_weight": 2.0}, "kl_weight must be in [0, 1]"),
+        ((h, lm_head, labels, w), {"kl_weight": 2.0}, "kl_weight must be a finite number in [0, 1], got 2"),
         ((h, lm_head, labels, w), {"kl_weight": 0.5}, "kl_weight > 0 needs the target's last hidden states"),
     ]
     for args, kw, said in cases:

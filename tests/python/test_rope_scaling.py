@@ -107,7 +107,7 @@ def test_legacy_layout_reads_the_same(dflash_bin, tmp_path):
      "field 'rope_parameters.rope_type': expected one of \"default\", \"linear\", \"dynamic\", \"yarn\", \"llama3\""),
     (lambda c: c["rope_parameters"].pop("factor"), "field 'rope_parameters.factor': expected a number"),
     (lambda c: c["rope_parameters"].update(factor=-2.0),
-     "field 'rope_parameters.factor': expected a finite positive number, got -2.0"),
+     "field 'rope_parameters.factor': expected a finite number in [0.001, 1000000], got -2.0"),
     (lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 2.0}),
      "field 'rope_scaling': expected the scaling of rope_parameters"),
     (lambda c: c.update(rope_theta=5.0), "field 'rope_theta': expected the value of rope_parameters.rope_theta"),

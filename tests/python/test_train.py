@@ -367,7 +367,7 @@ def test_export_writes_hf_drafter_folder(dflash_bin, target_dir, offline_dir, tm
     ({"file": {"num_anchor": 5}}, "unknown key 'num_anchor'"),
     ({"file": {"lr": "fast"}}, "key 'lr' expects a number"),
     ({"flags": ["--bogus", "1"]}, "unknown option --bogus"),
-    ({"flags": ["--lr", "-1"]}, "'lr' must be > 0"),
+    ({"flags": ["--lr", "-1"]}, "'lr' must be a finite number in [1e-12, 10], got -1"),
     ({"flags": ["--mask-token-id", "-1"]}, "'mask_token_id' is required"),
     ({"flags": ["--drafter-devices", ""]}, "'drafter_devices': needs at least one device, e.g. cpu or cuda:0; got ''"),
     ({"yaml": "lr: fast\n"}, "c.yaml:1: key 'lr' expects a number, got \"fast\""),

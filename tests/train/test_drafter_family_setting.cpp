@@ -105,7 +105,7 @@ TEST(DrafterFamilySetting, DSparkSettingsAreValidated) {
             "train config: 'markov_rank': expected an integer in [0, 65536] (0: no Markov bias), got -3");
   EXPECT_EQ(err({{"markov_rank", 0}, {"markov_head_type", "gated"}}),
             "train config: 'markov_head_type': expected vanilla when markov_rank is 0 (gated and rnn need a rank), got gated");
-  EXPECT_EQ(err({{"l1_loss_weight", -0.5}}), "train config: 'l1_loss_weight' must be >= 0, got -0.5");
+  EXPECT_EQ(err({{"l1_loss_weight", -0.5}}), "train config: 'l1_loss_weight' must be a finite number in [0, 1000], got -0.5");
   EXPECT_EQ(err({{"ce_loss_weight", 0.0}, {"l1_loss_weight", 0.0}, {"confidence_loss_weight", 0.0}}),
             "train config: 'ce_loss_weight' must be > 0 when l1_loss_weight and confidence_loss_weight are 0 (some loss "
             "to train on), got 0.0");

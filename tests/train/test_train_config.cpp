@@ -263,10 +263,17 @@ TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
   EXPECT_EQ(err([](TrainConfig& c) { c.drafter_layers = (int64_t(1) << 32) + 1; }),
             "train config: 'drafter_layers' must be in [1, 256], got 4294967297");
   EXPECT_EQ(err([](TrainConfig& c) { c.steps = -1; }), "train config: 'steps' must be in [0, 1000000000000], got -1");
-  EXPECT_EQ(err([](TrainConfig& c) { c.lr = -1e-9; }), "train config: 'lr' must be > 0, got -1e-09");
+  EXPECT_EQ(err([](TrainConfig& c) { c.lr = -1e-9; }), "train config: 'lr' must be a finite number in [1e-12, 10], got -1e-09");
   EXPECT_EQ(err([](TrainConfig& c) { c.lr = std::numeric_limits<double>::infinity(); }),
-            "train config: 'lr' must be a finite number, got inf");
-  EXPECT_EQ(err([](TrainConfig& c) { c.clip = std::nan(""); }), "train config: 'clip' must be a finite number, got nan");
+            "train config: 'lr' must be a finite number in [1e-12, 10], got inf");
+  EXPECT_EQ(err([](TrainConfig& c) { c.clip = std::nan(""); }),
+            "train config: 'clip' must be a finite number in [0, 1000000] (0: off), got nan");
+  // Subnormal and absurd values are outside every range (they made NaN tables or training that "diverged").
+  EXPECT_EQ(err([](TrainConfig& c) { c.lr = 1e-310; }), "train config: 'lr' must be a finite number in [1e-12, 10], got 1e-310");
+  EXPECT_EQ(err([](TrainConfig& c) { c.init_std = 1e308; }),
+            "train config: 'init_std' must be a finite number in [1e-08, 10], got 1e+308");
+  EXPECT_EQ(err([](TrainConfig& c) { c.gamma = 1e300; }),
+            "train config: 'gamma' must be a finite number in [0, 10000] (0: by block size), got 1e+300");
   EXPECT_EQ(err([&](TrainConfig& c) { set_text(c, "target_layer_ids", "1,9,1"); }),
             "train config: 'target_layer_ids' must be a list without repeats, got '1,9,1' (layer 1 twice)");
   EXPECT_NE(err([&](TrainConfig& c) { set_text(c, "target_layer_ids", "1,x"); }).find("comma list of layer indices"),
@@ -279,7 +286,8 @@ TEST(TrainConfigFiles, OutOfRangeSettingsNameTheLimit) {
   // A flag that says inf is refused by validate() the same way.
   TrainConfig c;
   ASSERT_TRUE(parse_train_args({"--target", "t", "--data", "d", "--out", "o", "--lr", "inf"}, c));
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { c.validate(); }), "train config: 'lr' must be a finite number, got inf");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { c.validate(); }),
+            "train config: 'lr' must be a finite number in [1e-12, 10], got inf");
 }
 
 TEST(TrainConfigFiles, NonRegularConfigFilesAreRefusedAtOnce) {
