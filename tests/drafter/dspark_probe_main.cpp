@@ -9,6 +9,11 @@
 //            sum(logits * gl) + sum(confidence * gc)
 //   dspark_probe step IN OUT (same parameters)
 //       IN: hidden [n,B,d], prev [n,B]; OUT: bias [n,B,V], one markov_step per slot with the state carried along
+//   dspark_probe objective IN OUT (same parameters) block_size=B gamma=G mask_token_id=M ce=.. l1=.. conf=.. chunk_rows=C
+//       IN: input_ids [b,S], loss_mask [b,S] (uint8), anchors [b,N], keep [b,N] (uint8), hidden [b,N*B,d] (the
+//           drafter's final hidden states), last_hidden [b,S,d], lm_head [V,d], the heads' tensors
+//       OUT: block_ids, labels, weights, teacher_index, prev, loss, stats, row_correct, grad.hidden, grad.<name>,
+//            metric.<name> (dspark_metrics)
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -17,7 +22,10 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "drafter_model.h"
+#include "dspark_block_batch.h"
 #include "dspark_heads.h"
+#include "dspark_loss.h"
 #include "safetensors.h"
 
 using namespace dflash::drafter;
@@ -86,6 +94,38 @@ Named run_step(const dflash::io::SafetensorsFile& in, const std::map<std::string
   return {{"bias", at::stack(bias, 1)}};
 }
 
+Named run_objective(const dflash::io::SafetensorsFile& in, const std::map<std::string, std::string>& p) {
+  DrafterConfig c;
+  c.family = DrafterFamily::DSpark;
+  c.dspark = heads_of(p);
+  c.block_size = std::stoll(param(p, "block_size", "4"));
+  const at::Tensor hidden = in.load("hidden").requires_grad_(true), lm_head = in.load("lm_head");
+  c.hidden_size = hidden.size(-1);
+  c.vocab_size = lm_head.size(0);
+  DrafterWeights w;
+  w.heads = load_heads(in, c.dspark, true);
+  const AnchorSample s{in.load("anchors"), in.load("keep").to(at::kBool), {}, {}};
+  const BlockBatch blocks =
+      build_dspark_block_batch(in.load("input_ids"), in.load("loss_mask").to(at::kBool), s, c.block_size,
+                               std::stoll(param(p, "mask_token_id", "0")), std::stod(param(p, "gamma", "4")));
+  dflash::ops::DSparkLossOptions o;
+  o.ce_weight = std::stod(param(p, "ce", "0.1"));
+  o.l1_weight = std::stod(param(p, "l1", "0.9"));
+  o.confidence_weight = std::stod(param(p, "conf", "1"));
+  o.chunk_rows = std::stoll(param(p, "chunk_rows", "1024"));
+  const DSparkObjective r = dspark_objective(c, w, lm_head, hidden, in.load("last_hidden"), s.keep, blocks, o);
+  r.loss.backward();
+  Named out = {{"block_ids", blocks.block_ids}, {"labels", blocks.labels}, {"weights", blocks.weights},
+               {"teacher_index", blocks.teacher_index}, {"prev", dspark_prev_tokens(blocks, c.block_size)},
+               {"loss", r.loss.detach().reshape({1})}, {"stats", r.stats}, {"row_correct", r.row_correct.to(at::kByte)},
+               {"grad.hidden", hidden.grad()}};
+  for (const auto& [name, t] : w.heads)
+    out.emplace_back("grad." + name, t.grad().defined() ? t.grad() : at::zeros_like(t));
+  for (const auto& [name, v] : dspark_metrics(r.stats, c.block_size, c.dspark.enable_confidence_head))
+    out.emplace_back("metric." + name, at::full({1}, v, at::kDouble));
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,7 +146,8 @@ int main(int argc, char** argv) {
     Named out;
     if (op == "heads") out = run_heads(in, p);
     else if (op == "step") out = run_step(in, p);
-    else throw std::invalid_argument("op: expected heads or step, got " + op);
+    else if (op == "objective") out = run_objective(in, p);
+    else throw std::invalid_argument("op: expected heads, step or objective, got " + op);
     for (auto& [name, t] : out) t = t.contiguous();
     dflash::io::save_safetensors(argv[3], out);
     return 0;
