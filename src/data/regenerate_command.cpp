@@ -79,18 +79,20 @@ std::unique_ptr<HiddenShardWriter> open_features(const RegenerateOptions& o, con
   const models::TargetConfig& tcfg = model.config();
   const std::vector<int64_t> ids = feature_layer_ids(o.target_layer_ids, o.drafter_layers, tcfg);
   const HiddenMeta hmeta = feature_meta(o.target.path, tcfg, ids);
-  const nlohmann::json settings = {{"target", std::filesystem::absolute(o.target.path).lexically_normal().string()},
+  nlohmann::json settings = {{"target", std::filesystem::absolute(o.target.path).lexically_normal().string()},
                                    {"target_identity", hmeta.target},
                                    {"target_layer_ids", ids},
                                    {"hidden_size", tcfg.hidden_size},
                                    {"answers", answers},
                                    {"target_dtype", ops::dtype_name(o.target.dtype)},
                                    {"dtype", "bf16"}};
+  // Only when asked: folders written before the flag existed keep resuming under the same settings.
+  if (o.last_hidden) settings["last_hidden"] = true;
   const std::string part = "part" + std::to_string(o.shard) + "of" + std::to_string(o.shards);
   auto features = std::make_unique<HiddenShardWriter>(o.hidden_out, part, hmeta, settings, o.hidden_samples_per_shard,
                                                       "use another --hidden-out or the same settings");
   capture.assign(ids.begin(), ids.end());
-  repair_missing_features(model, o.output, capture, *features);
+  repair_missing_features(model, o.output, capture, *features, o.last_hidden);
   return features;
 }
 
@@ -170,6 +172,8 @@ void run_regenerate(const RegenerateOptions& o) {
   if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (o.max_new < 1) throw std::invalid_argument("--max-new must be >= 1");
   if (o.batch < 1) throw std::invalid_argument("--batch must be >= 1");
+  if (o.last_hidden && o.hidden_out.empty())
+    throw std::invalid_argument("--last-hidden: stores the last hidden state beside the features: give --hidden-out");
   if (!o.hidden_out.empty() && o.split != "train")
     throw std::invalid_argument("--hidden-out: features are training data; --split is '" + o.split + "'");
   const nlohmann::json meta = record_settings(o);
@@ -201,6 +205,12 @@ void run_regenerate(const RegenerateOptions& o) {
 
   PromptQueue queue(std::move(prompts), store, std::move(held));
   OrderedSampleWriter writer(store, features.get(), std::filesystem::path(o.input).filename().string(), o.split);
+  if (o.last_hidden)
+    writer.set_last_hidden([&model, &capture](const std::vector<int64_t>& ids) {
+      at::Tensor last;
+      sample_features(model, ids, capture, &last);
+      return last;
+    });
   // The prompts to do, in order, tokenized up front (the writer learns them in prompt order).
   std::vector<BatchPrompt> todo;
   for (const Prompt* p = queue.next(); p; p = queue.next()) {
@@ -256,6 +266,8 @@ int regenerate_main(const std::vector<std::string>& args) {
            "docs/DFLASH.md)");
   a.option("drafter-layers", "N", "1", "with --hidden-out: drafter layers the default layer choice is made for");
   a.option("hidden-samples-per-shard", "N", "100", "with --hidden-out: samples per shard file");
+  a.flag("last-hidden", "with --hidden-out: also store the final-normed last hidden state (kl_weight > 0 and "
+         "drafter_family dspark need it; one more target forward per sample)");
   if (!a.parse(args)) return 0;
   a.require("input");
   a.require("output");
@@ -277,6 +289,7 @@ int regenerate_main(const std::vector<std::string>& args) {
   o.target_layer_ids = a.str("target-layer-ids");
   o.drafter_layers = a.i64("drafter-layers");
   o.hidden_samples_per_shard = a.i64("hidden-samples-per-shard");
+  o.last_hidden = a.on("last-hidden");
   run_regenerate(o);
   return 0;
 }
