@@ -38,7 +38,6 @@ def files(tmp_path):
     ("plan", ["--config", "dspark.json", "--node"]),
     ("bench step", ["--drafter-config", "dspark.json"]),
     ("eval", ["--target", "x", "--drafter", "run", "--data", "a=p.jsonl"]),
-    ("export", ["run", "--out", "e"]),
 ])
 def test_dspark_is_refused_in_one_line(dflash_bin, files, cmd, args):
     out = run(dflash_bin, files, *cmd.split(), *args)
