@@ -104,3 +104,24 @@ def test_offline_shards_without_last_hidden_are_refused(dflash_bin, target_dir, 
     assert r.returncode != 0
     assert "drafter_family dspark needs the target's last hidden states" in r.stderr
     assert "--last-hidden" in r.stderr
+
+
+def test_resume_keeps_the_family_and_is_exact(dflash_bin, target_dir, shards, tmp_path):
+    """--resume keeps drafter_family dspark and its heads (from the run's saved settings) and gives the straight run's
+    losses, DSpark metrics and weights, the heads and their AdamW moments included."""
+    tdir, _ = target_dir
+    data = shards / "with_last.safetensors"
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(dflash_bin, dspark_args(tdir, data, straight, markov_head_type="gated"))
+    train(dflash_bin, dspark_args(tdir, data, split, markov_head_type="gated", stop_after=2))
+    train(dflash_bin, ["--out", str(split), "--resume"])
+    a, b = metrics(straight), metrics(split)
+    assert [x["step"] for x in b] == [1, 2, 3, 4]
+    for k in ("loss", "tau_probabilistic", "l1_loss", "confidence_loss"):
+        assert [x[k] for x in a] == [x[k] for x in b], k
+    ta = load_file(str(straight / "checkpoints" / "step-4.safetensors"))
+    tb = load_file(str(split / "checkpoints" / "step-4.safetensors"))
+    assert any("markov_head.gate_proj.weight" in k for k in ta)
+    assert ta.keys() == tb.keys()
+    for k in ta:
+        assert torch.equal(ta[k], tb[k]), k
