@@ -30,6 +30,9 @@ struct RegenerateOptions {
   std::string target_layer_ids;            // with hidden_out: the flag's text ("" = the default for drafter_layers)
   int64_t drafter_layers = 1;
   int64_t hidden_samples_per_shard = 100;
+  // with hidden_out: also the final-normed last hidden state of every position (DSpark's L1 teacher, kl_weight's),
+  // from one more forward of each finished sample (the batched decode does not return it)
+  bool last_hidden = false;
 };
 
 // Checks the options, then regenerates what is missing; prints progress and a summary.

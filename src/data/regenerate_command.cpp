@@ -85,13 +85,15 @@ std::unique_ptr<HiddenShardWriter> open_features(const RegenerateOptions& o, con
   const models::TargetConfig& tcfg = model.config();
   const std::vector<int64_t> ids = feature_layer_ids(o.target_layer_ids, o.drafter_layers, tcfg);
   const HiddenMeta hmeta = feature_meta(o.target.path, tcfg, ids);
-  const nlohmann::json settings = {{"target", std::filesystem::absolute(o.target.path).lexically_normal().string()},
+  nlohmann::json settings = {{"target", std::filesystem::absolute(o.target.path).lexically_normal().string()},
                                    {"target_identity", hmeta.target},
                                    {"target_layer_ids", ids},
                                    {"hidden_size", tcfg.hidden_size},
                                    {"answers", answers},
                                    {"target_dtype", ops::dtype_name(o.target.dtype)},
                                    {"dtype", "bf16"}};
+  // Only when asked: folders written before the flag existed keep resuming under the same settings.
+  if (o.last_hidden) settings["last_hidden"] = true;
   const std::string part = "part" + std::to_string(o.shard) + "of" + std::to_string(o.shards);
   auto features = std::make_unique<HiddenShardWriter>(o.hidden_out, part, hmeta, settings, o.hidden_samples_per_shard,
                                                       "use another --hidden-out or the same settings");
@@ -180,6 +182,8 @@ void run_regenerate(const RegenerateOptions& o) {
   if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (o.max_new < 1) throw std::invalid_argument("--max-new must be >= 1");
   if (o.batch < 1) throw std::invalid_argument("--batch must be >= 1");
+  if (o.last_hidden && o.hidden_out.empty())
+    throw std::invalid_argument("--last-hidden: stores the last hidden state beside the features: give --hidden-out");
   if (!o.hidden_out.empty() && o.split != "train")
     throw std::invalid_argument("--hidden-out: features are training data; --split is '" + o.split + "'");
   if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards)
@@ -224,8 +228,14 @@ void run_regenerate(const RegenerateOptions& o) {
   write_settings_record(o, meta);
   if (store.dropped_torn_line()) std::fprintf(stderr, "%s: dropped a torn last line (interrupted write)\n", o.output.c_str());
   store.open_for_append();
-  if (features) repair_missing_features(model, o.output, capture, *features);
+  if (features) repair_missing_features(model, o.output, capture, *features, o.last_hidden);
   OrderedSampleWriter writer(store, features.get(), std::filesystem::path(o.input).filename().string(), o.split);
+  if (o.last_hidden)
+    writer.set_last_hidden([&model, &capture](const std::vector<int64_t>& ids) {
+      at::Tensor last;
+      sample_features(model, ids, capture, &last);
+      return last;
+    });
   for (const BatchPrompt& b : todo) writer.started(b.id, b.tokens);  // the writer learns them in prompt order
   Progress bar("regenerate", queue.size(), queue.already_done());
   int64_t finished = 0, new_tokens = 0;
@@ -271,6 +281,8 @@ int regenerate_main(const std::vector<std::string>& args) {
            "docs/DFLASH.md)");
   a.option("drafter-layers", "N", "1", "with --hidden-out: drafter layers the default layer choice is made for");
   a.option("hidden-samples-per-shard", "N", "100", "with --hidden-out: samples per shard file");
+  a.flag("last-hidden", "with --hidden-out: also store the final-normed last hidden state (kl_weight > 0 and "
+         "drafter_family dspark need it; one more target forward per sample)");
   a.range("limit", -1, 2147483647, " (-1: all)").range("shards", 1, 65536).range("shard", 0, 65535);
   a.range("max-new", 1, 1048576).range("temperature", util::closed(0, 100), " (0: greedy)");
   a.range("seed", 0, std::numeric_limits<int64_t>::max()).range("batch", 1, 4096).range("onednn", 0, 1);
@@ -296,6 +308,7 @@ int regenerate_main(const std::vector<std::string>& args) {
   o.target_layer_ids = a.str("target-layer-ids");
   o.drafter_layers = a.i64("drafter-layers");
   o.hidden_samples_per_shard = a.i64("hidden-samples-per-shard");
+  o.last_hidden = a.on("last-hidden");
   run_regenerate(o);
   return 0;
 }

@@ -78,11 +78,12 @@ void OrderedSampleWriter::write(int64_t index, Pending& p) {
   h.input_ids = at::tensor(ids, at::kLong);
   h.loss_mask = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong).ne(0);
   h.hidden_states = r.features;
+  if (last_hidden_of_) h.last_hidden = last_hidden_of_(ids);
   features_->add(index, std::move(h));
 }
 
 int64_t repair_missing_features(const models::TargetModel& model, const std::string& jsonl,
-                                const std::vector<int>& layers, HiddenShardWriter& features) {
+                                const std::vector<int>& layers, HiddenShardWriter& features, bool last_hidden) {
   std::vector<TokenRecord> missing;
   for (auto& r : read_token_records(jsonl, -1, /*skip_partial_last_line=*/true))
     if (r.index >= 0 && !features.covered().count(r.index)) missing.push_back(std::move(r));
@@ -93,7 +94,9 @@ int64_t repair_missing_features(const models::TargetModel& model, const std::str
     HiddenSample h;
     h.input_ids = at::tensor(r.ids, at::kLong);
     h.loss_mask = at::tensor(r.mask, at::kLong).ne(0);
-    h.hidden_states = sample_features(model, r.ids, layers);
+    at::Tensor last;
+    h.hidden_states = sample_features(model, r.ids, layers, last_hidden ? &last : nullptr);
+    if (last_hidden) h.last_hidden = last;
     features.add(r.index, std::move(h));
     bar.update(++n, tokens += int64_t(r.ids.size()));
   }

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -49,6 +50,8 @@ class OrderedSampleWriter {
   void started(int64_t index, std::vector<int64_t> prompt_ids);
   // Its reply; writes every reply whose predecessors are all written.
   void finished(int64_t index, GenerationResult reply);
+  // With --last-hidden: each written sample's final-normed last hidden state [S, H] from its token ids.
+  void set_last_hidden(std::function<at::Tensor(const std::vector<int64_t>&)> f) { last_hidden_of_ = std::move(f); }
   // Replies started but not yet written (waiting for an earlier one).
   size_t unwritten() const { return order_.size(); }
 
@@ -61,14 +64,16 @@ class OrderedSampleWriter {
   void write(int64_t index, Pending& p);
   SampleStore& store_;
   HiddenShardWriter* features_;
+  std::function<at::Tensor(const std::vector<int64_t>&)> last_hidden_of_;
   std::string source_, split_;
   std::map<int64_t, Pending> pending_;  // by prompt index
   std::deque<int64_t> order_;           // indices started, in prompt order
 };
 
 // Samples in `jsonl` whose prompt index `features` does not cover get their features from one target forward
-// each (as dump-hidden computes them), then are flushed. Returns how many were recomputed.
+// each (as dump-hidden computes them; with last_hidden the final-normed last hidden state too), then are flushed.
+// Returns how many were recomputed.
 int64_t repair_missing_features(const models::TargetModel& model, const std::string& jsonl,
-                                const std::vector<int>& layers, HiddenShardWriter& features);
+                                const std::vector<int>& layers, HiddenShardWriter& features, bool last_hidden = false);
 
 }  // namespace dflash::data

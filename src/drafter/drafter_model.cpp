@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "decoder_layer.h"
+#include "dspark_loss.h"
 #include "norm_ops.h"
 
 namespace dflash::drafter {
@@ -67,13 +68,22 @@ DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, 
   r.hidden = drafter_hidden(c, w, t, target_features, blocks.block_ids, anchors.anchors, anchors.keep, ckpt,
                             anchors.doc_start, anchors.ctx_start, opt.attention);
   const int64_t H = c.hidden_size, B = c.block_size;
-  const bool soft = opt.chunk.kl_weight != 0.0;
-  if (soft && !target_last_hidden.defined())
-    throw std::invalid_argument("drafter_loss: kl_weight > 0 needs the target's last hidden states");
-  const at::Tensor teacher = soft ? target_last_hidden.reshape({-1, H}) : at::Tensor();
-  auto [loss, row_ce, row_correct] = chunked_lm_loss(r.hidden.reshape({-1, H}), t.lm_head, blocks.labels,
-                                                     blocks.weights, teacher, blocks.teacher_index, opt.chunk);
-  r.loss = loss;
+  at::Tensor row_correct;
+  if (c.family == DrafterFamily::DSpark) {
+    DSparkObjective o = dspark_objective(c, w, t.lm_head, r.hidden, target_last_hidden, anchors.keep, blocks, opt.dspark);
+    r.loss = o.loss;
+    r.family_stats = o.stats;
+    row_correct = o.row_correct;
+  } else {
+    const bool soft = opt.chunk.kl_weight != 0.0;
+    if (soft && !target_last_hidden.defined())
+      throw std::invalid_argument("drafter_loss: kl_weight > 0 needs the target's last hidden states");
+    const at::Tensor teacher = soft ? target_last_hidden.reshape({-1, H}) : at::Tensor();
+    auto [loss, row_ce, correct] = chunked_lm_loss(r.hidden.reshape({-1, H}), t.lm_head, blocks.labels,
+                                                   blocks.weights, teacher, blocks.teacher_index, opt.chunk);
+    r.loss = loss;
+    row_correct = correct;
+  }
   // Per-slot statistics: rows are (batch, block, slot) flattened, so slot = row % B.
   const at::Tensor w_rows = blocks.weights.reshape({-1, B}).to(at::kDouble);
   const at::Tensor counted = (w_rows > 0).to(at::kDouble);

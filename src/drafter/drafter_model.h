@@ -11,6 +11,7 @@
 #include "chunked_loss.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
+#include "dspark_lm_loss_op.h"
 #include "loss_weighting.h"
 
 namespace dflash::drafter {
@@ -46,6 +47,7 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
 struct DrafterLossOptions {
   double gamma = 0;  // 0: default_loss_gamma(block_size); +inf: no decay
   ChunkedLossOptions chunk;
+  ops::DSparkLossOptions dspark;  // family dspark: its objective's weights and chunk rows (dspark_loss.h)
   ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // Fused or Reference
 };
 
@@ -56,11 +58,14 @@ struct DrafterLossResult {
   at::Tensor slot_count;      // [B] number of rows with weight > 0, per slot
   at::Tensor slot_weight;     // [B] sum of loss weights per slot
   at::Tensor slot_accuracy;   // [B] correct / count (0 where count == 0)
+  at::Tensor family_stats;    // the family's metric sums (DSpark: dspark_loss.h's layout), float64 CPU; or undefined
 };
 
 // One training forward: hidden states of `blocks` (from build_block_batch) and the chunked loss (packed rows
 // when `anchors` carries doc_start / ctx_start).
 // target_last_hidden [b, S, H] feeds the soft-label teacher (may be undefined when kl_weight == 0).
+// Family dspark: `blocks` from build_dspark_block_batch, the objective of dspark_loss.h (target_last_hidden is its
+// teacher).
 DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
                                const at::Tensor& target_features, const at::Tensor& target_last_hidden,
                                const AnchorSample& anchors, const BlockBatch& blocks, const DrafterLossOptions& opt,

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "dspark_heads.h"
 #include "safetensors.h"
 
 namespace dflash::drafter {
@@ -51,6 +52,7 @@ std::vector<std::pair<std::string, at::Tensor>> DrafterWeights::named() const {
   for (size_t i = 0; i < layers.size(); ++i)
     for (int p = 0; p < kNumLayerParams; ++p)
       out.emplace_back("layers." + std::to_string(i) + "." + layer_param_suffix(p), layers[i][p]);
+  out.insert(out.end(), heads.begin(), heads.end());
   return out;
 }
 
@@ -72,6 +74,7 @@ void DrafterWeights::set_requires_grad(bool on) {
   norm.requires_grad_(on);
   for (auto& l : layers)
     for (auto& t : l.t) t.requires_grad_(on);
+  for (auto& [n, t] : heads) t.requires_grad_(on);
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(const DrafterConfig& c) {
@@ -81,6 +84,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     for (int p = 0; p < kNumLayerParams; ++p)
       out.emplace_back("layers." + std::to_string(i) + "." + layer_param_suffix(p), layer_param_shape(c, p));
+  if (c.family == DrafterFamily::DSpark)
+    for (auto& s : dspark_head_shapes(c.dspark, c.vocab_size, H)) out.push_back(std::move(s));
   return out;
 }
 
@@ -96,6 +101,8 @@ DrafterWeights assemble_weights(const DrafterConfig& c, const std::vector<at::Te
   w.layers.resize(size_t(c.num_hidden_layers));
   for (auto& l : w.layers)
     for (int p = 0; p < kNumLayerParams; ++p) l.t[size_t(p)] = made[k++];
+  const auto shapes = drafter_weight_shapes(c);
+  for (; k < made.size(); ++k) w.heads.emplace_back(shapes[k].first, made[k]);
   return w;
 }
 }  // namespace
@@ -106,6 +113,11 @@ DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype
   const auto opts = at::TensorOptions().dtype(at::kDouble);
   std::vector<at::Tensor> made;
   for (auto& [name, shape] : drafter_weight_shapes(c)) {
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (bias) {
+      made.push_back(at::zeros(shape, opts.dtype(dtype)));
+      continue;
+    }
     const bool norm = shape.size() == 1;
     at::Tensor t = at::normal(0.0, norm ? norm_jitter : std, shape, gen, opts);
     if (norm) t.add_(name == "norm.weight" ? final_norm : 1.0);

@@ -28,8 +28,11 @@ struct LayerWeights {
 struct DrafterWeights {
   at::Tensor fc, hidden_norm, norm;
   std::vector<LayerWeights> layers;
+  // The family's extra heads under their checkpoint names, in drafter_weight_shapes() order after the layers
+  // (DSpark: dspark_heads.h; empty for DFlash).
+  std::vector<std::pair<std::string, at::Tensor>> heads;
 
-  // (name, tensor) in a fixed order: fc, hidden_norm, norm, then layer by layer.
+  // (name, tensor) in a fixed order: fc, hidden_norm, norm, then layer by layer, then the family's heads.
   std::vector<std::pair<std::string, at::Tensor>> named() const;
   std::vector<at::Tensor> parameters() const;
   int64_t numel() const;
@@ -39,7 +42,7 @@ struct DrafterWeights {
 // Expected shape of each named tensor for `c` (used to validate loads and to size the planner).
 std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(const DrafterConfig& c);
 
-// Linear weights ~ N(0, std); norm weights 1 + N(0, norm_jitter) (jitter > 0 makes tests see norm grads), except
+// Linear weights ~ N(0, std), biases (".bias") 0; norm weights 1 + N(0, norm_jitter) (jitter > 0 makes tests see norm grads), except
 // the final `norm`, which starts at final_norm (+ jitter): with the target's tied LM head, logits scale with it.
 DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype, uint64_t seed, double std = 0.02,
                                     double norm_jitter = 0.0, double final_norm = 1.0);

@@ -16,6 +16,10 @@ struct ExportTraits {
   std::string family = "dflash";   // the drafter family of the run
   bool draft_vocab = false;         // a reduced drafting vocabulary: lm_head [K, H] + d2t + t2d
   bool last_target_layer = false;   // target_layer_ids lists the target's last layer
+  // dspark only (drafter_family.h's DSparkHeads):
+  std::string markov_head_type = "vanilla";
+  int64_t markov_rank = 256;
+  bool confidence_head = true;
 };
 
 struct EngineRule {
@@ -23,6 +27,10 @@ struct EngineRule {
   const char* family;       // the family this row is about
   const char* draft_vocab;  // nullptr: lm_head + d2t are read as trained; else what the engine does instead
   const char* last_layer;   // nullptr: a last-layer feature is read as trained; else why not
+  // dspark rows: nullptr = read as trained; else what the engine does instead
+  const char* markov_variant = nullptr;  // a gated or rnn Markov head
+  const char* rank_zero = nullptr;       // markov_rank 0 (no Markov head)
+  const char* no_confidence = nullptr;   // enable_confidence_head false
 };
 
 // The engines `--engine all` names, in the order errors list them.
@@ -47,6 +55,16 @@ inline const std::vector<EngineRule>& engine_rules() {
       {"zlab", "dflash", "drafts with the target's embedding and LM head: lm_head/d2t/t2d unused", nullptr},
       {"speculators", "dflash", "the converter fails on the draft head's shape",
        "the converter drops the verifier's last layer, then fc no longer fits"},
+      // DSpark in DeepSpec's native contract (Qwen3DSparkModel, flat keys); z-lab and speculators do not serve it.
+      // train refuses a draft vocabulary with dspark, so the draft_vocab column is never reached for these rows.
+      {"sglang", "dspark", "drafts with the target's LM head, ignoring lm_head/d2t/t2d without a word",
+       "no capture point at index L: fewer features than fc expects", nullptr,
+       "DSpark requires markov_rank > 0", "builds the confidence head anyway and requires its weights"},
+      {"vllm", "dspark", nullptr, "the aux layer L is never captured: fewer features than fc expects",
+       "builds the vanilla Markov head only", "builds W1/W2 of rank markov_rank: nothing to load at rank 0", nullptr},
+      {"llama.cpp", "dspark", "a drafter GGUF shares the target's vocabulary: the draft head does not fit, d2t is dropped",
+       "it captures the layer output before the final norm, not the final-normed state trained on",
+       "runs the vanilla Markov head only", "needs markov_w1/markov_w2", nullptr},
   };
   return rules;
 }
@@ -85,6 +103,14 @@ inline std::string engine_refusal(const ExportTraits& t, const std::string& engi
   if (t.draft_vocab && row->draft_vocab) why = std::string("draft vocabulary: ") + row->draft_vocab;
   if (t.last_target_layer && row->last_layer)
     (why += why.empty() ? "" : "; ") += std::string("the target's last layer as a feature: ") + row->last_layer;
+  if (t.family == "dspark") {
+    auto add = [&](bool applies, const char* what, const std::string& label) {
+      if (applies && what) (why += why.empty() ? "" : "; ") += label + ": " + what;
+    };
+    add(t.markov_head_type != "vanilla", row->markov_variant, "a " + t.markov_head_type + " Markov head");
+    add(t.markov_rank == 0, row->rank_zero, "markov_rank 0");
+    add(!t.confidence_head, row->no_confidence, "no confidence head");
+  }
   return why;
 }
 

@@ -24,6 +24,12 @@ namespace {
 void check_engines(const drafter::DrafterConfig& c, const std::string& engine_flag, const std::string& config_path) {
   const std::vector<std::string> engines = drafter::parse_engine_list(engine_flag, "export: --engine");
   drafter::ExportTraits t;
+  t.family = drafter::drafter_family_name(c.family);
+  if (c.family == drafter::DrafterFamily::DSpark) {
+    t.markov_head_type = drafter::markov_head_type_name(c.dspark.markov_head_type);
+    t.markov_rank = c.dspark.markov_rank;
+    t.confidence_head = c.dspark.enable_confidence_head;
+  }
   t.draft_vocab = c.draft_vocab_size > 0;
   for (auto id : c.target_layer_ids) t.last_target_layer |= id == c.num_target_layers - 1;
   std::string refused;

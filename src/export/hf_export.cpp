@@ -40,7 +40,9 @@ nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::Scala
   // Both places, equal: llama.cpp's converter and SpecForge read the top level only, z-lab and SGLang dflash_config
   // first (docs/SERVING.md).
   j["dflash_config"]["block_size"] = c.block_size;
-  j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
+  // DSpark: DeepSpec's native contract (flat keys, Qwen3DSparkModel) that SGLang, vLLM and llama.cpp load; our
+  // remote code builds DFlash only, so no auto_map to it.
+  if (c.family != drafter::DrafterFamily::DSpark) j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
   return j;
 }
 
@@ -74,7 +76,9 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
   (stage_name += out.filename().string()) += ".tmp-";
   stage_name += std::to_string(::getpid());
   const fs::path stage = parent / stage_name;
-  const char* files[] = {"model.safetensors", "dflash.py", "config.json"};  // config.json last: it completes a folder
+  // config.json last: it completes a folder. DSpark ships no dflash.py (it builds DFlash only).
+  const bool remote_code = c.family != drafter::DrafterFamily::DSpark;
+  std::vector<const char*> files = {"model.safetensors", "dflash.py", "config.json"};
   auto clean_stage = [&] {
     std::error_code ec;
     for (const char* f : files) fs::remove(stage / f, ec);
@@ -84,12 +88,14 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
   try {
     fs::create_directory(stage);
     io::save_safetensors((stage / files[0]).string(), tensors, {{"format", "pt"}});
-    data::write_file_atomic((stage / files[1]).string(), hf_remote_code_source());
+    if (remote_code) data::write_file_atomic((stage / files[1]).string(), hf_remote_code_source());
     data::write_file_atomic((stage / files[2]).string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
     if (!fs::exists(out)) {
       fs::rename(stage, out);  // the whole folder appears at once
     } else {  // replacing an earlier export: file by file, each rename atomic, the config last
-      for (const char* f : files) fs::rename(stage / f, out / f);
+      for (const char* f : files)
+        if (fs::exists(stage / f)) fs::rename(stage / f, out / f);
+        else fs::remove(out / f);  // an earlier export's dflash.py does not belong to a DSpark folder
       fs::remove(stage);
     }
     data::fsync_dir(out.string());

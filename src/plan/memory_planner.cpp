@@ -20,6 +20,7 @@ namespace {
 struct Dims {
   double T, C, H, Q, K, I, V, Vl, D, Hq, Hkv, L, n, e, a, r;  // Vl: LM-head rows of the loss
   bool soft;
+  double heads;  // DSpark's objective beyond the chunks (dspark_heads.h, dspark_lm_loss_op.cpp); 0 otherwise
 };
 
 Dims dims_of(const PlanSettings& s) {
@@ -41,7 +42,13 @@ Dims dims_of(const PlanSettings& s) {
   d.e = double(s.dtype_bytes);
   d.a = s.dtype_bytes == 8 ? 8.0 : 4.0;  // accumulation dtype (norm statistics, LSE, loss)
   d.r = std::min<double>(double(s.loss_chunk_rows), d.T);
-  d.soft = s.kl_weight != 0.0;
+  d.soft = s.kl_weight != 0.0 || c.family == drafter::DrafterFamily::DSpark;  // DSpark: the L1 teacher's logits
+  if (c.family == drafter::DrafterFamily::DSpark) {
+    // dW2 [V, r] in fp32 built during the loss, and per row the Markov features, their gradient and the rnn/gate
+    // activations autograd keeps (about 6 x r), plus the confidence logit and its gradient.
+    const double r = double(c.dspark.markov_rank);
+    d.heads = d.V * r * d.a + 6 * d.T * r * d.e + 2 * d.T * d.a;
+  }
   return d;
 }
 
@@ -59,7 +66,7 @@ double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 // The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
 double loss_chunk_bytes(const Dims& d) {
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
-  return d.r * d.Vl * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e;
+  return d.r * d.Vl * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e + d.heads;
 }
 
 // The CUDA attention's backward as the op runs it (anchor_attention_cuda_host.h): its workspace in chunks.

@@ -141,8 +141,8 @@ int plan_main(const std::vector<std::string>& argv) {
   Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget); with --node, "
                  "split a node's GPUs between the target and the drafter workers");
   a.option("config", "FILE", "", "drafter config.json (or use --preset)");
-  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --config's architectures, else dflash; only "
-                                          "dflash so far)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --config's architectures, else dflash; dflash and "
+                                          "dspark, not with --node)");
   std::string presets;
   for (const auto& n : drafter_preset_names()) presets += (presets.empty() ? "" : " | ") + n;
   a.option("preset", "NAME", "", presets + " (drafter_presets.h: a target's drafter as `dflash train` builds it, or a "
@@ -188,12 +188,15 @@ int plan_main(const std::vector<std::string>& argv) {
   a.range("gpu-tflops", util::closed(1, 1e6)).range("target-efficiency", util::closed(0.01, 1));
   a.range("drafter-efficiency", util::closed(0.01, 1)).range("usable-memory", util::closed(0.05, 1));
   if (!a.parse(argv)) return 0;
-  {  // the family first: the planner counts no family's extra memory yet
+  // The family first: the planner counts DSpark's extra memory (its heads and objective), no other family's yet;
+  // --node plans DFlash only.
+  drafter::DrafterFamily family;
+  {
     const std::string config = a.str("config");
     const std::optional<drafter::DrafterFamily> from_config =
         config.empty() ? std::nullopt : std::optional(drafter::load_drafter_config(config).family);
-    drafter::refuse_unsupported_family("plan",
-                                       drafter::family_for_command("plan", a.str("drafter-family"), from_config, config));
+    family = drafter::family_for_command("plan", a.str("drafter-family"), from_config, config);
+    if (family != drafter::DrafterFamily::DSpark || a.on("node")) drafter::refuse_unsupported_family("plan", family);
   }
   if (a.on("node")) return plan_node_main(a);
 
@@ -234,6 +237,12 @@ int plan_main(const std::vector<std::string>& argv) {
   if (pick("device")) s.device = device_of(a.str("device"));
   if (a.on("deterministic")) s.deterministic = true;
   s.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
+  if (family == drafter::DrafterFamily::DSpark && s.cfg.family != family) {  // a preset or a target: default heads
+    s.cfg.family = family;
+    s.cfg.dspark = DSparkHeads{};
+  }
+  if (family == drafter::DrafterFamily::DSpark && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
+    throw std::invalid_argument("plan: --draft-vocab must be 0 with drafter_family dspark (not supported yet)");
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)

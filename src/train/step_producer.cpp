@@ -10,6 +10,7 @@
 
 #include "compute_settings.h"
 #include "drafter_model.h"
+#include "dspark_block_batch.h"
 #include "sequence_packing.h"
 #include "target_model.h"
 
@@ -20,6 +21,13 @@ drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const draft
   o.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay, d.block_size);
   o.chunk.chunk_rows = cfg.loss_chunk_rows;
   o.chunk.kl_weight = cfg.kl_weight;
+  if (d.family == drafter::DrafterFamily::DSpark) {  // DeepSpec's decay exp(-j/gamma): gamma 4 when unset
+    o.gamma = drafter::loss_gamma(cfg.gamma > 0 ? cfg.gamma : drafter::kDSparkGamma, cfg.loss_decay, d.block_size);
+    o.dspark.chunk_rows = cfg.loss_chunk_rows;
+    o.dspark.ce_weight = cfg.ce_loss_weight;
+    o.dspark.l1_weight = cfg.l1_loss_weight;
+    o.dspark.confidence_weight = cfg.confidence_loss_weight;
+  }
   return o;
 }
 
@@ -37,7 +45,7 @@ ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::Drafte
   ps.seed = cfg.seed;
   ps.pack = cfg.pack;
   ps.gamma = run_loss_options(cfg, d).gamma;
-  ps.want_last_hidden = cfg.kl_weight > 0;
+  ps.want_last_hidden = cfg.kl_weight > 0 || d.family == drafter::DrafterFamily::DSpark;  // DSpark: its L1 teacher
   ps.queue_depth = cfg.queue_depth;
   // As the workers: `threads` each, else the machine's cores shared among the threads that compute at once.
   ps.threads = cfg.threads > 0 ? cfg.threads
@@ -221,12 +229,20 @@ void StepProducer::finish_micro(int64_t k, Job& job) {
     job.fwd = {};  // the activations go now, not when the micro-batch is consumed
   }
   if (s_.want_last_hidden && !mb.last_hidden.defined())
-    throw std::invalid_argument("data: kl_weight > 0 needs the target's last hidden states, which the samples lack");
+    throw std::invalid_argument(c.family == drafter::DrafterFamily::DSpark
+                                    ? "data: drafter_family dspark needs the target's last hidden states (its L1 teacher), "
+                                      "which the samples lack: dump them with `dflash data dump-hidden --last-hidden` "
+                                      "or train online"
+                                    : "data: kl_weight > 0 needs the target's last hidden states, which the samples lack");
   if (s_.pack) pack_micro_batch(mb, s_.max_len, s_.num_anchors, s_.pad_multiple);  // after the online target: per-sample rows
   const int64_t step = first_step_ + k / micro_per_step_;
   std::mt19937_64 rng(mix(mix(uint64_t(s_.seed)) ^ mix(uint64_t(step) * 7919ULL + uint64_t(mb.index))));
   mb.anchors = drafter::sample_anchors(mb.loss_mask, s_.num_anchors, rng, mb.anchors.doc_start);
-  mb.blocks = drafter::build_block_batch(mb.input_ids, mb.loss_mask, mb.anchors, c.block_size, c.mask_token_id, s_.gamma);
+  mb.blocks = c.family == drafter::DrafterFamily::DSpark
+                  ? drafter::build_dspark_block_batch(mb.input_ids, mb.loss_mask, mb.anchors, c.block_size,
+                                                      c.mask_token_id, s_.gamma)
+                  : drafter::build_block_batch(mb.input_ids, mb.loss_mask, mb.anchors, c.block_size, c.mask_token_id,
+                                               s_.gamma);
   mb.weight = mb.blocks.weights.sum().item<double>();
   mb.positions = mb.input_ids.numel();
   mb.block_slots = mb.anchors.keep.numel();

@@ -13,6 +13,7 @@
 
 #include "compute_settings.h"
 #include "draft_vocab.h"
+#include "dspark_loss.h"
 
 namespace dflash::train {
 namespace {
@@ -160,6 +161,8 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
     out.loss_sum += res.loss.item<double>() * mb->weight;
     out.slot_correct += res.slot_correct.to(at::kCPU, at::kDouble);
     out.slot_count += res.slot_count.to(at::kCPU, at::kDouble);
+    if (res.family_stats.defined())
+      out.family_stats = out.family_stats.defined() ? out.family_stats + res.family_stats : res.family_stats.clone();
   }
   for (auto& p : r.params) {
     out.grads.push_back(p.grad().defined()
@@ -226,6 +229,13 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   }
   run_.coll->allreduce_sum(flat);
   run_.coll->allreduce_sum(stats);
+  at::Tensor family_stats;  // every process has the same family: the same collectives in the same order
+  if (dcfg_.family == drafter::DrafterFamily::DSpark) {
+    family_stats = at::zeros({drafter::dspark_stats_size(dcfg_.block_size)}, at::kDouble);
+    for (const auto& o : outs)
+      if (o.family_stats.defined()) family_stats += o.family_stats;
+    run_.coll->allreduce_sum(family_stats);
+  }
   const double total_weight = stats[0].item<double>();
   if (total_weight > 0) flat.div_(total_weight);
   std::vector<at::Tensor> grads;
@@ -257,6 +267,8 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   m.acc = n1 > 0 ? c1 / n1 : 0.0;
   m.tokens = stats[2].item<double>();
   out.stop = stats[3].item<double>() > 0;
+  if (family_stats.defined())
+    m.family = drafter::dspark_metrics(family_stats, B, dcfg_.dspark.enable_confidence_head);
   if (draft_table_.defined()) {
     const double rows = stats[5 + 2 * B].item<double>();
     m.out_of_vocab = rows > 0 ? stats[4 + 2 * B].item<double>() / rows : 0.0;

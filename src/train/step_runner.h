@@ -82,6 +82,7 @@ class StepRunner {
     at::Tensor slot_correct, slot_count;
     double out_of_vocab = 0, label_rows = 0;  // loss rows whose target is outside the draft vocabulary / all
     double seconds = 0;                        // wall time of the worker's share of the step
+    at::Tensor family_stats;                   // sum of the family's metric sums (drafter_model.h), or undefined
   };
   WorkerOut run_worker(int index, const std::vector<const MicroBatch*>& micro);
 

@@ -73,7 +73,8 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
                               const models::DeviceLayout& layout, at::ScalarType dtype) {
   if (layout.all_cpu()) return;  // CPU replicas share one set of weights; RAM is the OS's to refuse
   std::vector<int64_t> captured(d.target_layer_ids.begin(), d.target_layer_ids.end());
-  if (cfg.kl_weight > 0) captured.push_back(tcfg.num_hidden_layers - 1);  // the last hidden state is kept too
+  if (cfg.kl_weight > 0 || d.family == drafter::DrafterFamily::DSpark)  // the last hidden state is kept too
+    captured.push_back(tcfg.num_hidden_layers - 1);
   const std::string problem = models::layout_memory_problem(
       tcfg, int64_t(c10::elementSize(dtype)), layout, cfg.batch_size * cfg.max_len, captured,
       [](at::Device dev) { return dev.is_cuda() ? double(ops::device_memory_bytes(dev)) : -1.0; },
@@ -194,6 +195,8 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
                                            cfg.target_layer_ids);
   }
+  d.family = cfg.family();  // resolve_drafter_family() made it agree with a drafter config's
+  if (d.family == drafter::DrafterFamily::DSpark) d.dspark = cfg.dspark_heads();
   if (d.mask_token_id < 0)
     throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "
                                 "target vocabulary; the drafter config gives none)");

@@ -20,6 +20,9 @@ struct StepMetrics {
   std::vector<double> slot_acc;
   double out_of_vocab = -1;  // draft vocabulary: fraction of loss rows whose target it lacks (-1: full vocabulary)
   double samples = 0;        // sequences of the step (all processes)
+  // The family's own metrics, by name (DSpark: tau_probabilistic, accept_rate@j, the three losses, confidence
+  // errors: dspark_loss.h); written to metrics.jsonl, tau and the L1 loss shown in the progress line.
+  std::vector<std::pair<std::string, double>> family;
   // This process's seconds of computing during the step: its producer (per replica the busiest thread, averaged
   // over replicas: the target online, data loading offline) and its drafter workers (averaged over workers).
   double producer_busy_seconds = 0, drafter_busy_seconds = 0;

@@ -187,3 +187,24 @@ def test_a_copied_folder_resumes_beside_a_copied_jsonl(dflash_bin, tiny, tmp_pat
     r = _regen(dflash_bin, d, inp, tmp_path / "hot.jsonl", "--temperature", "0.5", "--hidden-out",
                str(moved / "features"), *flags, check=False)
     assert r.returncode != 0 and "index-part0of1.json" in r.stderr and "answers" in r.stderr
+
+
+def test_last_hidden_equals_transformers_final_normed_state(dflash_bin, tiny, tmp_path):
+    """--last-hidden (DSpark's L1 teacher, kl_weight's soft labels): every position's final-normed last hidden state,
+    as transformers' hidden_states[-1], next to the features; without --hidden-out it is refused."""
+    model, d = tiny
+    inp = _prompts(tmp_path, 3)
+    feats, out = tmp_path / "features", tmp_path / "s.jsonl"
+    _regen(dflash_bin, d, inp, out, "--hidden-out", str(feats), "--target-layer-ids", "1", "--last-hidden")
+    samples = _read_jsonl(out)
+    stored = read_folder(feats)
+    assert sorted(stored) == sorted(s["index"] for s in samples)
+    for s in samples:
+        last = stored[s["index"]][3]
+        assert last is not None and last.shape == (len(s["input_ids"]), HIDDEN)
+        with torch.no_grad():
+            want = model(torch.tensor([s["input_ids"]]), output_hidden_states=True).hidden_states[-1][0]
+        torch.testing.assert_close(last.float(), want, rtol=2 ** -6, atol=1e-4)
+    # it is stored beside the features: without --hidden-out it is refused
+    r = _regen(dflash_bin, d, inp, tmp_path / "t.jsonl", "--last-hidden", check=False)
+    assert r.returncode != 0 and "--last-hidden" in r.stderr and "--hidden-out" in r.stderr
