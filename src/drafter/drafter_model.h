@@ -8,6 +8,7 @@
 #include "attention_backend.h"
 #include "block_batch.h"
 #include "checkpoint_policy.h"
+#include "dflash2_objective.h"
 #include "chunked_loss.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
@@ -47,6 +48,7 @@ struct DrafterLossOptions {
   double gamma = 0;  // 0: default_loss_gamma(block_size); +inf: no decay
   ChunkedLossOptions chunk;
   ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // Fused or Reference
+  DFlash2LossOptions dflash2;  // family dflash2: alpha and the selector's CE (its chunk_rows: chunk.chunk_rows)
 };
 
 struct DrafterLossResult {
@@ -56,6 +58,7 @@ struct DrafterLossResult {
   at::Tensor slot_count;      // [B] number of rows with weight > 0, per slot
   at::Tensor slot_weight;     // [B] sum of loss weights per slot
   at::Tensor slot_accuracy;   // [B] correct / count (0 where count == 0)
+  DFlash2Stats dflash2;       // family dflash2: L_sel and the selector's sums (loss = unary + alpha L_sel)
 };
 
 // One training forward: hidden states of `blocks` (from build_block_batch) and the chunked loss (packed rows

@@ -8,6 +8,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
+#include "dflash2_train_settings.h"
 #include "drafter_from_target.h"
 #include "hidden_shards.h"
 #include "memory_planner.h"
@@ -178,6 +179,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
   } else {
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
                                            cfg.target_layer_ids);
+    apply_dflash2_settings(cfg, d);
   }
   if (d.mask_token_id < 0)
     throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "

@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "config_yaml.h"
+#include "dflash2_train_settings.h"
 #include "index_list.h"
 #include "input_file.h"
 #include "strict_json.h"
@@ -25,7 +26,7 @@ using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, 
                             drafter::LossDecay TrainConfig::*, ops::AttentionBackend TrainConfig::*,
                             util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
                             data::SampleFormat TrainConfig::*, std::optional<drafter::DrafterFamily> TrainConfig::*,
-                            drafter::MarkovHeadType TrainConfig::*>;
+                            drafter::MarkovHeadType TrainConfig::*, drafter::SelectorCandidates TrainConfig::*>;
 struct Field {
   FieldInfo info;
   Member member;
@@ -108,6 +109,17 @@ const std::vector<Field>& fields() {
       {{"ce_loss_weight", "float", "dspark: weight of CE against the gold next token"}, &C::ce_loss_weight},
       {{"l1_loss_weight", "float", "dspark: weight of the L1 distance to the target's distribution"}, &C::l1_loss_weight},
       {{"confidence_loss_weight", "float", "dspark: weight of the confidence head's BCE"}, &C::confidence_loss_weight},
+      {{"conv_kernel_size", "int", "dflash2: taps of each block convolution"}, &C::conv_kernel_size},
+      {{"conv_group_size", "int", "dflash2: channels sharing one dynamic conv coefficient (divides hidden_size)"},
+       &C::conv_group_size},
+      {{"selector_rank", "int", "dflash2: rank r of the candidate selector (codebooks [V, r])"}, &C::selector_rank},
+      {{"selector_top_k", "int", "dflash2: candidates K the selector ranks per drafted slot"}, &C::selector_top_k},
+      {{"selector_candidates", "str",
+        "dflash2: gold token outside the top-K: strict (serving top-K, no gradient) | inject (replaces rank K)"},
+       &C::selector_candidates},
+      {{"selector_stop_gradient", "bool", "dflash2: the selector loss trains only the selector (U and h detached)"},
+       &C::selector_stop_gradient},
+      {{"selector_loss_weight", "float", "dflash2: alpha in L = L_unary + alpha L_selector"}, &C::selector_loss_weight},
   };
   return f;
 }
@@ -242,6 +254,17 @@ struct TextKind<drafter::MarkovHeadType> {
   static std::string write(drafter::MarkovHeadType t) { return drafter::markov_head_type_name(t); }
 };
 
+template <>
+struct TextKind<drafter::SelectorCandidates> {
+  static std::optional<TextError> read(const std::string& s, drafter::SelectorCandidates& out) {
+    const auto m = drafter::selector_candidates_from_text(s);
+    if (!m) return TextError{drafter::kSelectorCandidatesSpellings, ""};
+    out = *m;
+    return std::nullopt;
+  }
+  static std::string write(drafter::SelectorCandidates m) { return drafter::selector_candidates_name(m); }
+};
+
 // budget: empty text = no budget.
 template <>
 struct TextKind<util::ByteSize> {
@@ -356,6 +379,7 @@ void TrainConfig::validate() const {
 // DSpark's settings are checked for every run, and refused unless the family is dspark when they differ from
 // their defaults: a markov_rank given to a DFlash run would otherwise be dropped without a word.
 void TrainConfig::validate_family_settings() const {
+  validate_dflash2_settings(*this);
   for (const auto& [key, v] : std::initializer_list<std::pair<const char*, double>>{
            {"ce_loss_weight", ce_loss_weight}, {"l1_loss_weight", l1_loss_weight},
            {"confidence_loss_weight", confidence_loss_weight}}) {
