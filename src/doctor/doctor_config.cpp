@@ -57,6 +57,7 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     if (cfg.out.empty()) cfg.out = "-";
     cfg.validate();
     resolve_drafter_family(cfg, "doctor --config");
+    if (cfg.family() != drafter::DrafterFamily::DFlash2)  // dflash2 trains (docs/DFLASH2.md)
     drafter::refuse_unsupported_family("doctor --config", cfg.family());
     compute = ops::scalar_type(cfg.dtype);
     for (const std::string& name : cfg.drafter_device_list()) {

@@ -20,6 +20,12 @@ drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const draft
   o.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay, d.block_size);
   o.chunk.chunk_rows = cfg.loss_chunk_rows;
   o.chunk.kl_weight = cfg.kl_weight;
+  if (d.family == drafter::DrafterFamily::DFlash2) {  // the selector's CE (docs/DFLASH2.md "The objective")
+    o.dflash2.selector_weight = cfg.selector_loss_weight;
+    o.dflash2.selector.top_k = d.dflash2.selector_top_k;
+    o.dflash2.selector.candidates = cfg.selector_candidates;
+    o.dflash2.selector.stop_gradient = cfg.selector_stop_gradient;
+  }
   return o;
 }
 

@@ -37,7 +37,8 @@ int train_main(const std::vector<std::string>& argv) {
   if (!read_train_args(argv, args)) return 0;
   TrainConfig cfg = train_config_of(args);  // with --resume: the run's saved settings under these
   resolve_drafter_family(cfg, "train");
-  drafter::refuse_unsupported_family("train", cfg.family());
+  if (cfg.family() != drafter::DrafterFamily::DFlash2)  // dflash2 trains (docs/DFLASH2.md)
+    drafter::refuse_unsupported_family("train", cfg.family());
   install_sigint_handler();
   return run_training(cfg, hooks_from_environment());
 }

@@ -48,8 +48,7 @@ def test_dspark_is_refused_in_one_line(dflash_bin, files, cmd, args):
     assert out.stderr.strip().splitlines() == [f"dflash: error: {cmd}: drafter_family dspark is not supported yet"]
 
 
-@pytest.mark.parametrize("cmd,args", [
-    ("train", ["--target", "x", "--data", "y", "--out", "z"]),
+@pytest.mark.parametrize("cmd,args", [  # train runs dflash2 (test_train_dflash2.py)
     ("plan", ["--preset", "cpu-small"]),
     ("bench step", []),
 ])
