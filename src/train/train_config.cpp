@@ -93,6 +93,10 @@ const std::vector<Field>& fields() {
        &C::init_final_norm},
       {{"init_from_target_layer", "int", "-1: random drafter layers; N: drafter layer i starts as target layer N+i"},
        &C::init_from_target_layer},
+      {{"init_from", "str",
+        "a drafter model.safetensors to start from (dflash2: a DFlash drafter's too, with identity convs and a no-op "
+        "selector added)"},
+       &C::init_from},
       {{"stop_after", "int", "stop with a checkpoint after this many steps of this run (0: never)"}, &C::stop_after},
       {{"resume", "bool", "continue from out's latest checkpoint"}, &C::resume},
       {{"deterministic", "bool",
@@ -371,6 +375,8 @@ void TrainConfig::validate() const {
   require(init_std > 0, "init_std", "> 0", shown(init_std));
   require(init_final_norm > 0, "init_final_norm", "> 0", shown(init_final_norm));
   in_range("init_from_target_layer", init_from_target_layer, -1, 2147483647, " (-1: off, else a target layer index)");
+  require(init_from.empty() || init_from_target_layer < 0, "init_from",
+          "empty with init_from_target_layer set (one starting point)", "'" + init_from + "'");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
   validate_family_settings();

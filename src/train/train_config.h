@@ -47,6 +47,7 @@ struct TrainConfig {
   double init_std = 0.02;
   double init_final_norm = 1.0;
   int64_t init_from_target_layer = -1;  // >= 0: drafter layer i starts as a copy of target layer N + i
+  std::string init_from;  // a drafter model.safetensors to start from (dflash2: a DFlash drafter's works too)
   std::string dist_backend = "auto";  // auto | gloo | nccl (multi-process gradient all-reduce)
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;  // docs/TRAINING.md "Attention backend"
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never

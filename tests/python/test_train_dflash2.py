@@ -53,3 +53,26 @@ def test_dflash2_trains_online_and_resumes_exactly(dflash_bin, target_dir, tmp_p
     wa, wb = final_weights(straight, 4), final_weights(split, 4)
     for k in wa:
         assert torch.equal(wa[k], wb[k]), k
+
+
+def test_a_dflash_drafter_is_the_starting_point(dflash_bin, target_dir, offline_dir, tmp_path):
+    """init_from a DFlash drafter's model.safetensors: the DFlash2 run's first unary loss is the DFlash run's from
+    the same file (identity convs), and its selector starts as a no-op (successor codebook 0)."""
+    from safetensors.torch import save_file
+    base = tmp_path / "base"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], base, steps=2))
+    start = tmp_path / "dflash.safetensors"
+    save_file({k: v.contiguous() for k, v in final_weights(base, 2).items()}, str(start))
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], a, steps=1, init_from=start))
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], b, steps=1, init_from=start, selector_loss_weight=0.0,
+                                **DFLASH2))
+    la, lb = metrics(a)[0], metrics(b)[0]
+    assert la["loss"] == lb["loss"] and la["acc"] == lb["acc"]
+    assert "selector_loss" in lb and "selector_loss" not in la
+    # the DFlash2 drafter equals DFlash, so the walk proposes the unary greedy path: tau-path from the same top-K
+    assert lb["self_conditioned_path_accepted_length"] <= lb["unary_top_k_oracle_accepted_length"]
+    r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "c", init_from=start,
+                                    init_from_target_layer=0), check=False)
+    assert r.returncode != 0
+    assert "'init_from' must be empty with init_from_target_layer set (one starting point)" in r.stderr
