@@ -16,6 +16,7 @@ DFlash2PlanBytes dflash2_plan_bytes(const drafter::DrafterConfig& c, double T, d
   b.selector_saved = rows * (K * r + 3 * r) * e + rows * K * (4 + 8 + 4);
   const double chunk = std::min(rows, std::max(B - 1, chunk_rows));
   b.selector_chunk = chunk * std::min(double(c.vocab_size), 8192.0) * 4 * 2;
+  b.selector_params = r * d + 2 * double(c.vocab_size) * r;
   return b;
 }
 

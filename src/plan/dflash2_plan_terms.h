@@ -10,6 +10,7 @@ struct DFlash2PlanBytes {
   double selector_saved = 0;        // kept for backward from the loss forward: rows x K x r gathered successor rows,
                                     // rows x r (predecessor rows, projection, gate), rows x K scores and ids
   double selector_chunk = 0;        // transient: one chunk's top-K logits (rows x vocabulary chunk, fp32)
+  double selector_params = 0;       // r d + 2 V r: parameters outside the layers (not part of a layer's gradients)
 };
 
 // T: block tokens of the step (rows), e: compute dtype bytes, chunk_rows: loss_chunk_rows.

@@ -186,7 +186,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     if (!ckpt[i]) saved[i] += x2.conv_saved_per_layer, saved_sum += x2.conv_saved_per_layer;
   const double full = layer_saved_full(d) + x2.conv_saved_per_layer;
   const double loss_chunk = loss_chunk_bytes(d);
-  const double layer_grads = (P - d.H * d.n * d.H - 3 * d.H) / std::max(1.0, d.L) * d.e;
+  const double layer_grads = (P - d.H * d.n * d.H - 3 * d.H - x2.selector_params) / std::max(1.0, d.L) * d.e;
 
   auto phase = [&](const std::string& name, double bytes, const std::string& how) {
     p.phases.push_back({name, bytes, how});
@@ -208,7 +208,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
           "... + the selector's saved rows x K x r + one chunk's top-K logits");
   phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e + x2.selector_saved,
         "... + d(hidden) and its scaled copy (+ the selector's saved tensors)");
-  double grads_so_far = d.H * d.e;  // norm.weight
+  double grads_so_far = d.H * d.e + x2.selector_params * d.e;  // norm.weight (+ DFlash2's selector, from the loss)
   const double dy = d.T * d.H * d.e;
   const double dctx = d.C * d.H * d.e;
   double saved_before = saved_sum;
