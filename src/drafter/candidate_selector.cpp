@@ -201,24 +201,38 @@ SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor
                                       const at::Tensor& predecessors, const at::Tensor& targets,
                                       const at::Tensor& weights, const SelectorLossOptions& opt) {
   check_head(hidden, lm_head, "selector loss");
+  if (hidden.dim() != 2)
+    throw std::invalid_argument("selector loss: need hidden [n, d] and predecessors, targets, weights [n]");
+  return selector_loss_terms(w, hidden, lm_head, top_candidates(hidden.detach(), lm_head, opt.top_k, opt.unary,
+                                                                opt.vocab_chunk),
+                             predecessors, targets, weights, opt);
+}
+
+SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& lm_head,
+                                      const Candidates& strict, const at::Tensor& predecessors,
+                                      const at::Tensor& targets, const at::Tensor& weights,
+                                      const SelectorLossOptions& opt) {
+  check_head(hidden, lm_head, "selector loss");
   const int64_t n = hidden.size(0), V = lm_head.size(0), K = opt.top_k;
   if (hidden.dim() != 2 || predecessors.sizes() != at::IntArrayRef({n}) || targets.sizes() != at::IntArrayRef({n}) ||
-      weights.sizes() != at::IntArrayRef({n}))
-    throw std::invalid_argument("selector loss: need hidden [n, d] and predecessors, targets, weights [n]");
+      weights.sizes() != at::IntArrayRef({n}) || strict.ids.sizes() != at::IntArrayRef({n, K}))
+    throw std::invalid_argument("selector loss: need hidden [n, d], predecessors, targets, weights [n] and candidates "
+                                "[n, top_k]");
+  const at::Tensor counted = weights > 0;
+  // Rows of weight 0 may hold any label (past the sequence's end): they are read as token 0 and weigh nothing.
+  const at::Tensor y = at::where(counted, targets.to(at::kLong), 0);
+  const at::Tensor p = at::where(counted, predecessors.to(at::kLong), 0);
   if (n > 0) {
     at::NoGradGuard no_grad;
-    for (const auto* t : {&predecessors, &targets})
-      if ((t->min().item<int64_t>() < 0) || (t->max().item<int64_t>() >= V))
-        throw std::invalid_argument("selector loss: token ids must be in [0, " + std::to_string(V) + ")");
+    const std::string bad = "selector loss: token ids must be in [0, " + std::to_string(V) + ")";
+    const at::Tensor ok = (at::minimum(y.min(), p.min()) >= 0) & (at::maximum(y.max(), p.max()) < V);
+    if (ok.is_cpu()) {
+      if (!ok.item<bool>()) throw std::invalid_argument(bad);
+    } else {
+      at::_assert_async(ok, bad);  // no host sync on an accelerator: a device-side assert
+    }
   }
-  const at::Tensor rows = at::nonzero(weights > 0).squeeze(1);
-  at::Tensor h = hidden.index_select(0, rows);
-  if (opt.stop_gradient) h = h.detach();
-  const at::Tensor y = targets.index_select(0, rows).to(at::kLong);
-  const at::Tensor p = predecessors.index_select(0, rows).to(at::kLong);
-  const at::Tensor wt = weights.index_select(0, rows);
-
-  const Candidates strict = top_candidates(h.detach(), lm_head, K, opt.unary, opt.vocab_chunk);
+  at::Tensor h = opt.stop_gradient ? hidden.detach() : hidden;
   const at::Tensor hit = strict.ids.eq(y.unsqueeze(1));
   const at::Tensor inside = hit.any(1);
   const at::Tensor strict_index = hit.to(at::kLong).argmax(1);
@@ -229,18 +243,20 @@ SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor
     index = at::where(inside, strict_index, at::full_like(strict_index, K - 1));
     covered = at::ones_like(inside);
   }
-  const at::Tensor s = selector_scores(w, candidate_unary_logits(h, lm_head, ids, opt.unary), h, p, ids);
+  at::Tensor s = selector_scores(w, candidate_unary_logits(h, lm_head, ids, opt.unary), h, p, ids);
+  if (s.scalar_type() != at::kDouble) s = s.to(at::kFloat);  // the K-way softmax and the sums in fp32 at least
   const at::Tensor ce = at::logsumexp(s, -1) - s.gather(1, index.unsqueeze(1)).squeeze(1);
-  const at::Tensor wm = wt.to(s.scalar_type()) * covered.to(s.scalar_type());
+  const at::Tensor wt = at::where(counted, weights, 0).to(s.scalar_type());
+  const at::Tensor wm = wt * covered.to(s.scalar_type());
 
   SelectorLossTerms t;
   t.ce_sum = (wm * ce).sum();
   t.covered_weight = wm.sum();
-  t.weight = wt.to(s.scalar_type()).sum();
-  t.rows = at::scalar_tensor(double(rows.size(0)), s.options().requires_grad(false));
+  t.weight = wt.sum();
+  t.rows = counted.to(s.scalar_type()).sum();
   // Inside rows score the strict top-K under both modes, so one argmax gives the teacher-forced accuracy.
-  const at::Tensor picked = s.detach().argmax(1).eq(index) & inside;
-  t.recall_hits = inside.to(s.scalar_type()).sum();
+  const at::Tensor picked = s.detach().argmax(1).eq(index) & inside & counted;
+  t.recall_hits = (inside & counted).to(s.scalar_type()).sum();
   t.selector_hits = picked.to(s.scalar_type()).sum();
   return t;
 }

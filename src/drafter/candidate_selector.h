@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dflash2_settings.h"  // SelectorCandidates: inject | strict
+
 namespace dflash::drafter {
 
 // Checkpoint names: dflash2_weight_names.h.
@@ -60,19 +62,16 @@ SelectorWalk selector_walk(const SelectorWeights& w, const Candidates& cands, co
 
 // ---- training: the K-way CE with teacher-forced predecessors ---------------------------------------------------
 
-// Where the gold token y is not among the top-K: Inject puts it in place of rank K for the loss (every row
-// counts, speculators #1006); Strict keeps the serving top-K and drops the row (SpecForge: no gradient).
-enum class SelectorCandidates { Inject, Strict };
-
 struct SelectorLossOptions {
   int64_t top_k = 16;
-  SelectorCandidates candidates = SelectorCandidates::Inject;
+  SelectorCandidates candidates = kDefaultSelectorCandidates;
   bool stop_gradient = false;  // U and h detached for this term (SpecForge #793); the selector weights still learn
   UnaryLogitOptions unary;
   int64_t vocab_chunk = 8192;
 };
 
-// Sums over the rows with weight > 0 (rows of weight 0 are skipped, not computed). The chunked loss adds them up
+// Sums over the rows with weight > 0 (rows of weight 0 are computed with token 0 and add nothing: no row count
+// depends on the data, so there is no host sync). The chunked loss adds them up
 // chunk by chunk; L_sel = ce_sum / covered_weight (selector_loss).
 struct SelectorLossTerms {
   at::Tensor ce_sum;          // sum w m CE_K(S(p, C'), idx(y)): scalar, differentiable
@@ -88,6 +87,13 @@ struct SelectorLossTerms {
 SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& lm_head,
                                       const at::Tensor& predecessors, const at::Tensor& targets,
                                       const at::Tensor& weights, const SelectorLossOptions& opt);
+// The same with the strict top-K of hidden already found (top_candidates(hidden, lm_head, opt.top_k)), so that a
+// caller that also measures the walk finds it once. Ids out of range: std::invalid_argument on the CPU, a device-side
+// assert elsewhere (no host sync).
+SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& lm_head,
+                                      const Candidates& strict, const at::Tensor& predecessors,
+                                      const at::Tensor& targets, const at::Tensor& weights,
+                                      const SelectorLossOptions& opt);
 
 // ce_sum / covered_weight, 0 when nothing is covered.
 at::Tensor selector_loss(const SelectorLossTerms& t);

@@ -10,10 +10,6 @@
 
 namespace dflash::drafter {
 
-struct LayerConvWeights {
-  BlockConvWeights attention_conv, mlp_conv;
-};
-
 // x [b, T, H] (T = N*B block tokens) -> [b, T, H]. The convs restart at every block (s.block_size) and read
 // s_conv.group_size; with identity_block_conv weights this is decoder_layer(w, s, x, sh) bit for bit.
 at::Tensor dflash2_decoder_layer(const LayerWeights& w, const LayerConvWeights& conv, const DecoderLayerShape& s,

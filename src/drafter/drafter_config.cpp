@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -82,6 +83,43 @@ void read_dspark_heads(const nlohmann::json& j, const std::string& where, Drafte
   c.dspark.validate(where);
 }
 
+constexpr const char* kDFlash2Keys[] = {"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"};
+
+// DFlash2's conv and selector settings, in dflash_config as z-lab writes them (vLLM reads them only there), all
+// four required. Another family's config that carries them is refused rather than read without the modules.
+// z-lab's optional output_multiplier / final_logit_softcapping / input_embedding_scale are read at their neutral
+// values only: training and evaluation here do not apply them yet.
+void read_dflash2_settings(const nlohmann::json& dc, const std::string& where, DrafterConfig& c) {
+  if (c.family != DrafterFamily::DFlash2) {
+    for (const char* k : kDFlash2Keys)
+      if (dc.contains(k))
+        fail(where, std::string("dflash_config.") + k,
+             std::string("absent for architectures [\"") + drafter_family_architecture(c.family) +
+                 "\"] (a DFlash2 drafter says [\"DFlash2DraftModel\"])",
+             shown(dc.at(k)));
+    return;
+  }
+  auto required = [&](const char* k) {
+    const std::string field = std::string("dflash_config.") + k;
+    if (!dc.contains(k) || dc.at(k).is_null()) fail(where, field, "an integer", "nothing (missing)");
+    const auto n = io::json_integer_in(dc.at(k), -2147483648LL, 2147483647LL);
+    if (!n) fail(where, field, "an integer", shown(dc.at(k)));
+    return *n;
+  };
+  c.dflash2.conv_kernel_size = required("conv_kernel_size");
+  c.dflash2.conv_group_size = required("conv_group_size");
+  c.dflash2.selector_rank = required("selector_rank");
+  c.dflash2.selector_top_k = required("selector_top_k");
+  for (const auto& [k, neutral] : {std::pair<const char*, double>{"output_multiplier", 1.0},
+                                   {"input_embedding_scale", 1.0}, {"final_logit_softcapping", 0.0}}) {
+    if (!dc.contains(k) || dc.at(k).is_null()) continue;
+    const auto& v = dc.at(k);
+    if (!v.is_number() || v.get<double>() != neutral)
+      fail(where, std::string("dflash_config.") + k,
+           nlohmann::json(neutral).dump() + " or absent (other values are not supported yet)", shown(v));
+  }
+}
+
 }  // namespace
 
 int64_t DrafterConfig::window_for_layer(int64_t i) const {
@@ -135,6 +173,13 @@ void DrafterConfig::validate(const std::string& where) const {
     fail(where, "sliding_window", "a positive integer (layer_types has sliding_attention layers)",
          std::to_string(sliding_window));
   if (family == DrafterFamily::DSpark) dspark.validate(where);
+  if (family == DrafterFamily::DFlash2) {
+    dflash2.validate(where, "dflash_config.", hidden_size, vocab_size);
+    // The selector's codebooks and candidates index the target's vocabulary, not a draft vocabulary.
+    if (draft_vocab_size != 0)
+      fail(where, "draft_vocab_size", "absent with architectures [\"DFlash2DraftModel\"] (the selector spans the "
+           "full vocabulary)", std::to_string(draft_vocab_size));
+  }
   if (target_layer_ids.empty()) fail(where, "dflash_config.target_layer_ids", "a non-empty list", "[]");
   for (size_t i = 0; i < target_layer_ids.size(); ++i) {
     if (target_layer_ids[i] < 0 || target_layer_ids[i] >= num_target_layers)
@@ -208,6 +253,7 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   const nlohmann::json& dc =
       j.contains("dflash_config") ? j.at("dflash_config") : c.family == DrafterFamily::DSpark ? j : empty;
   if (!dc.is_object()) fail(where, "dflash_config", "an object", shown(dc));
+  read_dflash2_settings(dc, where, c);
 
   c.hidden_size = get_int(j, "hidden_size", where, true, 0);
   c.intermediate_size = get_int(j, "intermediate_size", where, true, 0);
@@ -333,6 +379,15 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
+  if (c.family == DrafterFamily::DFlash2) {  // z-lab's: the settings in dflash_config, bidirectional blocks
+    auto& dc = j["dflash_config"];
+    dc["conv_kernel_size"] = c.dflash2.conv_kernel_size;
+    dc["conv_group_size"] = c.dflash2.conv_group_size;
+    dc["selector_rank"] = c.dflash2.selector_rank;
+    dc["selector_top_k"] = c.dflash2.selector_top_k;
+    dc["block_size"] = c.block_size;
+    j["is_causal"] = false;  // without it z-lab and TorchSpec make sliding_attention layers causal
+  }
   if (c.family == DrafterFamily::DSpark) {  // DeepSpec's flat keys (the dflash_config above is read first by us)
     j["markov_rank"] = c.dspark.markov_rank;
     j["markov_head_type"] = markov_head_type_name(c.dspark.markov_head_type);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dflash2_settings.h"
 #include "drafter_family.h"
 #include "rope_config.h"
 
@@ -15,6 +16,7 @@ struct DrafterConfig {
   // By config.json's architectures (drafter_family.h); absent: dflash.
   DrafterFamily family = DrafterFamily::DFlash;
   DSparkHeads dspark;  // family dspark only: the flat markov_* / confidence keys
+  DFlash2Settings dflash2;  // family dflash2 only: dflash_config's conv_* / selector_* keys (required there)
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_attention_heads = 0;

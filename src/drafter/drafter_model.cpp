@@ -3,9 +3,11 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "decoder_layer.h"
 #include "dspark_loss.h"
+#include "dflash2_layer.h"
 #include "norm_ops.h"
 
 namespace dflash::drafter {
@@ -50,10 +52,21 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
   auto [q_cos, q_sin] = rope_tables(block_pos, rope, dtype);
   auto [k_cos, k_sin] = rope_tables(key_pos, rope, dtype);
   const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start};
+  const bool dflash2 = c.family == DrafterFamily::DFlash2;
+  if (dflash2 && int64_t(w.convs.size()) != c.num_hidden_layers)
+    throw std::invalid_argument("drafter: a DFlash2 config needs the weights' convs (" +
+                                std::to_string(c.num_hidden_layers) + " layers), got " + std::to_string(w.convs.size()));
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const DecoderLayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
                        c.rms_norm_eps, attention};
+    if (dflash2) {  // the DFlash2 layer: the same sublayers wrapped in their block convs
+      const LayerConvWeights& cv = w.convs[size_t(i)];
+      const int64_t G = c.dflash2.conv_group_size;
+      x = ckpt.applies(i) ? checkpointed_dflash2_decoder_layer(w.layers[size_t(i)], cv, s, G, x, shared)
+                          : dflash2_decoder_layer(w.layers[size_t(i)], cv, s, G, x, shared);
+      continue;
+    }
     x = ckpt.applies(i) ? checkpointed_decoder_layer(w.layers[size_t(i)], s, x, shared)
                         : decoder_layer(w.layers[size_t(i)], s, x, shared);
   }
@@ -83,6 +96,17 @@ DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, 
                                                    blocks.weights, teacher, blocks.teacher_index, opt.chunk);
     r.loss = loss;
     row_correct = correct;
+    if (c.family == DrafterFamily::DFlash2) {
+      DFlash2LossOptions o = opt.dflash2;
+      o.chunk_rows = opt.chunk.chunk_rows;
+      if (o.selector_weight == 0.0) {  // measured only
+        at::NoGradGuard no_grad;
+        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o);
+      } else {
+        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o);
+        r.loss = r.loss + o.selector_weight * r.dflash2.selector_loss.to(r.loss.scalar_type());
+      }
+    }
   }
   // Per-slot statistics: rows are (batch, block, slot) flattened, so slot = row % B.
   const at::Tensor w_rows = blocks.weights.reshape({-1, B}).to(at::kDouble);

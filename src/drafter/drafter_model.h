@@ -8,6 +8,7 @@
 #include "attention_backend.h"
 #include "block_batch.h"
 #include "checkpoint_policy.h"
+#include "dflash2_objective.h"
 #include "chunked_loss.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
@@ -49,6 +50,7 @@ struct DrafterLossOptions {
   ChunkedLossOptions chunk;
   ops::DSparkLossOptions dspark;  // family dspark: its objective's weights and chunk rows (dspark_loss.h)
   ops::AttentionBackend attention = ops::AttentionBackend::Fused;  // Fused or Reference
+  DFlash2LossOptions dflash2;  // family dflash2: alpha and the selector's CE (its chunk_rows: chunk.chunk_rows)
 };
 
 struct DrafterLossResult {
@@ -59,6 +61,7 @@ struct DrafterLossResult {
   at::Tensor slot_weight;     // [B] sum of loss weights per slot
   at::Tensor slot_accuracy;   // [B] correct / count (0 where count == 0)
   at::Tensor family_stats;    // the family's metric sums (DSpark: dspark_loss.h's layout), float64 CPU; or undefined
+  DFlash2Stats dflash2;       // family dflash2: L_sel and the selector's sums (loss = unary + alpha L_sel)
 };
 
 // One training forward: hidden states of `blocks` (from build_block_batch) and the chunked loss (packed rows

@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "dspark_heads.h"
+#include "dflash2_weight_names.h"
 #include "safetensors.h"
 
 namespace dflash::drafter {
@@ -52,6 +53,17 @@ std::vector<std::pair<std::string, at::Tensor>> DrafterWeights::named() const {
   for (size_t i = 0; i < layers.size(); ++i)
     for (int p = 0; p < kNumLayerParams; ++p)
       out.emplace_back("layers." + std::to_string(i) + "." + layer_param_suffix(p), layers[i][p]);
+  for (size_t i = 0; i < convs.size(); ++i) {
+    out.emplace_back(conv_base_kernel_name(int64_t(i), ConvSite::Attention), convs[i].attention_conv.base_kernel);
+    out.emplace_back(conv_kernel_projection_name(int64_t(i), ConvSite::Attention), convs[i].attention_conv.kernel_projection);
+    out.emplace_back(conv_base_kernel_name(int64_t(i), ConvSite::Mlp), convs[i].mlp_conv.base_kernel);
+    out.emplace_back(conv_kernel_projection_name(int64_t(i), ConvSite::Mlp), convs[i].mlp_conv.kernel_projection);
+  }
+  if (selector.hidden_projection.defined()) {
+    out.emplace_back(kSelectorHiddenProjection, selector.hidden_projection);
+    out.emplace_back(kSelectorPredecessorCodebook, selector.predecessor_codebook);
+    out.emplace_back(kSelectorSuccessorCodebook, selector.successor_codebook);
+  }
   out.insert(out.end(), heads.begin(), heads.end());
   return out;
 }
@@ -75,6 +87,13 @@ void DrafterWeights::set_requires_grad(bool on) {
   for (auto& l : layers)
     for (auto& t : l.t) t.requires_grad_(on);
   for (auto& [n, t] : heads) t.requires_grad_(on);
+  for (auto& cv : convs)
+    for (BlockConvWeights* b : {&cv.attention_conv, &cv.mlp_conv}) {
+      b->base_kernel.requires_grad_(on);
+      b->kernel_projection.requires_grad_(on);
+    }
+  for (at::Tensor* t : {&selector.hidden_projection, &selector.predecessor_codebook, &selector.successor_codebook})
+    if (t->defined()) t->requires_grad_(on);
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(const DrafterConfig& c) {
@@ -86,6 +105,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(
       out.emplace_back("layers." + std::to_string(i) + "." + layer_param_suffix(p), layer_param_shape(c, p));
   if (c.family == DrafterFamily::DSpark)
     for (auto& s : dspark_head_shapes(c.dspark, c.vocab_size, H)) out.push_back(std::move(s));
+  if (c.family == DrafterFamily::DFlash2)
+    for (auto& e : dflash2_extra_weight_shapes({c.num_hidden_layers, H, c.vocab_size, c.dflash2.conv_kernel_size,
+                                                c.dflash2.conv_group_size, c.dflash2.selector_rank}))
+      out.push_back(std::move(e));
   return out;
 }
 
@@ -101,6 +124,17 @@ DrafterWeights assemble_weights(const DrafterConfig& c, const std::vector<at::Te
   w.layers.resize(size_t(c.num_hidden_layers));
   for (auto& l : w.layers)
     for (int p = 0; p < kNumLayerParams; ++p) l.t[size_t(p)] = made[k++];
+  if (c.family == DrafterFamily::DFlash2) {
+    w.convs.resize(size_t(c.num_hidden_layers));
+    for (auto& cv : w.convs)
+      for (BlockConvWeights* b : {&cv.attention_conv, &cv.mlp_conv}) {
+        b->base_kernel = made[k++];
+        b->kernel_projection = made[k++];
+      }
+    w.selector.hidden_projection = made[k++];
+    w.selector.predecessor_codebook = made[k++];
+    w.selector.successor_codebook = made[k++];
+  }
   const auto shapes = drafter_weight_shapes(c);
   for (; k < made.size(); ++k) w.heads.emplace_back(shapes[k].first, made[k]);
   return w;
@@ -123,7 +157,17 @@ DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype
     if (norm) t.add_(name == "norm.weight" ? final_norm : 1.0);
     made.push_back(t.to(dtype));
   }
-  return assemble_weights(c, made);
+  DrafterWeights w = assemble_weights(c, made);
+  // DFlash2's modules were drawn after the backbone (so the backbone is DFlash's with this seed); the convs start
+  // as the exact identity and the selector as a no-op (successor codebook 0: S = U), as SpecForge starts them.
+  if (c.family == DrafterFamily::DFlash2) {
+    for (auto& cv : w.convs) {
+      cv.attention_conv = identity_block_conv(c.hidden_size, c.dflash2.conv_kernel_size, c.dflash2.conv_group_size, dtype);
+      cv.mlp_conv = identity_block_conv(c.hidden_size, c.dflash2.conv_kernel_size, c.dflash2.conv_group_size, dtype);
+    }
+    w.selector.successor_codebook.zero_();
+  }
+  return w;
 }
 
 DrafterWeights drafter_weights_from(const DrafterConfig& c, const std::vector<std::string>& available,

@@ -10,7 +10,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "candidate_selector.h"
 #include "drafter_config.h"
+#include "dynamic_block_conv.h"
 
 namespace dflash::drafter {
 
@@ -29,10 +31,15 @@ struct DrafterWeights {
   at::Tensor fc, hidden_norm, norm;
   std::vector<LayerWeights> layers;
   // The family's extra heads under their checkpoint names, in drafter_weight_shapes() order after the layers
-  // (DSpark: dspark_heads.h; empty for DFlash).
+  // (DSpark: dspark_heads.h; empty otherwise).
   std::vector<std::pair<std::string, at::Tensor>> heads;
+  // Family dflash2 only (empty otherwise): each layer's convs and the candidate selector, under z-lab's names
+  // (dflash2_weight_names.h).
+  std::vector<LayerConvWeights> convs;
+  SelectorWeights selector;
 
-  // (name, tensor) in a fixed order: fc, hidden_norm, norm, then layer by layer, then the family's heads.
+  // (name, tensor) in a fixed order: fc, hidden_norm, norm, then layer by layer, then the family's: DSpark's heads,
+  // or DFlash2's (layer by layer attention_conv and mlp_conv, then the selector).
   std::vector<std::pair<std::string, at::Tensor>> named() const;
   std::vector<at::Tensor> parameters() const;
   int64_t numel() const;
@@ -44,6 +51,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(
 
 // Linear weights ~ N(0, std), biases (".bias") 0; norm weights 1 + N(0, norm_jitter) (jitter > 0 makes tests see norm grads), except
 // the final `norm`, which starts at final_norm (+ jitter): with the target's tied LM head, logits scale with it.
+// DFlash2 (dflash2_init.h): the backbone drawn exactly as DFlash's with the same seed, identity convs, and the
+// selector at SpecForge's no-op start (successor codebook 0, the others N(0, std)).
 DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype, uint64_t seed, double std = 0.02,
                                     double norm_jitter = 0.0, double final_norm = 1.0);
 

@@ -20,6 +20,11 @@ struct BlockConvWeights {
   at::Tensor kernel_projection;  // [2*K*(d/G), d] (a Linear weight, no bias): output laid out (side, tap, group)
 };
 
+// A DFlash2 layer's two convs (layers.{i}.attention_conv, layers.{i}.mlp_conv).
+struct LayerConvWeights {
+  BlockConvWeights attention_conv, mlp_conv;
+};
+
 struct BlockConvShape {
   int64_t group_size = 16;  // G: channels sharing one dynamic coefficient; divides d
   int64_t block_size = 16;  // B: the conv restarts at every multiple of B along the sequence

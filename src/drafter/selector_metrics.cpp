@@ -16,10 +16,18 @@ SelectorBlockMetrics selector_block_metrics(const SelectorWeights& w, const at::
     throw std::invalid_argument("selector metrics: need hidden [N, B, d] with B >= 2, targets and mask [N, B], anchors [N]");
   at::NoGradGuard no_grad;
   const int64_t B = hidden.size(1);
-  const at::Tensor drafted = hidden.narrow(1, 1, B - 1);
+  return selector_block_metrics(w, hidden, top_candidates(hidden.narrow(1, 1, B - 1), lm_head, top_k, opt, vocab_chunk),
+                                anchors, targets, mask);
+}
+
+SelectorBlockMetrics selector_block_metrics(const SelectorWeights& w, const at::Tensor& hidden,
+                                            const Candidates& c, const at::Tensor& anchors,
+                                            const at::Tensor& targets, const at::Tensor& mask) {
+  at::NoGradGuard no_grad;
+  const int64_t B = hidden.size(1);
+  const at::Tensor drafted = hidden.narrow(1, 1, B - 1).detach();
   const at::Tensor y = targets.narrow(1, 1, B - 1).to(at::kLong);
   const at::Tensor m = mask.narrow(1, 1, B - 1).to(at::kBool);
-  const Candidates c = top_candidates(drafted, lm_head, top_k, opt, vocab_chunk);
   const SelectorWalk walk = selector_walk(w, c, drafted, anchors);
 
   const at::Tensor valid = m.any(-1);

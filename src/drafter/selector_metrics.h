@@ -22,5 +22,9 @@ SelectorBlockMetrics selector_block_metrics(const SelectorWeights& w, const at::
                                             const at::Tensor& lm_head, const at::Tensor& anchors,
                                             const at::Tensor& targets, const at::Tensor& mask, int64_t top_k,
                                             const UnaryLogitOptions& opt = {}, int64_t vocab_chunk = 8192);
+// The same with the drafted slots' top-K already found: cands [N, B-1, K] of hidden's slots 1..B-1.
+SelectorBlockMetrics selector_block_metrics(const SelectorWeights& w, const at::Tensor& hidden,
+                                            const Candidates& cands, const at::Tensor& anchors,
+                                            const at::Tensor& targets, const at::Tensor& mask);
 
 }  // namespace dflash::drafter

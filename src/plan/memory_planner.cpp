@@ -1,5 +1,7 @@
 #include "memory_planner.h"
 
+#include "dflash2_plan_terms.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -186,9 +188,12 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     saved[i] = ckpt[i] ? layer_saved_ckpt(d) : layer_saved_full(d);
     saved_sum += saved[i];
   }
-  const double full = layer_saved_full(d);
+  const DFlash2PlanBytes x2 = dflash2_plan_bytes(c, d.T, d.e, double(s.loss_chunk_rows));  // 0 unless dflash2
+  for (size_t i = 0; i < saved.size(); ++i)
+    if (!ckpt[i]) saved[i] += x2.conv_saved_per_layer, saved_sum += x2.conv_saved_per_layer;
+  const double full = layer_saved_full(d) + x2.conv_saved_per_layer;
   const double loss_chunk = loss_chunk_bytes(d);
-  const double layer_grads = (P - d.H * d.n * d.H - 3 * d.H) / std::max(1.0, d.L) * d.e;
+  const double layer_grads = (P - d.H * d.n * d.H - 3 * d.H - x2.selector_params) / std::max(1.0, d.L) * d.e;
 
   auto phase = [&](const std::string& name, double bytes, const std::string& how) {
     p.phases.push_back({name, bytes, how});
@@ -205,9 +210,12 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   // logits.
   phase("forward: loss chunk", base + saved_sum + final_norm + d.T * d.H * d.e + loss_chunk,
         "static + shared + all saved + final norm + d(hidden) + one loss chunk");
-  phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e,
-        "... + d(hidden) and its scaled copy");
-  double grads_so_far = d.H * d.e;  // norm.weight
+  if (x2.selector_saved > 0)  // DFlash2: the selector term runs after the LM-head loss, its graph kept for backward
+    phase("forward: selector chunk", base + saved_sum + final_norm + d.T * d.H * d.e + x2.selector_saved + x2.selector_chunk,
+          "... + the selector's saved rows x K x r + one chunk's top-K logits");
+  phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e + x2.selector_saved,
+        "... + d(hidden) and its scaled copy (+ the selector's saved tensors)");
+  double grads_so_far = d.H * d.e + x2.selector_params * d.e;  // norm.weight (+ DFlash2's selector, from the loss)
   const double dy = d.T * d.H * d.e;
   const double dctx = d.C * d.H * d.e;
   double saved_before = saved_sum;
@@ -257,6 +265,11 @@ MemoryPlan plan_memory(const PlanSettings& s) {
        s.attention_backend == ops::AttentionBackend::Fused ? fused_how
        : s.attention_backend == ops::AttentionBackend::Reference ? reference_how
                                             : "the larger of fused (" + fused_how + ") and reference (" + reference_how + ")");
+  if (x2.selector_saved > 0) {
+    term("dflash2 selector (saved for backward)", x2.selector_saved, "drafted rows x (K x r + 3 r) x dtype + rows x K scores, ids");
+    term("dflash2 selector chunk", x2.selector_chunk, "chunk rows x min(V, 8192) x 2 fp32 (vocabulary-chunked top-K)");
+    term("dflash2 convs (saved per layer)", x2.conv_saved_per_layer, "2 sites x T x (2 K d/G + 3 d) x dtype");
+  }
   term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
   return p;
 }

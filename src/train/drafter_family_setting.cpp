@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "dflash2_train_settings.h"
 #include "drafter_config.h"
 
 namespace dflash::train {
@@ -45,6 +46,7 @@ void resolve_drafter_family(TrainConfig& c, const std::string& command) {
     c.enable_confidence_head = file.enable_confidence_head;
     c.confidence_head_with_markov = file.confidence_head_with_markov;
   }
+  if (d.family == DrafterFamily::DFlash2) take_dflash2_settings_from(c, d, command);
   c.validate_family_settings();
 }
 

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "dflash2_init.h"
 #include "drafter_weights.h"
 
 namespace dflash::train {
@@ -26,8 +27,11 @@ MasterState build_master_state(const TrainConfig& cfg, const RunContext& run, co
         side.dcfg, names, [&](const std::string& n) { return find(run.resume->master, n, "master weight"); },
         run.master_dtype, "checkpoint");
   } else {
-    w = drafter::init_drafter_weights(side.dcfg, run.master_dtype, uint64_t(cfg.seed), cfg.init_std, 0.0,
-                                      cfg.init_final_norm);
+    w = cfg.init_from.empty()
+            ? drafter::init_drafter_weights(side.dcfg, run.master_dtype, uint64_t(cfg.seed), cfg.init_std, 0.0,
+                                            cfg.init_final_norm)
+            : drafter::load_starting_weights(side.dcfg, cfg.init_from, run.master_dtype, uint64_t(cfg.seed),
+                                             cfg.init_std);
     if (cfg.init_from_target_layer >= 0) {
       if (!side.target)
         throw std::invalid_argument("train config: 'init_from_target_layer' needs the target's layers, but only its "

@@ -17,7 +17,6 @@ RunDevices parse_run_devices(const TrainConfig& cfg) {
 
 RunDevices validate_run_settings(TrainConfig& cfg, const std::string& command) {
   resolve_drafter_family(cfg, command);  // first: validate() reads the family's settings
-  if (cfg.family() == drafter::DrafterFamily::DFlash2) drafter::refuse_unsupported_family(command, cfg.family());
   cfg.validate();
   return parse_run_devices(cfg);
 }

@@ -28,6 +28,12 @@ drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const draft
     o.dspark.l1_weight = cfg.l1_loss_weight;
     o.dspark.confidence_weight = cfg.confidence_loss_weight;
   }
+  if (d.family == drafter::DrafterFamily::DFlash2) {  // the selector's CE (docs/DFLASH2.md "The objective")
+    o.dflash2.selector_weight = cfg.selector_loss_weight;
+    o.dflash2.selector.top_k = d.dflash2.selector_top_k;
+    o.dflash2.selector.candidates = cfg.selector_candidates;
+    o.dflash2.selector.stop_gradient = cfg.selector_stop_gradient;
+  }
   return o;
 }
 

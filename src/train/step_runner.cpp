@@ -12,6 +12,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
+#include "dflash2_step_sums.h"
 #include "draft_vocab.h"
 #include "dspark_loss.h"
 
@@ -163,6 +164,10 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
     out.slot_count += res.slot_count.to(at::kCPU, at::kDouble);
     if (res.family_stats.defined())
       out.family_stats = out.family_stats.defined() ? out.family_stats + res.family_stats : res.family_stats.clone();
+    if (res.dflash2.defined()) {
+      const at::Tensor sums = dflash2_sums(res.dflash2);
+      out.dflash2_sums = out.dflash2_sums.defined() ? out.dflash2_sums + sums : sums;
+    }
   }
   for (auto& p : r.params) {
     out.grads.push_back(p.grad().defined()
@@ -216,7 +221,9 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   double local_weight = 0, local_tokens = 0;
   for (const auto& mb : item.micro) local_weight += mb.weight, local_tokens += double(mb.tokens);
   const int64_t B = dcfg_.block_size;
-  at::Tensor stats = at::zeros({6 + 2 * B}, at::kDouble);
+  const bool dflash2 = dcfg_.family == drafter::DrafterFamily::DFlash2;
+  const int64_t extra = 6 + 2 * B;  // DFlash2's sums after the common statistics
+  at::Tensor stats = at::zeros({extra + (dflash2 ? kDFlash2Sums : 0)}, at::kDouble);
   stats[0] = local_weight;
   for (const auto& o : outs) stats[1] += o.loss_sum;
   stats[2] = local_tokens;
@@ -226,6 +233,7 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
     stats.narrow(0, 4 + B, B).add_(o.slot_count);
     stats[4 + 2 * B] += o.out_of_vocab;
     stats[5 + 2 * B] += o.label_rows;
+    if (dflash2 && o.dflash2_sums.defined()) stats.narrow(0, extra, kDFlash2Sums).add_(o.dflash2_sums);
   }
   run_.coll->allreduce_sum(flat);
   run_.coll->allreduce_sum(stats);
@@ -266,6 +274,7 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   const double c1 = correct.narrow(0, 1, B - 1).sum().item<double>(), n1 = count.narrow(0, 1, B - 1).sum().item<double>();
   m.acc = n1 > 0 ? c1 / n1 : 0.0;
   m.tokens = stats[2].item<double>();
+  if (dflash2) m.dflash2 = dflash2_metrics_of(stats.narrow(0, extra, kDFlash2Sums));
   out.stop = stats[3].item<double>() > 0;
   if (family_stats.defined())
     m.family = drafter::dspark_metrics(family_stats, B, dcfg_.dspark.enable_confidence_head);

@@ -81,6 +81,7 @@ class StepRunner {
     double loss_sum = 0;            // sum over micro-batches of loss_mb * weight_mb
     at::Tensor slot_correct, slot_count;
     double out_of_vocab = 0, label_rows = 0;  // loss rows whose target is outside the draft vocabulary / all
+    at::Tensor dflash2_sums;                   // family dflash2: dflash2_step_sums.h (undefined otherwise)
     double seconds = 0;                        // wall time of the worker's share of the step
     at::Tensor family_stats;                   // sum of the family's metric sums (drafter_model.h), or undefined
   };

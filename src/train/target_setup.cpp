@@ -8,6 +8,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
+#include "dflash2_train_settings.h"
 #include "drafter_from_target.h"
 #include "hidden_shards.h"
 #include "index_list.h"
@@ -194,6 +195,7 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
   } else {
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
                                            cfg.target_layer_ids);
+    apply_dflash2_settings(cfg, d);
   }
   d.family = cfg.family();  // resolve_drafter_family() made it agree with a drafter config's
   if (d.family == drafter::DrafterFamily::DSpark) d.dspark = cfg.dspark_heads();

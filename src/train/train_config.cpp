@@ -15,6 +15,7 @@
 #include "args.h"
 #include "device_list.h"
 #include "config_yaml.h"
+#include "dflash2_train_settings.h"
 #include "index_list.h"
 #include "input_file.h"
 #include "number_range.h"
@@ -28,7 +29,7 @@ using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, 
                             drafter::LossDecay TrainConfig::*, ops::AttentionBackend TrainConfig::*,
                             util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
                             data::SampleFormat TrainConfig::*, std::optional<drafter::DrafterFamily> TrainConfig::*,
-                            drafter::MarkovHeadType TrainConfig::*>;
+                            drafter::MarkovHeadType TrainConfig::*, drafter::SelectorCandidates TrainConfig::*>;
 struct Field {
   FieldInfo info;
   Member member;
@@ -95,6 +96,10 @@ const std::vector<Field>& fields() {
        &C::init_final_norm},
       {{"init_from_target_layer", "int", "-1: random drafter layers; N: drafter layer i starts as target layer N+i"},
        &C::init_from_target_layer},
+      {{"init_from", "str",
+        "a drafter model.safetensors to start from (dflash2: a DFlash drafter's too, with identity convs and a no-op "
+        "selector added)"},
+       &C::init_from},
       {{"stop_after", "int", "stop with a checkpoint after this many steps of this run (0: never)"}, &C::stop_after},
       {{"resume", "bool", "continue from out's latest checkpoint"}, &C::resume},
       {{"deterministic", "bool",
@@ -111,6 +116,17 @@ const std::vector<Field>& fields() {
       {{"ce_loss_weight", "float", "dspark: weight of CE against the gold next token"}, &C::ce_loss_weight},
       {{"l1_loss_weight", "float", "dspark: weight of the L1 distance to the target's distribution"}, &C::l1_loss_weight},
       {{"confidence_loss_weight", "float", "dspark: weight of the confidence head's BCE"}, &C::confidence_loss_weight},
+      {{"conv_kernel_size", "int", "dflash2: taps of each block convolution"}, &C::conv_kernel_size},
+      {{"conv_group_size", "int", "dflash2: channels sharing one dynamic conv coefficient (divides hidden_size)"},
+       &C::conv_group_size},
+      {{"selector_rank", "int", "dflash2: rank r of the candidate selector (codebooks [V, r])"}, &C::selector_rank},
+      {{"selector_top_k", "int", "dflash2: candidates K the selector ranks per drafted slot"}, &C::selector_top_k},
+      {{"selector_candidates", "str",
+        "dflash2: gold token outside the top-K: strict (serving top-K, no gradient) | inject (replaces rank K)"},
+       &C::selector_candidates},
+      {{"selector_stop_gradient", "bool", "dflash2: the selector loss trains only the selector (U and h detached)"},
+       &C::selector_stop_gradient},
+      {{"selector_loss_weight", "float", "dflash2: alpha in L = L_unary + alpha L_selector"}, &C::selector_loss_weight},
   };
   return f;
 }
@@ -230,6 +246,17 @@ struct TextKind<drafter::MarkovHeadType> {
     return std::nullopt;
   }
   static std::string write(drafter::MarkovHeadType t) { return drafter::markov_head_type_name(t); }
+};
+
+template <>
+struct TextKind<drafter::SelectorCandidates> {
+  static std::optional<TextError> read(const std::string& s, drafter::SelectorCandidates& out) {
+    const auto m = drafter::selector_candidates_from_text(s);
+    if (!m) return TextError{drafter::kSelectorCandidatesSpellings, ""};
+    out = *m;
+    return std::nullopt;
+  }
+  static std::string write(drafter::SelectorCandidates m) { return drafter::selector_candidates_name(m); }
 };
 
 // budget: empty text = no budget.
@@ -357,6 +384,8 @@ void TrainConfig::validate() const {
   in_range("queue_depth", queue_depth, 1, 1024);
   in_range("stop_after", stop_after, 0, std::numeric_limits<int64_t>::max());
   in_range("init_from_target_layer", init_from_target_layer, -1, 2147483647, " (-1: off, else a target layer index)");
+  require(init_from.empty() || init_from_target_layer < 0, "init_from",
+          "empty with init_from_target_layer set (one starting point)", "'" + init_from + "'");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
   validate_family_settings();
@@ -365,6 +394,7 @@ void TrainConfig::validate() const {
 // DSpark's settings are checked for every run, and refused unless the family is dspark when they differ from
 // their defaults: a markov_rank given to a DFlash run would otherwise be dropped without a word.
 void TrainConfig::validate_family_settings() const {
+  validate_dflash2_settings(*this);
   for (const auto& [key, v] : std::initializer_list<std::pair<const char*, double>>{
            {"ce_loss_weight", ce_loss_weight}, {"l1_loss_weight", l1_loss_weight},
            {"confidence_loss_weight", confidence_loss_weight}}) {

@@ -14,6 +14,7 @@
 #include "attention_backend.h"
 #include "byte_size.h"
 #include "checkpoint_policy.h"
+#include "dflash2_settings.h"
 #include "drafter_family.h"
 #include "dtype_names.h"
 #include "loss_weighting.h"
@@ -46,6 +47,7 @@ struct TrainConfig {
   double init_std = 0.02;
   double init_final_norm = 1.0;
   int64_t init_from_target_layer = -1;  // >= 0: drafter layer i starts as a copy of target layer N + i
+  std::string init_from;  // a drafter model.safetensors to start from (dflash2: a DFlash drafter's works too)
   std::string dist_backend = "auto";  // auto | gloo | nccl (multi-process gradient all-reduce)
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;  // docs/TRAINING.md "Attention backend"
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
@@ -61,6 +63,19 @@ struct TrainConfig {
   double ce_loss_weight = drafter::kDSparkCeWeight, l1_loss_weight = drafter::kDSparkL1Weight,
          confidence_loss_weight = drafter::kDSparkConfidenceWeight;  // DSpark's objective (DeepSpec's weights)
 
+  // DFlash2's settings (drafter/dflash2_settings.h; the sources' defaults); with a DFlash2 drafter_config, its
+  // conv_* / selector_rank / selector_top_k. Checked by validate_dflash2_settings (dflash2_train_settings.h).
+  int64_t conv_kernel_size = drafter::DFlash2Settings{}.conv_kernel_size;
+  int64_t conv_group_size = drafter::DFlash2Settings{}.conv_group_size;
+  int64_t selector_rank = drafter::DFlash2Settings{}.selector_rank;
+  int64_t selector_top_k = drafter::DFlash2Settings{}.selector_top_k;
+  drafter::SelectorCandidates selector_candidates = drafter::kDefaultSelectorCandidates;
+  bool selector_stop_gradient = false;
+  double selector_loss_weight = drafter::kDefaultSelectorLossWeight;  // alpha
+
+  drafter::DFlash2Settings dflash2_settings() const {
+    return {conv_kernel_size, conv_group_size, selector_rank, selector_top_k};
+  }
   drafter::DSparkHeads dspark_heads() const {
     return {markov_rank, markov_head_type, enable_confidence_head, confidence_head_with_markov};
   }

@@ -92,6 +92,7 @@ void TrainLog::step(const StepMetrics& m) {
                         {"rss_bytes", rss}, {"elapsed_s", elapsed}};
     if (m.out_of_vocab >= 0) j["out_of_vocab"] = m.out_of_vocab;
     for (const auto& [k, v] : m.family) j[k] = v;  // NaN (nothing counted) is written as null
+    add_dflash2_metrics(m.dflash2, j);
     j["samples_per_s"] = busy.samples_per_s;
     j["producer_busy"] = busy.producer_busy;
     j["drafter_busy"] = busy.drafter_busy;
@@ -99,7 +100,7 @@ void TrainLog::step(const StepMetrics& m) {
     j["drafter_max_samples_per_s"] = busy.drafter_max_samples_per_s;
     std::ofstream(path_, std::ios::app) << j.dump() << "\n";
   }
-  char line[448];
+  char line[640];
   int used = std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  acc %.3f  lr %.2e  %.0f tok/s  ETA %s  RSS %.0f MB",
                            (long long)m.step, (long long)total_, m.loss, m.acc, m.lr, tps, duration(eta).c_str(),
                            double(rss) / 1e6);
@@ -109,6 +110,8 @@ void TrainLog::step(const StepMetrics& m) {
     if ((k == "tau_probabilistic" || k == "l1_loss") && used > 0 && size_t(used) < sizeof line)
       used += std::snprintf(line + used, sizeof line - size_t(used), "  %s %.3f",
                             k == "l1_loss" ? "l1" : "tau", v);
+  if (m.dflash2.on && used > 0 && size_t(used) < sizeof line)
+    used += std::snprintf(line + used, sizeof line - size_t(used), " %s", dflash2_progress_text(m.dflash2).c_str());
   if (used > 0 && size_t(used) < sizeof line)
     std::snprintf(line + used, sizeof line - size_t(used), "  %s", busy_line(busy, producer_name_).c_str());
   if (tty_) {

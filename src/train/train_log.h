@@ -12,6 +12,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dflash2_step_metrics.h"
+
 namespace dflash::train {
 
 struct StepMetrics {
@@ -26,6 +28,7 @@ struct StepMetrics {
   // This process's seconds of computing during the step: its producer (per replica the busiest thread, averaged
   // over replicas: the target online, data loading offline) and its drafter workers (averaged over workers).
   double producer_busy_seconds = 0, drafter_busy_seconds = 0;
+  DFlash2StepMetrics dflash2;  // family dflash2: the selector's metrics
 };
 
 // Busy fractions and rates over a window of steps, for metrics.jsonl and the progress line.

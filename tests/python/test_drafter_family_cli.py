@@ -56,8 +56,7 @@ def test_train_runs_dspark(dflash_bin, files, args):
     assert "drafter_family" not in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("cmd,args", [
-    ("train", ["--target", "x", "--data", "y", "--out", "z"]),
+@pytest.mark.parametrize("cmd,args", [  # train runs dflash2 (test_train_dflash2.py)
     ("plan", ["--preset", "cpu-small"]),
     ("bench step", []),
 ])
@@ -79,9 +78,18 @@ def test_a_flag_that_disagrees_with_the_config_names_both(dflash_bin, files):
     assert "plan: --drafter-family must be dflash, dspark or dflash2, got 'DSpark'" in out.stderr
 
 
-def test_doctor_config_reports_the_family(dflash_bin, files):
+def test_doctor_config_reads_the_family_as_train_does(dflash_bin, files):
+    """doctor --config reads a config through train's own validation: train runs dspark, so doctor passes the family,
+    and a DSpark setting train refuses fails doctor's config row with train's message."""
     out = run(dflash_bin, files, "doctor", "--config", "cfg.json", "--quick")
-    assert "doctor --config: drafter_family dspark is not supported yet" in out.stdout + out.stderr
+    assert "drafter_family" not in out.stdout + out.stderr, out.stdout + out.stderr
+    (files / "bad.json").write_text(json.dumps({"target": "t", "data": "d", "out": "o", "drafter_config": "dspark.json",
+                                                "markov_head_type": "lstm"}))
+    doctor = run(dflash_bin, files, "doctor", "--config", "bad.json", "--quick")
+    train = run(dflash_bin, files, "train", "--config", "bad.json")
+    assert train.returncode == 1 and doctor.returncode != 0
+    message = train.stderr.strip().splitlines()[-1].removeprefix("dflash: error: ")
+    assert "markov_head_type" in message and message in doctor.stdout + doctor.stderr
 
 
 def test_plan_counts_the_dspark_heads_and_objective(dflash_bin, files):

@@ -91,6 +91,14 @@ TrainConfig all_fields_changed() {
   c.ce_loss_weight = 1.0;
   c.l1_loss_weight = 0.5;
   c.confidence_loss_weight = 0.0;
+  c.init_from = "start.safetensors";
+  c.conv_kernel_size = 3;
+  c.conv_group_size = 8;
+  c.selector_rank = 32;
+  c.selector_top_k = 8;
+  c.selector_candidates = dflash::drafter::SelectorCandidates::Inject;
+  c.selector_stop_gradient = true;
+  c.selector_loss_weight = 0.5;
   return c;
 }
 

@@ -1,0 +1,37 @@
+// DFlash2's selector objective on a training batch (../shared/FAMILIES.md 2.4, docs/DFLASH2.md "The objective"):
+//   L = L_unary + alpha * L_sel,  L_sel = sum w m CE_K(S_k(p_k, C'_k), idx(y_k)) / sum w m
+// over the drafted slots k = 1..B-1 with DFlash's same-position labels y_k = x[a+k] and weights w (decay x mask),
+// and teacher-forced predecessors p_1 = x[a] (the anchor), p_k = x[a+k-1]. The top-K, the selector's scores and
+// the metrics of what is drafted are computed a chunk of blocks at a time, the top-K one vocabulary chunk at a
+// time: no [rows, V] tensor. Autograd keeps [rows, K, r] per chunk (the selector's gathered codebook rows).
+#pragma once
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+#include "block_batch.h"
+#include "candidate_selector.h"
+#include "selector_metrics.h"
+
+namespace dflash::drafter {
+
+struct DFlash2LossOptions {
+  double selector_weight = kDefaultSelectorLossWeight;  // alpha (0: the term is measured, not trained)
+  SelectorLossOptions selector;                         // top_k, inject | strict, stop_gradient
+  int64_t chunk_rows = 1024;                            // drafted rows per chunk (whole blocks; at least one)
+};
+
+// Sums over the batch's blocks (they add up across micro-batches and workers), plus L_sel.
+struct DFlash2Stats {
+  at::Tensor selector_loss;      // L_sel: scalar, differentiable (0 when nothing is covered)
+  SelectorLossTerms terms;       // ce_sum, covered_weight, weight, rows, recall_hits, selector_hits
+  SelectorBlockMetrics blocks;   // blocks, path_length_sum (the greedy walk's), oracle_length_sum (unary top-K)
+  bool defined() const { return selector_loss.defined(); }
+};
+
+// hidden [b, N*B, d] (the drafter's final-normed hidden states), lm_head [V, d] (frozen), blocks from
+// build_block_batch with block size B.
+DFlash2Stats dflash2_selector_objective(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& lm_head,
+                                        const BlockBatch& blocks, int64_t block_size, const DFlash2LossOptions& opt);
+
+}  // namespace dflash::drafter

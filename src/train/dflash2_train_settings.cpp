@@ -1,0 +1,79 @@
+#include "dflash2_train_settings.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace dflash::train {
+namespace {
+
+std::string shown(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return nlohmann::json(v).dump();
+}
+
+}  // namespace
+
+void validate_dflash2_settings(const TrainConfig& c) {
+  using drafter::DrafterFamily;
+  if (!std::isfinite(c.selector_loss_weight) || c.selector_loss_weight < 0)
+    throw std::invalid_argument("train config: 'selector_loss_weight' must be a finite number >= 0, got " +
+                                shown(c.selector_loss_weight));
+  try {
+    c.dflash2_settings().validate("train config", "", 0, 0);  // hidden and vocab sizes: checked with the drafter
+  } catch (const std::invalid_argument& e) {
+    std::string m = e.what();  // "train config: field 'x': expected ..." -> the train config's own wording
+    const std::string from = "field '";
+    if (const auto p = m.find(from); p != std::string::npos) m.replace(p, from.size(), "'");
+    throw std::invalid_argument(m);
+  }
+  if (c.family() == DrafterFamily::DFlash2) {
+    if (c.draft_vocab != 0)  // the selector's codebooks and candidates index the target's vocabulary
+      throw std::invalid_argument("train config: 'draft_vocab' must be 0 with drafter_family dflash2 (the selector "
+                                  "spans the full vocabulary), got " + std::to_string(c.draft_vocab));
+    return;
+  }
+  const TrainConfig d;
+  auto must_be_default = [&](const char* key, bool is_default, const std::string& got) {
+    if (!is_default)
+      throw std::invalid_argument(std::string("train config: '") + key + "' must be its default with drafter_family " +
+                                  drafter::drafter_family_name(c.family()) +
+                                  " (a DFlash2 setting: set drafter_family dflash2), got " + got);
+  };
+  must_be_default("conv_kernel_size", c.conv_kernel_size == d.conv_kernel_size, std::to_string(c.conv_kernel_size));
+  must_be_default("conv_group_size", c.conv_group_size == d.conv_group_size, std::to_string(c.conv_group_size));
+  must_be_default("selector_rank", c.selector_rank == d.selector_rank, std::to_string(c.selector_rank));
+  must_be_default("selector_top_k", c.selector_top_k == d.selector_top_k, std::to_string(c.selector_top_k));
+  must_be_default("selector_candidates", c.selector_candidates == d.selector_candidates,
+                  std::string("'") + drafter::selector_candidates_name(c.selector_candidates) + "'");
+  must_be_default("selector_stop_gradient", c.selector_stop_gradient == d.selector_stop_gradient, "true");
+  must_be_default("selector_loss_weight", c.selector_loss_weight == d.selector_loss_weight,
+                  shown(c.selector_loss_weight));
+}
+
+void take_dflash2_settings_from(TrainConfig& c, const drafter::DrafterConfig& file, const std::string& command) {
+  const drafter::DFlash2Settings defaults, given = c.dflash2_settings(), f = file.dflash2;
+  auto take = [&](const char* key, int64_t g, int64_t def, int64_t in_file) {
+    if (g != def && g != in_file)
+      throw std::invalid_argument(command + ": '" + key + "' is " + std::to_string(g) + " but " + c.drafter_config +
+                                  " says " + std::to_string(in_file) + " (leave it unset to take the drafter config's)");
+  };
+  take("conv_kernel_size", given.conv_kernel_size, defaults.conv_kernel_size, f.conv_kernel_size);
+  take("conv_group_size", given.conv_group_size, defaults.conv_group_size, f.conv_group_size);
+  take("selector_rank", given.selector_rank, defaults.selector_rank, f.selector_rank);
+  take("selector_top_k", given.selector_top_k, defaults.selector_top_k, f.selector_top_k);
+  c.conv_kernel_size = f.conv_kernel_size;
+  c.conv_group_size = f.conv_group_size;
+  c.selector_rank = f.selector_rank;
+  c.selector_top_k = f.selector_top_k;
+}
+
+void apply_dflash2_settings(const TrainConfig& c, drafter::DrafterConfig& d) {
+  if (c.family() != drafter::DrafterFamily::DFlash2) return;
+  d.family = drafter::DrafterFamily::DFlash2;
+  d.dflash2 = c.dflash2_settings();
+}
+
+}  // namespace dflash::train

@@ -1,0 +1,145 @@
+// DFlash2's objective on a training batch: the chunked selector term (top-K a vocabulary chunk at a time, blocks a
+// chunk at a time) against a naive fp64 version built from full [rows, V] logits and a full sort, in both candidate
+// modes, with its gradients; and drafter_loss = unary + alpha L_sel.
+#include <unistd.h>
+
+#include <random>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include "block_batch.h"
+#include "dflash2_objective.h"
+#include "drafter_config.h"
+#include "drafter_model.h"
+#include "drafter_weights.h"
+#include "tiny_drafter_config.h"
+
+using namespace dflash::drafter;
+
+namespace {
+
+DrafterConfig tiny_dflash2(int64_t top_k) {
+  nlohmann::json j = tiny_drafter_config_json();
+  j["architectures"] = {"DFlash2DraftModel"};
+  j["dflash_config"]["conv_kernel_size"] = 2;
+  j["dflash_config"]["conv_group_size"] = 4;
+  j["dflash_config"]["selector_rank"] = 6;
+  j["dflash_config"]["selector_top_k"] = top_k;
+  return parse_drafter_config(j, "d2.json");
+}
+
+// The objective written the plain way: full logits, a full stable sort, every row, fp64.
+struct Naive {
+  at::Tensor loss, covered, recall, selector_hits;
+};
+Naive naive_selector(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& head, const BlockBatch& bb,
+                     int64_t B, int64_t K, SelectorCandidates mode) {
+  const int64_t d = hidden.size(-1);
+  const at::Tensor h = hidden.reshape({-1, B, d}), labels = bb.labels.reshape({-1, B}),
+                   wts = bb.weights.reshape({-1, B}), ids = bb.block_ids.reshape({-1, B});
+  at::Tensor num = at::zeros({}, at::kDouble), den = num.clone(), recall = num.clone(), hits = num.clone();
+  for (int64_t m = 0; m < h.size(0); ++m)
+    for (int64_t k = 1; k < B; ++k) {
+      const double wk = wts[m][k].item<double>();
+      if (wk <= 0) continue;
+      const int64_t y = labels[m][k].item<int64_t>(), p = (k == 1 ? ids[m][0] : labels[m][k - 1]).item<int64_t>();
+      const at::Tensor u = at::matmul(head, h[m][k]);  // [V]
+      const at::Tensor order = std::get<1>(at::sort(u, /*stable=*/true, 0, /*descending=*/true));
+      at::Tensor c = order.narrow(0, 0, K).clone();
+      const bool inside = c.eq(y).any().item<bool>();
+      int64_t idx = inside ? c.eq(y).nonzero().item<int64_t>() : K - 1;
+      if (!inside && mode == SelectorCandidates::Inject) c[K - 1] = y;
+      const at::Tensor g = at::matmul(w.hidden_projection, h[m][k]) * w.predecessor_codebook[p];
+      const at::Tensor s = u.index_select(0, c) + at::matmul(w.successor_codebook.index_select(0, c), g);
+      const bool counts = inside || mode == SelectorCandidates::Inject;
+      if (counts) {
+        num = num + wk * (at::logsumexp(s, 0) - s[idx]);
+        den = den + wk;
+      }
+      recall = recall + double(inside);
+      hits = hits + double(inside && s.argmax().item<int64_t>() == idx);
+    }
+  return {num / den, den, recall, hits};
+}
+
+}  // namespace
+
+TEST(DFlash2Objective, ChunkedEqualsTheNaiveVersionInFp64WithGradients) {
+  const int64_t K = 12, V = 32, B = 4;
+  const DrafterConfig c = tiny_dflash2(K);
+  at::manual_seed(3);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor head = at::randn({V, 16}, opts);
+  const int64_t S = 20;
+  const at::Tensor tokens = at::randint(0, V - 1, {2, S}, at::kLong);
+  const at::Tensor loss_mask = at::ones({2, S}, at::kBool);
+  std::mt19937_64 rng(1);
+  const AnchorSample a = sample_anchors(loss_mask, 3, rng);
+  const BlockBatch bb = build_block_batch(tokens, loss_mask, a, B, 31, 4.0);
+  for (auto mode : {SelectorCandidates::Inject, SelectorCandidates::Strict}) {
+    DrafterWeights w = init_drafter_weights(c, at::kDouble, 5, 0.3);
+    w.selector.successor_codebook.normal_(0, 0.5);
+    w.selector.hidden_projection.normal_(0, 0.5);
+    w.selector.predecessor_codebook.normal_(0, 0.5);
+    w.set_requires_grad(true);
+    const at::Tensor hidden = at::randn({2, 3 * B, 16}, opts).requires_grad_(true);
+    DFlash2LossOptions o;
+    o.selector.top_k = K;
+    o.selector.candidates = mode;
+    o.selector.vocab_chunk = 7;  // several vocabulary chunks, the last one short
+    o.chunk_rows = 5;            // one block (3 drafted rows) per chunk
+    const DFlash2Stats st = dflash2_selector_objective(w.selector, hidden, head, bb, B, o);
+    const Naive n = naive_selector(w.selector, hidden, head, bb, B, K, mode);
+    ASSERT_GT(n.covered.item<double>(), 0.0);  // some targets in the top-K, some not (K = 12 of 32)
+    ASSERT_LT(n.recall.item<double>(), st.terms.rows.item<double>());
+    EXPECT_NEAR(st.selector_loss.item<double>(), n.loss.item<double>(), 1e-12);
+    EXPECT_DOUBLE_EQ(st.terms.covered_weight.item<double>(), n.covered.item<double>());
+    EXPECT_EQ(st.terms.recall_hits.item<double>(), n.recall.item<double>());
+    EXPECT_EQ(st.terms.selector_hits.item<double>(), n.selector_hits.item<double>());
+    const std::vector<at::Tensor> ins = {hidden, w.selector.hidden_projection, w.selector.predecessor_codebook,
+                                         w.selector.successor_codebook};
+    const auto g1 = torch::autograd::grad({st.selector_loss}, ins, {}, true);
+    const auto g2 = torch::autograd::grad({n.loss}, ins, {}, true);
+    for (size_t i = 0; i < ins.size(); ++i) EXPECT_TRUE(at::allclose(g1[i], g2[i], 1e-10, 1e-12)) << i;
+    // One big chunk gives the same sums.
+    o.chunk_rows = 1 << 20;
+    o.selector.vocab_chunk = 8192;
+    EXPECT_NEAR(dflash2_selector_objective(w.selector, hidden, head, bb, B, o).selector_loss.item<double>(),
+                n.loss.item<double>(), 1e-12);
+  }
+}
+
+TEST(DFlash2Objective, DrafterLossIsUnaryPlusAlphaTimesTheSelectorTerm) {
+  const DrafterConfig c = tiny_dflash2(4);
+  DrafterWeights w = init_drafter_weights(c, at::kDouble, 2, 0.1, 0.1);
+  w.selector.successor_codebook.normal_(0, 0.5);
+  w.set_requires_grad(true);
+  at::manual_seed(1);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  FrozenTarget t{at::randn({32, 16}, opts), at::Tensor()};
+  t.lm_head = t.embed;
+  const int64_t S = 14;
+  const at::Tensor ids = at::randint(0, 30, {1, S}, at::kLong), mask = at::ones({1, S}, at::kBool);
+  std::mt19937_64 rng(0);
+  const AnchorSample s = sample_anchors(mask, 3, rng);
+  const BlockBatch bb = build_block_batch(ids, mask, s, c.block_size, c.mask_token_id, 4.0);
+  const at::Tensor feats = at::randn({1, S, 32}, opts);
+  DrafterLossOptions opt;
+  opt.attention = dflash::ops::AttentionBackend::Reference;
+  opt.dflash2.selector.top_k = 4;
+  opt.dflash2.selector.candidates = SelectorCandidates::Inject;  // random weights: the targets mostly miss the top-K
+  opt.dflash2.selector_weight = 0.0;
+  const auto unary = drafter_loss(c, w, t, feats, at::Tensor(), s, bb, opt);
+  opt.dflash2.selector_weight = 0.5;
+  const auto both = drafter_loss(c, w, t, feats, at::Tensor(), s, bb, opt);
+  ASSERT_TRUE(both.dflash2.defined());
+  EXPECT_NEAR(both.loss.item<double>(), unary.loss.item<double>() + 0.5 * both.dflash2.selector_loss.item<double>(),
+              1e-12);
+  EXPECT_GT(both.dflash2.blocks.blocks.item<double>(), 0.0);
+  both.loss.backward();
+  EXPECT_GT(w.selector.successor_codebook.grad().abs().sum().item<double>(), 0.0);
+  EXPECT_GT(w.convs[0].attention_conv.kernel_projection.grad().abs().sum().item<double>(), 0.0);
+}

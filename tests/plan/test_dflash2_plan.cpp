@@ -1,0 +1,55 @@
+// The memory planner for a DFlash2 drafter: its parameters counted, the convs' and the selector's bytes by hand,
+// and a peak above the same DFlash drafter's.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "dflash2_plan_terms.h"
+#include "drafter_config.h"
+#include "memory_planner.h"
+#include "tiny_drafter_config.h"
+
+using namespace dflash::plan;
+using namespace dflash::drafter;
+
+namespace {
+
+PlanSettings tiny(bool dflash2) {
+  nlohmann::json j = tiny_drafter_config_json();
+  if (dflash2) {
+    j["architectures"] = {"DFlash2DraftModel"};
+    j["dflash_config"]["conv_kernel_size"] = 2;
+    j["dflash_config"]["conv_group_size"] = 4;
+    j["dflash_config"]["selector_rank"] = 6;
+    j["dflash_config"]["selector_top_k"] = 5;
+  }
+  PlanSettings s;
+  s.cfg = parse_drafter_config(j, "tiny");
+  s.seq_len = 20;
+  s.num_anchors = 3;
+  s.dtype_bytes = 4;
+  s.loss_chunk_rows = 6;
+  return s;
+}
+
+double term(const MemoryPlan& p, const std::string& name) {
+  for (const auto& t : p.terms)
+    if (t.name == name) return t.bytes;
+  return -1;
+}
+
+}  // namespace
+
+TEST(DFlash2Plan, TermsByHandAndAPeakAboveDFlash) {
+  const MemoryPlan a = plan_memory(tiny(false)), b = plan_memory(tiny(true));
+  // d 16, 2 layers, K_conv 2, G 4, r 6, V 32: per layer 2 convs x ([2, 2, 16] + [2*2*4, 16]); selector [6, 16] + 2 [32, 6]
+  EXPECT_EQ(b.params - a.params, 2 * 2 * (64 + 256) + 96 + 2 * 192);
+  const double T = 3 * 4, rows = T * 3 / 4, e = 4;
+  EXPECT_DOUBLE_EQ(term(b, "dflash2 convs (saved per layer)"), 2 * T * (2 * 2 * 16 / 4 + 3 * 16) * e);
+  EXPECT_DOUBLE_EQ(term(b, "dflash2 selector (saved for backward)"), rows * (5 * 6 + 3 * 6) * e + rows * 5 * 16);
+  EXPECT_DOUBLE_EQ(term(b, "dflash2 selector chunk"), 6 * 32 * 4 * 2);  // a 6-row chunk, the whole vocabulary
+  EXPECT_EQ(term(a, "dflash2 selector chunk"), -1);                       // no such term for DFlash
+  EXPECT_GT(b.peak_bytes, a.peak_bytes);
+  const DFlash2PlanBytes none = dflash2_plan_bytes(tiny(false).cfg, T, e, 6);
+  EXPECT_EQ(none.conv_saved_per_layer + none.selector_saved + none.selector_chunk, 0.0);
+}

@@ -1,0 +1,128 @@
+// DFlash2's train settings: read once into their types, validated (key, expectation, value), refused for another
+// family, settled against a DFlash2 drafter_config, applied to the drafter built from the target, and kept on
+// resume.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "dflash2_train_settings.h"
+#include "drafter_family_setting.h"
+#include "error_of.h"
+#include "tiny_drafter_config.h"
+#include "train_config.h"
+
+using namespace dflash::train;
+using dflash::drafter::DrafterFamily;
+using dflash::drafter::SelectorCandidates;
+
+namespace {
+
+TrainConfig with(const nlohmann::json& j) {
+  TrainConfig c;
+  c.target = "t";
+  c.data = "d";
+  c.out = "o";
+  apply_json(c, j, "cfg.yaml");
+  return c;
+}
+
+std::string validate_error(const TrainConfig& c) {
+  return error_of<std::invalid_argument>([&] { c.validate(); });
+}
+
+std::string dflash2_config_file(int64_t rank) {
+  nlohmann::json j = tiny_drafter_config_json();
+  j["architectures"] = {"DFlash2DraftModel"};
+  j["dflash_config"]["conv_kernel_size"] = 3;
+  j["dflash_config"]["conv_group_size"] = 4;
+  j["dflash_config"]["selector_rank"] = rank;
+  j["dflash_config"]["selector_top_k"] = 5;
+  const std::string path = "/tmp/dflash2_settings_" + std::to_string(::getpid()) + "_" + std::to_string(rank) + ".json";
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+}  // namespace
+
+TEST(DFlash2TrainSettings, ReadIntoTypesWithTheSourcesDefaults) {
+  const TrainConfig d;
+  EXPECT_EQ(d.dflash2_settings(), dflash::drafter::DFlash2Settings{});
+  EXPECT_EQ(d.selector_candidates, SelectorCandidates::Strict);
+  EXPECT_FALSE(d.selector_stop_gradient);
+  EXPECT_EQ(d.selector_loss_weight, 1.0);
+  const TrainConfig c = with({{"drafter_family", "dflash2"}, {"selector_candidates", "inject"},
+                              {"selector_stop_gradient", true}, {"selector_loss_weight", 0.25}, {"selector_top_k", 8}});
+  EXPECT_EQ(c.selector_candidates, SelectorCandidates::Inject);
+  EXPECT_TRUE(c.selector_stop_gradient);
+  EXPECT_EQ(c.selector_loss_weight, 0.25);
+  EXPECT_EQ(c.selector_top_k, 8);
+  EXPECT_EQ(validate_error(c), "");
+  const nlohmann::json j = to_json(c);  // written in the canonical spelling, read back the same
+  EXPECT_EQ(j["selector_candidates"], "inject");
+  EXPECT_EQ(with(j).selector_candidates, SelectorCandidates::Inject);
+  EXPECT_EQ(error_of<std::invalid_argument>([] { with({{"selector_candidates", "gold"}}); }),
+            "cfg.yaml: 'selector_candidates' must be inject or strict, got 'gold'");
+}
+
+TEST(DFlash2TrainSettings, RangesAndFamily) {
+  EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"selector_loss_weight", -1.0}})),
+            "train config: 'selector_loss_weight' must be a finite number >= 0, got -1.0");
+  EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"conv_kernel_size", 0}})),
+            "train config: 'conv_kernel_size': expected an integer in [1, 64], got 0");
+  EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"selector_top_k", 5000}})),
+            "train config: 'selector_top_k': expected an integer in [1, 1024], got 5000");
+  EXPECT_EQ(validate_error(with({{"selector_rank", 8}})),
+            "train config: 'selector_rank' must be its default with drafter_family dflash (a DFlash2 setting: set "
+            "drafter_family dflash2), got 8");
+  EXPECT_EQ(validate_error(with({{"drafter_family", "dspark"}, {"selector_candidates", "inject"}})),
+            "train config: 'selector_candidates' must be its default with drafter_family dspark (a DFlash2 setting: "
+            "set drafter_family dflash2), got 'inject'");
+  EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"draft_vocab", 100}})),
+            "train config: 'draft_vocab' must be 0 with drafter_family dflash2 (the selector spans the full "
+            "vocabulary), got 100");
+  EXPECT_NE(validate_error(with({{"selector_stop_gradient", true}})).find("'selector_stop_gradient' must be its default"),
+            std::string::npos);
+}
+
+TEST(DFlash2TrainSettings, ADFlash2DrafterConfigSetsTheFamilyAndItsSettings) {
+  const std::string file = dflash2_config_file(6);
+  TrainConfig c = with({{"drafter_config", file}});
+  resolve_drafter_family(c, "train");
+  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash2);
+  EXPECT_EQ(c.dflash2_settings(), (dflash::drafter::DFlash2Settings{3, 4, 6, 5}));
+  c = with({{"drafter_config", file}, {"selector_rank", 6}});  // given and equal: fine
+  resolve_drafter_family(c, "train");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] {
+              TrainConfig x = with({{"drafter_config", file}, {"selector_rank", 7}});
+              resolve_drafter_family(x, "train");
+            }),
+            "train: 'selector_rank' is 7 but " + file + " says 6 (leave it unset to take the drafter config's)");
+  // Without a drafter_config, the drafter built from the target takes the run's settings.
+  TrainConfig t = with({{"drafter_family", "dflash2"}, {"selector_rank", 12}});
+  dflash::drafter::DrafterConfig d;
+  apply_dflash2_settings(t, d);
+  EXPECT_EQ(d.family, DrafterFamily::DFlash2);
+  EXPECT_EQ(d.dflash2.selector_rank, 12);
+}
+
+TEST(DFlash2TrainSettings, AResumedRunKeepsThem) {
+  const std::string dir = "/tmp/dflash2_settings_" + std::to_string(::getpid()) + "_resume";
+  ::mkdir(dir.c_str(), 0755);
+  TrainConfig saved = with({{"drafter_family", "dflash2"}, {"selector_candidates", "inject"}, {"conv_group_size", 8},
+                            {"selector_loss_weight", 0.1}, {"selector_stop_gradient", true}});
+  saved.out = dir;
+  std::ofstream(dir + "/train_config.json") << to_json(saved).dump();
+  TrainArgs args;
+  ASSERT_TRUE(read_train_args({"--resume", "--out", dir}, args));
+  TrainConfig c = train_config_of(args);
+  resolve_drafter_family(c, "train");
+  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash2);
+  EXPECT_EQ(c.selector_candidates, SelectorCandidates::Inject);
+  EXPECT_EQ(c.conv_group_size, 8);
+  EXPECT_EQ(c.selector_loss_weight, 0.1);
+  EXPECT_TRUE(c.selector_stop_gradient);
+}
