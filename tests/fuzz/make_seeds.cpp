@@ -271,6 +271,7 @@ void device_list_seeds() {
   };
   for (const auto& [name, text] : specs) seed("device_list", name, text);
   seed("device_list", "nul", std::string("cuda:0\0,cpu", 11));
+}
 
 // model_settings: byte 0 picks a target config (0), a drafter config (1), a JSON (2) or YAML (3) train config.
 void model_settings_seeds() {
