@@ -90,8 +90,8 @@ def commands(f):
         ("eval_devices", "layout", "eval: --devices",
          lambda x: ["eval", "--target", t, "--data", f"p={f / 'prompts.jsonl'}", "--proposer", "oracle",
                     "--devices", x]),
-        ("eval_drafter_device", "one", "eval: --drafter-device",
-         lambda x: ["eval", "--target", t, "--data", f"p={f / 'prompts.jsonl'}", "--proposer", "oracle",
+        ("eval_drafter_device", "one", "eval: --drafter-device",  # checked before the drafter folder is read
+         lambda x: ["eval", "--target", t, "--data", f"p={f / 'prompts.jsonl'}", "--drafter", str(f / "no-drafter"),
                     "--drafter-device", x]),
         ("bench_decode", "layout", "bench decode: --devices", lambda x: ["bench", "decode", "--model", t, "--devices", x]),
         ("bench_attention", "one", "bench attention: --device", lambda x: ["bench", "attention", "--device", x]),

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# the preset table (configs/targets/), in the order the error message lists it
+PRESETS = sorted(p.stem for p in (ROOT / "configs" / "targets").glob("*.json"))
 
 
 def _plan(dflash_bin, *argv):
@@ -39,7 +41,7 @@ def test_bad_flags(dflash_bin):
         (["--preset", "qwen3.6-27b", "--gpu", "a100"], "--gpu expects one of h100, h200, b200, rtx-pro-6000"),
         (["--preset", "qwen3.6-27b", "--gpus", 1], "--gpus must be an integer in [2, 256]"),
         (["--preset", "qwen3.6-27b", "--target-efficiency", 2], "--target-efficiency must be a finite number in [0.01, 1], got 2"),
-        (["--gpus", 8], "plan --node: give the target as --preset qwen3-30b-a3b|qwen3-8b|qwen3.6-27b|qwen3.6-35b-a3b or --target-config FILE"),
+        (["--gpus", 8], "plan --node: give the target as --preset " + "|".join(PRESETS) + " or --target-config FILE"),
     ]:
         r = _plan(dflash_bin, *argv)
         assert r.returncode == 1, (argv, r.stderr)
