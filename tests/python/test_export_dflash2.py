@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import engine_readers as er
-from test_export_engines import ENGINES, export, misread_by, refused_engines, target_config
+from test_export_engines import export, misread_by, refused_engines, target_config
 from test_train import (MASK_ID, TARGET_LAYER_IDS, base_args, final_weights, offline_dir,  # noqa: F401 (fixtures)
                         target_dir, train)
 
@@ -109,7 +109,8 @@ def test_zlab_block_logits_equal_the_cpp_drafter_in_fp64(dflash_bin, run, export
     out = tmp_path / "ours.safetensors"
     # our C++ drafter reads the very folder z-lab reads: its config.json and model.safetensors
     r = subprocess.run([str(build / "drafter_cli"), "drafter", "selftest", "--config", str(exported / "config.json"),
-                        "--weights", str(exported / "model.safetensors"), "--batch", str(tmp_path / "batch.safetensors"),
+                        "--weights", str(exported / "model.safetensors"),
+                        "--batch", str(tmp_path / "batch.safetensors"),
                         "--out", str(out), "--dtype", "float64", "--chunk-rows", str(B)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
