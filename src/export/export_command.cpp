@@ -21,16 +21,15 @@ int export_main(const std::vector<std::string>& argv) {
            "read differently from what was trained (docs/SERVING.md); vllm alone allows a --draft-vocab run");
   a.option("max-position-embeddings", "N", "0",
            "the target's context length, for a run that does not know it (a GGUF target without context_length)");
-  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the run's drafter_config.json; dflash and dspark so far)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the run's drafter_config.json)");
   a.range("max-position-embeddings", 0, 2147483647, " (0: the target's)");
   if (!a.parse(argv)) return 0;
   a.require("out");
   io::check_output_folder(a.str("out"), "export: --out");  // before the checkpoint is read
-  // The run's family, before its checkpoint: a family export cannot write yet is refused in one line.
+  // The run's family, before its checkpoint: a --drafter-family that is not the run's is refused in one line.
+  // Every family exports (dflash and dflash2 in z-lab's contract, dspark in DeepSpec's: docs/SERVING.md).
   const std::string config = a.str("RUN_DIR") + "/drafter_config.json";
-  const drafter::DrafterFamily family =
-      drafter::family_for_command("export", a.str("drafter-family"), drafter::load_drafter_config(config).family, config);
-  if (family != drafter::DrafterFamily::DSpark) drafter::refuse_unsupported_family("export", family);
+  drafter::family_for_command("export", a.str("drafter-family"), drafter::load_drafter_config(config).family, config);
   ExportOptions o;
   o.dtype = a.str("dtype");
   o.engines = a.str("engine");

@@ -40,9 +40,10 @@ nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::Scala
   // Both places, equal: llama.cpp's converter and SpecForge read the top level only, z-lab and SGLang dflash_config
   // first (docs/SERVING.md).
   j["dflash_config"]["block_size"] = c.block_size;
-  // DSpark: DeepSpec's native contract (flat keys, Qwen3DSparkModel) that SGLang, vLLM and llama.cpp load; our
-  // remote code builds DFlash only, so no auto_map to it.
-  if (c.family != drafter::DrafterFamily::DSpark) j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
+  // Our remote code builds DFlash only, so no auto_map to it for the other families: DSpark is in DeepSpec's native
+  // contract (flat keys, Qwen3DSparkModel), DFlash2 in z-lab's (DFlash2DraftModel, its settings in dflash_config and
+  // a top-level is_causal false, written by drafter_config_to_json), which the engines load by class name.
+  if (c.family == drafter::DrafterFamily::DFlash) j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
   return j;
 }
 
@@ -76,8 +77,8 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
   (stage_name += out.filename().string()) += ".tmp-";
   stage_name += std::to_string(::getpid());
   const fs::path stage = parent / stage_name;
-  // config.json last: it completes a folder. DSpark ships no dflash.py (it builds DFlash only).
-  const bool remote_code = c.family != drafter::DrafterFamily::DSpark;
+  // config.json last: it completes a folder. DSpark and DFlash2 ship no dflash.py (it builds DFlash only).
+  const bool remote_code = c.family == drafter::DrafterFamily::DFlash;
   std::vector<const char*> files = {"model.safetensors", "dflash.py", "config.json"};
   auto clean_stage = [&] {
     std::error_code ec;
@@ -95,7 +96,7 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
     } else {  // replacing an earlier export: file by file, each rename atomic, the config last
       for (const char* f : files)
         if (fs::exists(stage / f)) fs::rename(stage / f, out / f);
-        else fs::remove(out / f);  // an earlier export's dflash.py does not belong to a DSpark folder
+        else fs::remove(out / f);  // an earlier export's dflash.py belongs to DFlash folders only
       fs::remove(stage);
     }
     data::fsync_dir(out.string());

@@ -876,3 +876,118 @@ def read(engine, folder, target=None, **serve):
 
 def read_all(folder, target=None):
     return {e: read(e, folder, target) for e in ENGINES}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# z-lab DFlash2DraftModel, run: its load and one block's forward in float64 (FAMILIES.md 0, 2.2, 2.3, 4)
+# ---------------------------------------------------------------------------------------------------------------
+
+def zlab_dflash2_load(folder):
+    """DFlash2DraftModel.from_pretrained(folder) as z-lab builds it: the parameters of zlab()'s reading (backbone,
+    convs, selector with nn.Embedding codebooks) filled through key_mapping (a bare codebook name -> its .weight).
+    Returns (config, {z-lab parameter name: float64 tensor}); raises when a parameter is missing or a tensor has no
+    parameter (from_pretrained would leave the first at its init and warn about the second)."""
+    from safetensors.torch import load_file
+    r = zlab(folder)
+    if not r.loads or r.family != "dflash2":
+        raise ValueError(f"z-lab does not load {folder} as DFlash2: {r.errors or r.family}")
+    if r.missing or r.reported:
+        raise ValueError(f"z-lab load of {folder}: missing {r.missing}, unexpected {r.reported}")
+    config, _ = read_folder(folder)
+    tensors = load_file(str(pathlib.Path(folder) / "model.safetensors"))
+    return config, {r.mapped[n]: t.double() for n, t in tensors.items() if n in r.mapped}
+
+
+def _rms(x, w, eps):
+    return x * (x.pow(2).mean(-1, keepdim=True) + eps).rsqrt() * w
+
+
+def _rotary(x, pos, theta):
+    """Rotate-half RoPE on x [T, heads, hd] at integer positions pos [T]."""
+    import torch
+    hd = x.shape[-1]
+    inv = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = pos.double()[:, None] * inv[None]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1)[:, None], torch.cat([ang.sin(), ang.sin()], -1)[:, None]
+    half = hd // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
+def _block_conv(v, base, delta, group):
+    """One block alone (z-lab: one block per call): taps before the block's first token read zeros."""
+    import torch
+    out = torch.zeros_like(v)
+    for t in range(v.shape[0]):
+        for o in range(min(base.shape[0], t + 1)):
+            out[t] += (base[o] + delta[t, o].repeat_interleave(group)) * v[t - o]
+    return out
+
+
+def zlab_dflash2_block(config, W, embed, lm_head, features, anchor_token, anchor_pos):
+    """One draft block as z-lab's DFlash2DraftModel runs it: features [a, n*H] (the target's hidden_states[id + 1]
+    of the tokens before the anchor), block [anchor_token, MASK x (B-1)] at positions a..a+B-1, bidirectional
+    (is_causal false), every layer pre-norm with its sublayers wrapped in the block convs, the final norm, then the
+    target's LM head with output_multiplier and the soft cap. Full-attention layers only. Returns (hidden [B, d],
+    unary logits [B, V])."""
+    import torch
+    dc = _dc(config)
+    B, eps, theta = int(dc["block_size"]), float(config["rms_norm_eps"]), float(config.get("rope_theta", 10000.0))
+    hq, hkv = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
+    hd = int(config.get("head_dim") or int(config["hidden_size"]) // hq)
+    K, G = int(dc["conv_kernel_size"]), int(dc["conv_group_size"])
+    if any(t != "full_attention" for t in _layer_types(config)):
+        raise ValueError("zlab_dflash2_block: full_attention layers only")
+    a = features.shape[0]
+    ctx = _rms(features @ W["fc.weight"].T, W["hidden_norm.weight"], eps)
+    x = embed[torch.tensor([anchor_token] + [int(dc["mask_token_id"])] * (B - 1))]
+    qpos = torch.arange(anchor_pos, anchor_pos + B)
+    kpos = torch.cat([torch.arange(a), qpos])
+
+    def wrapped(u, sublayer, prefix):
+        delta = (u @ W[prefix + "kernel_projection.weight"].T).reshape(B, 2, K, -1)
+        base = W[prefix + "base_kernel"]
+        return _block_conv(sublayer(_block_conv(u, base[0], delta[:, 0], G)), base[1], delta[:, 1], G)
+
+    for i in range(int(config["num_hidden_layers"])):
+        L = lambda n: W[f"layers.{i}.{n}"]  # noqa: E731
+
+        def attention(u):
+            kv = torch.cat([ctx, u])
+            q = _rotary(_rms((u @ L("self_attn.q_proj.weight").T).view(B, hq, hd), L("self_attn.q_norm.weight"),
+                             eps), qpos, theta)
+            k = _rotary(_rms((kv @ L("self_attn.k_proj.weight").T).view(-1, hkv, hd), L("self_attn.k_norm.weight"),
+                             eps), kpos, theta)
+            v = (kv @ L("self_attn.v_proj.weight").T).view(-1, hkv, hd)
+            k, v = k.repeat_interleave(hq // hkv, 1), v.repeat_interleave(hq // hkv, 1)
+            p = torch.softmax(torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5, -1)
+            return torch.einsum("hqk,khd->qhd", p, v).reshape(B, hq * hd) @ L("self_attn.o_proj.weight").T
+
+        def mlp(u):
+            g = u @ L("mlp.gate_proj.weight").T
+            return (g * torch.sigmoid(g) * (u @ L("mlp.up_proj.weight").T)) @ L("mlp.down_proj.weight").T
+
+        x = x + wrapped(_rms(x, L("input_layernorm.weight"), eps), attention, f"layers.{i}.attention_conv.")
+        x = x + wrapped(_rms(x, L("post_attention_layernorm.weight"), eps), mlp, f"layers.{i}.mlp_conv.")
+    h = _rms(x, W["norm.weight"], eps)
+    u = (h @ lm_head.T) * float(dc.get("output_multiplier", 1.0))
+    cap = float(dc.get("final_logit_softcapping") or 0.0)
+    return h, (torch.tanh(u / cap) * cap if cap > 0 else u)
+
+
+def zlab_dflash2_greedy_walk(config, W, hidden, unary, anchor_token):
+    """The selector's greedy walk over slots 1..B-1 (FAMILIES.md 2.3): candidates topK(U_k), scores
+    S_k(p, c) = U_k[c] + <A[p] * (W_h h_k), Bc[c]>, p_1 = the anchor, then p_{k+1} = argmax. Returns (path [B-1],
+    scores [B-1, K] along the path)."""
+    import torch
+    top_k = int(_dc(config)["selector_top_k"])
+    A = W["candidate_selector.predecessor_codebook.weight"]
+    Bc = W["candidate_selector.successor_codebook.weight"]
+    Wh = W["candidate_selector.hidden_projection.weight"]
+    p, path, scores = int(anchor_token), [], []
+    for k in range(1, unary.shape[0]):
+        cand = torch.sort(-unary[k], stable=True).indices[:top_k]
+        s = unary[k, cand] + Bc[cand] @ (A[p] * (Wh @ hidden[k]))
+        p = int(cand[s.argmax()])
+        path.append(p)
+        scores.append(s)
+    return torch.tensor(path), torch.stack(scores)
