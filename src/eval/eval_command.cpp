@@ -246,12 +246,15 @@ int eval_main(const std::vector<std::string>& args) {
   if (o.proposer == "dflash" && !o.drafter.empty()) {
     // The family before the target and the weights load: a family eval cannot run yet is refused in one line.
     const std::string config = resolve_drafter_dir(o.drafter) + "/config.json";
-    const auto family =
-        drafter::family_for_command("eval", o.drafter_family, drafter::load_drafter_config(config).family, config);
+    const drafter::DrafterConfig dc = drafter::load_drafter_config(config);
+    const auto family = drafter::family_for_command("eval", o.drafter_family, dc.family, config);
     if (family != drafter::DrafterFamily::DSpark) drafter::refuse_unsupported_family("eval", family);
     if (a.given("confidence-threshold") && family != drafter::DrafterFamily::DSpark)
       throw std::invalid_argument("eval: --confidence-threshold applies to dspark drafters only (" + config + " is " +
                                   drafter::drafter_family_name(family) + ")");
+    if (a.f64("confidence-threshold") > 0 && !dc.dspark.enable_confidence_head)  // before the target loads
+      throw std::invalid_argument("eval: --confidence-threshold needs a confidence head, but " + config +
+                                  " has enable_confidence_head false");
   }
   o.block_size = a.i64("block-size");
   o.max_draft = a.i64("max-draft");

@@ -1,6 +1,6 @@
 // rejection_probe: src/eval/rejection_rule on inputs from a JSON file, for tests/python/test_eval_rejection_rule.py
-// (a test tool). Input {"target_probs": [[..]] (n+1 rows), "draft_probs": [[..]] (n rows), "draft_tokens": [..],
-// "uniforms": [..], "extra_uniform": u}; output on stdout {"accepted", "token", "acceptance": [per draft],
+// (a test tool). Input: a JSON array of cases {"target_probs": [[..]] (n+1 rows), "draft_probs": [[..]] (n rows), "draft_tokens": [..],
+// "uniforms": [..], "extra_uniform": u}; output on stdout, per case, {"accepted", "token", "acceptance": [per draft],
 // "residual": [[..] per draft]}, doubles printed so that they read back exactly.
 #include <cstdio>
 #include <fstream>
@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   }
   try {
     std::ifstream f(argv[1]);
-    const auto in = nlohmann::json::parse(f);
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& in : nlohmann::json::parse(f)) {
     const auto p = in.at("target_probs").get<std::vector<std::vector<double>>>();
     const auto q = in.at("draft_probs").get<std::vector<std::vector<double>>>();
     const auto tokens = in.at("draft_tokens").get<std::vector<int64_t>>();
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
       out["acceptance"].push_back(acceptance_probability(p[j], q[j], tokens[j]));
       out["residual"].push_back(residual_distribution(p[j], q[j]));
     }
-    std::printf("%s\n", out.dump().c_str());
+    all.push_back(out);
+    }
+    std::printf("%s\n", all.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rejection_probe: %s\n", e.what());
     return 1;

@@ -173,5 +173,11 @@ def test_refusals_are_one_line(dflash_bin, target, tmp_path):
         return r.stderr.strip().splitlines()[-1]
     assert "--confidence-threshold needs a confidence head" in fails("--drafter", str(no_conf),
                                                                      "--confidence-threshold", "0.5")
-    assert "--confidence-threshold" in fails("--drafter", str(no_conf), "--confidence-threshold", "1.5")
-    assert "--confidence-threshold" in fails("--proposer", "oracle", "--confidence-threshold", "0.5")
+    assert "--confidence-threshold must be a finite number in [0, 1]" in fails("--drafter", str(no_conf),
+                                                                                "--confidence-threshold", "1.5")
+    assert "--confidence-threshold is not used with --proposer oracle" in fails("--proposer", "oracle",
+                                                                                 "--confidence-threshold", "0.5")
+    from test_eval_speculative import _random_drafter
+    dflash = _random_drafter(tmp_path / "dflash", model.config)
+    assert "--confidence-threshold applies to dspark drafters only" in fails("--drafter", str(dflash),
+                                                                             "--confidence-threshold", "0.5")

@@ -20,10 +20,11 @@ def probe(dflash_bin):
     return str(path)
 
 
-def run_probe(probe, tmp_path, p, q, tokens, u, extra):
+def run_probe(probe, tmp_path, cases):
+    """cases: (p, q, tokens, u, extra) tuples, one probe run for all."""
     src = tmp_path / "in.json"
-    src.write_text(json.dumps({"target_probs": p.tolist(), "draft_probs": q.tolist(), "draft_tokens": tokens.tolist(),
-                               "uniforms": u.tolist(), "extra_uniform": float(extra)}))
+    src.write_text(json.dumps([{"target_probs": p.tolist(), "draft_probs": q.tolist(), "draft_tokens": tokens.tolist(),
+                                "uniforms": u.tolist(), "extra_uniform": float(extra)} for p, q, tokens, u, extra in cases]))
     r = subprocess.run([probe, str(src)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -51,10 +52,10 @@ def random_case(g, n, V, kind):
 def test_rejection_rule_equals_the_reference(probe, tmp_path, kind):
     g = torch.Generator().manual_seed(7)
     verdicts = set()
-    for trial in range(12):
-        n, V = 1 + trial % 5, 6 + 3 * trial
-        p, q, tokens, u, extra = random_case(g, n, V, kind)
-        out = run_probe(probe, tmp_path, p, q, tokens, u, extra)
+    cases = [random_case(g, 1 + trial % 5, 6 + 3 * trial, kind) for trial in range(12)]
+    for trial, (case, out) in enumerate(zip(cases, run_probe(probe, tmp_path, cases))):
+        p, q, tokens, u, extra = case
+        n = tokens.shape[0]
         accepted, token = fr.speculative_verify(p, q, tokens, u, extra)
         assert (out["accepted"], out["token"]) == (accepted, int(token)), (kind, trial)
         ref_acc = fr.acceptance_probability(p[:n], q, tokens)
