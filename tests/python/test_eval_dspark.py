@@ -28,6 +28,16 @@ def target(tmp_path_factory):
     return m, d
 
 
+@pytest.fixture(scope="module")
+def varied_target(tmp_path_factory):
+    """A target whose greedy decodes rarely repeat a token (unlike `target`'s, which settle into runs of one token):
+    a draft that follows the wrong previous token is then wrong."""
+    m = tiny_llama(vocab=V, layers=4, seed=1, weight_scale=2.0)
+    d = tmp_path_factory.mktemp("varied_target")
+    m.save_pretrained(str(d))
+    return m, d
+
+
 def dspark_drafter(path, target_cfg, B=4, rank=8, head_type="vanilla", confidence=True, with_markov=True, seed=0,
                    markov=None, conf_bias=0.0):
     """A random DSpark export (DeepSpec's flat config keys and tensor names). markov: (w1, w2) to use instead of
@@ -111,8 +121,8 @@ def _successor_markov(model, prompts, max_new, rank_scale=40.0):
     return w1, w2
 
 
-def test_markov_head_that_knows_the_target_gets_long_acceptances(dflash_bin, target, tmp_path):
-    model, d = target
+def test_markov_head_that_knows_the_target_gets_long_acceptances(dflash_bin, varied_target, tmp_path):
+    model, d = varied_target
     data = write_prompts(tmp_path / "p.jsonl", 3, V)
     prompts = [json.loads(line)["prompt_ids"] for line in open(data)]
     markov = _successor_markov(model, prompts, 24)
@@ -121,7 +131,7 @@ def test_markov_head_that_knows_the_target_gets_long_acceptances(dflash_bin, tar
     ds = res["datasets"][0]
     assert ds["lossless"] is True
     # Drafts follow the target's greedy successors: far more than the one token a cycle of a random drafter.
-    assert ds["tau"] > 2.5, ds
+    assert ds["tau"] > 2.1, ds  # 2.46 here; 1.60 when every draft reads the last committed token
     assert max(k for rec in toks for k in rec["accept_lengths"]) == 5  # B = 4 drafts all accepted, plus one
     # The same head with W2 shifted by one token is wrong everywhere: tau falls to ~1 (the test can fail).
     bad = dspark_drafter(tmp_path / "bad", model.config, rank=V, markov=(markov[0], markov[1].roll(1, 0)))
@@ -129,10 +139,10 @@ def test_markov_head_that_knows_the_target_gets_long_acceptances(dflash_bin, tar
     assert res_bad["datasets"][0]["lossless"] is True and res_bad["datasets"][0]["tau"] < 1.5
 
 
-def test_confidence_threshold_truncates_by_the_cumulative_product(dflash_bin, target, tmp_path):
+def test_confidence_threshold_truncates_by_the_cumulative_product(dflash_bin, varied_target, tmp_path):
     """Every slot's confidence logit is 0 (sigmoid 1/2): the cumulative products are 1/2, 1/4, 1/8, 1/16, so
     threshold 0.2 keeps 2 drafts (3 tokens verified), 0.6 keeps none (one token a cycle), 0 keeps all 4."""
-    model, d = target
+    model, d = varied_target
     data = write_prompts(tmp_path / "p.jsonl", 3, V)
     prompts = [json.loads(line)["prompt_ids"] for line in open(data)]
     drafter = dspark_drafter(tmp_path / "drafter", model.config, rank=V, markov=_successor_markov(model, prompts, 24),
@@ -145,11 +155,11 @@ def test_confidence_threshold_truncates_by_the_cumulative_product(dflash_bin, ta
         lengths = [k for rec in toks for k in rec["accept_lengths"]]
         assert max(lengths) == most, (threshold, lengths)
         assert all(rate == 0 for rate in ds["slot_acceptance"][most - 1:])  # slots past the cut: never verified
-    assert ds["tau"] > 2.5  # threshold 0: as without the head
+    assert ds["tau"] > 2.1  # threshold 0: as without the head
 
 
-def test_sampled_dspark_eval_runs_with_its_draft_distribution(dflash_bin, target, tmp_path):
-    model, d = target
+def test_sampled_dspark_eval_runs_with_its_draft_distribution(dflash_bin, varied_target, tmp_path):
+    model, d = varied_target
     data = write_prompts(tmp_path / "p.jsonl", 2, V)
     prompts = [json.loads(line)["prompt_ids"] for line in open(data)]
     drafter = dspark_drafter(tmp_path / "drafter", model.config, rank=V, markov=_successor_markov(model, prompts, 20))
