@@ -100,15 +100,20 @@ void DFlashProposer::start(const std::vector<int64_t>& prompt, const models::Tar
   cache_.append(features(prefill, static_cast<int64_t>(prompt.size())));
 }
 
-std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
+at::Tensor DFlashProposer::block_hidden(int64_t last_token, int64_t pos) {
   if (pos != cache_.length())
     throw std::logic_error("DFlashProposer: anchor " + std::to_string(pos) + " but context holds " +
                            std::to_string(cache_.length()) + " positions");
-  const int64_t B = block_size();
+  const int64_t B = d_.config.block_size;
   std::vector<int64_t> ids(static_cast<size_t>(B), d_.config.mask_token_id);
   ids[0] = last_token;
   const at::Tensor emb = target_.embed(at::tensor(ids, at::kLong).view({1, B}).to(target_.input_device()));
-  const at::Tensor h = cache_.block_hidden(emb.to(d_.weights.fc.device()));
+  return cache_.block_hidden(emb.to(d_.weights.fc.device()));
+}
+
+std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
+  const int64_t B = block_size();
+  const at::Tensor h = block_hidden(last_token, pos);
   const int64_t n = max_draft_ > 0 ? std::min(max_draft_, B - 1) : B - 1;
   at::Tensor best;
   if (d_.lm_head.defined()) {  // draft vocabulary: argmax over its K rows, then draft id -> target id

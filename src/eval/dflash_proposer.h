@@ -41,10 +41,16 @@ class DFlashProposer : public Proposer {
   std::vector<int64_t> propose(int64_t last_token, int64_t pos) override;
   void commit(const models::TargetOutput& verify, int64_t n) override;
 
- private:
+ protected:
+  // Final-normed hidden states [1, B, H] of the block [last_token, MASK x (B-1)] anchored at pos.
+  at::Tensor block_hidden(int64_t last_token, int64_t pos);
+  int64_t max_draft() const { return max_draft_; }
+
   at::Tensor features(const models::TargetOutput& out, int64_t n) const;
   const LoadedDrafter& d_;
   const models::TargetModel& target_;
+
+ private:
   DrafterContextCache cache_;
   int64_t max_draft_ = 0;
 };

@@ -15,6 +15,7 @@
 #include "attention_selfcheck.h"
 #include "compute_settings.h"
 #include "dflash_proposer.h"
+#include "dspark_proposer.h"
 #include "drafter_attention.h"
 #include "drafter_config.h"
 #include "drafter_family.h"
@@ -34,7 +35,7 @@ namespace dflash::eval {
 using util::Args;
 namespace {
 
-// What proposes the blocks: the DFlash drafter (on its device, with the attention backend chosen for it) or a test
+// What proposes the blocks: the DFlash or DSpark drafter (on its device, with the attention backend chosen for it) or a test
 // proposer.
 struct ProposerSide {
   std::unique_ptr<LoadedDrafter> drafter;
@@ -54,7 +55,11 @@ ProposerSide make_proposer(const EvalOptions& o, const models::TargetModel& targ
         o.attention_backend, s.drafter->config, ddev, s.drafter->weights.fc.scalar_type(),
         {.context_len = 512 + std::max<int64_t>(0, o.max_new), .packed = false, .backward = false});
     std::fprintf(stderr, "%s\n", s.attention->line.c_str());
-    s.proposer = std::make_unique<DFlashProposer>(*s.drafter, target, o.max_draft, s.attention->backend);
+    if (s.drafter->config.family == drafter::DrafterFamily::DSpark)
+      s.proposer = std::make_unique<DSparkProposer>(*s.drafter, target, o.max_draft, s.attention->backend,
+                                                    o.confidence_threshold);
+    else
+      s.proposer = std::make_unique<DFlashProposer>(*s.drafter, target, o.max_draft, s.attention->backend);
   } else if (o.proposer == "oracle") {
     s.proposer = std::make_unique<OracleProposer>(o.block_size);
   } else if (o.proposer == "random") {
@@ -115,12 +120,17 @@ DatasetReport evaluate_dataset(const EvalOptions& o, const EvalDataset& ds, cons
 
 void write_eval_json(const EvalOptions& o, const ProposerSide& side, const data::GenerationOptions& gen,
                      const std::vector<DatasetReport>& reports) {
+  // block_size: the drafter's B (DSpark drafts all B and verifies B + 1 tokens: verified_per_cycle).
   nlohmann::json j = {{"target", o.target.path},
                       {"drafter", side.drafter ? side.drafter->dir : o.proposer},
-                      {"block_size", side.proposer->block_size()},
+                      {"drafter_family", side.drafter ? drafter::drafter_family_name(side.drafter->config.family)
+                                                      : o.proposer},
+                      {"block_size", side.drafter ? side.drafter->config.block_size : side.proposer->block_size()},
+                      {"verified_per_cycle", side.proposer->block_size()},
                       {"temperature", gen.temperature},
                       {"max_new", gen.max_new},
                       {"max_draft", o.max_draft},
+                      {"confidence_threshold", o.confidence_threshold},
                       {"datasets", nlohmann::json::array()}};
   if (side.attention)
     j["attention_backend"] = {{"requested", ops::attention_backend_name(side.attention->requested)},
@@ -190,13 +200,15 @@ int eval_main(const std::vector<std::string>& args) {
   models::add_target_options(a, target_set);
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
   a.option("drafter-device", "DEV", "target", "where the drafter runs: target (the target's first device), cpu, cuda:N");
-  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the drafter's config.json; only dflash so far)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the drafter's config.json; dflash2 not yet)");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
   a.option("attention-backend", "NAME", "auto",
            "the drafter's attention: auto (fused after a forward self-check against the reference on its device, "
            "else reference) | fused (refuses when the check fails) | reference");
   a.option("block-size", "B", "16", "block size for the oracle / random proposers");
-  a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all B-1)");
+  a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all; B-1 for dflash, B for dspark)");
+  a.option("confidence-threshold", "X", "0",
+           "dspark: stop each draft where the cumulative product of sigmoid(confidence) falls below X (0: off)");
   a.option("data", "LIST", "", "datasets, comma-separated NAME=PATH (prompt JSONL, .gz ok)");
   a.option("limit", "N", "-1", "first N prompts of each dataset (-1: all)");
   a.option("max-new", "N", "256", "maximum new tokens per prompt");
@@ -206,13 +218,14 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("baseline", "0|1", "1", "also decode with the target alone (speed baseline and lossless check)");
   a.option("json", "FILE", "", "write the results as JSON");
   a.option("tokens-out", "FILE", "", "write the generated tokens per prompt and repeat as JSONL");
-  a.range("block-size", 2, 1024).range("max-draft", 0, 1023, " (0: all B-1)").range("limit", -1, 2147483647, " (-1: all)");
+  a.range("block-size", 2, 1024).range("max-draft", 0, 1023, " (0: all)").range("limit", -1, 2147483647, " (-1: all)");
+  a.range("confidence-threshold", util::closed(0, 1), " (0: off)");
   a.range("max-new", 1, 1048576).range("temperature", util::closed(0, 100), " (0: greedy)");
   a.range("seed", 0, std::numeric_limits<int64_t>::max()).range("repeats", 1, 1000000).range("baseline", 0, 1);
   if (!a.parse(args)) return 0;
   // What the chosen proposer does not read is refused, not dropped: a bad --drafter-device used to pass with oracle.
   if (a.str("proposer") != "dflash")
-    a.refuse_given({"drafter", "drafter-device", "attention-backend"},
+    a.refuse_given({"drafter", "drafter-device", "attention-backend", "confidence-threshold"},
                    "with --proposer " + a.str("proposer") + " (only --proposer dflash runs a drafter)");
   else
     a.refuse_given({"block-size"}, "with --proposer dflash (the drafter's config.json sets its block size)");
@@ -233,11 +246,19 @@ int eval_main(const std::vector<std::string>& args) {
   if (o.proposer == "dflash" && !o.drafter.empty()) {
     // The family before the target and the weights load: a family eval cannot run yet is refused in one line.
     const std::string config = resolve_drafter_dir(o.drafter) + "/config.json";
-    drafter::refuse_unsupported_family(
-        "eval", drafter::family_for_command("eval", o.drafter_family, drafter::load_drafter_config(config).family, config));
+    const drafter::DrafterConfig dc = drafter::load_drafter_config(config);
+    const auto family = drafter::family_for_command("eval", o.drafter_family, dc.family, config);
+    if (family != drafter::DrafterFamily::DSpark) drafter::refuse_unsupported_family("eval", family);
+    if (a.given("confidence-threshold") && family != drafter::DrafterFamily::DSpark)
+      throw std::invalid_argument("eval: --confidence-threshold applies to dspark drafters only (" + config + " is " +
+                                  drafter::drafter_family_name(family) + ")");
+    if (a.f64("confidence-threshold") > 0 && !dc.dspark.enable_confidence_head)  // before the target loads
+      throw std::invalid_argument("eval: --confidence-threshold needs a confidence head, but " + config +
+                                  " has enable_confidence_head false");
   }
   o.block_size = a.i64("block-size");
   o.max_draft = a.i64("max-draft");
+  o.confidence_threshold = a.f64("confidence-threshold");
   o.limit = a.i64("limit");
   o.max_new = a.i64("max-new");
   o.temperature = a.f64("temperature");

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "rejection_rule.h"
 #include "token_sampler.h"
 
 namespace dflash::eval {
@@ -48,22 +49,25 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
       into += std::chrono::duration<double>(now - lap).count();
       lap = now;
     };
-    std::vector<int64_t> block = proposer.propose(last, pos);
+    Draft draft = proposer.draft(last, pos, opt.temperature, rng);
     split(r.draft_s);
-    if (static_cast<int64_t>(block.size()) != block_size - 1)
+    if (static_cast<int64_t>(draft.tokens.size()) > block_size - 1 ||
+        (!draft.probs.empty() && draft.probs.size() != draft.tokens.size()))
       throw std::logic_error("proposer returned a wrong block size");
-    block.resize(static_cast<size_t>(B - 1));
+    // This cycle verifies the last token plus at most B - 1 drafts (fewer when the proposer stopped early).
+    const int64_t Bc = std::min<int64_t>(B, static_cast<int64_t>(draft.tokens.size()) + 1);
+    std::vector<int64_t> block(draft.tokens.begin(), draft.tokens.begin() + (Bc - 1));
     block.insert(block.begin(), last);
-    const at::Tensor ids = at::tensor(block, at::kLong).view({1, B}).to(target.input_device());
+    const at::Tensor ids = at::tensor(block, at::kLong).view({1, Bc}).to(target.input_device());
     const models::TargetOutput ver = target.forward(ids, &cache, layers, false, true);
     split(r.verify_s);
     // Row i of the LM head predicts position pos+i+1. On CPU the LM head over all B rows can cost more than
     // the verify forward itself, so rows are computed in small chunks, only as far as drafts are accepted.
-    std::vector<at::Tensor> rows(static_cast<size_t>(B));
+    std::vector<at::Tensor> rows(static_cast<size_t>(Bc));
     int64_t computed = 0;
     auto row = [&](int64_t i) -> const at::Tensor& {
       while (computed <= i) {
-        const int64_t n = std::min<int64_t>(kVerifyChunk, B - computed);
+        const int64_t n = std::min<int64_t>(kVerifyChunk, Bc - computed);
         const at::Tensor l = target.lm_head(ver.last_hidden.narrow(1, computed, n)).to(at::kCPU)[0];
         for (int64_t k = 0; k < n; ++k) rows[static_cast<size_t>(computed + k)] = l[k];
         computed += n;
@@ -72,7 +76,7 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
     };
 
     int64_t accepted = 0, next = -1;
-    for (int64_t i = 0; i < B - 1; ++i) {
+    for (int64_t i = 0; i < Bc - 1; ++i) {
       const int64_t d = block[static_cast<size_t>(i + 1)];
       ++r.slot_reached[static_cast<size_t>(i)];
       bool ok;
@@ -80,6 +84,11 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
         const int64_t t = row(i).argmax().item<int64_t>();
         ok = t == d;
         if (!ok) next = t;
+      } else if (!draft.probs.empty()) {  // a sampled draft with its distribution q: min(1, p/q), residual
+        const std::vector<double> p = data::token_probs(row(i), opt.temperature);
+        const auto& q = draft.probs[static_cast<size_t>(i)];
+        ok = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < acceptance_probability(p, q, d);
+        if (!ok) next = data::draw(residual_distribution(p, q), rng);
       } else {
         std::vector<double> p = data::token_probs(row(i), opt.temperature);
         ok = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p[static_cast<size_t>(d)];
@@ -92,7 +101,7 @@ SpecResult speculative_generate(const models::TargetModel& target, Proposer& pro
       ++r.slot_accepted[static_cast<size_t>(i)];
       ++accepted;
     }
-    if (accepted == B - 1) next = data::next_token(row(B - 1), opt.temperature, rng);
+    if (accepted == Bc - 1) next = data::next_token(row(Bc - 1), opt.temperature, rng);
 
     // Commit accepted drafts then the target's token, stopping at eos / max_new as plain decoding would.
     int64_t committed = 0;  // tokens of `block` (from index 1) that made it into the output

@@ -2,8 +2,9 @@
 // committed one, the target verifies the block [last, drafts] in one forward on its KV cache, the longest
 // agreeing prefix is accepted, the target's own next token is committed after it, and the cache is cropped to
 // the committed length. Greedy (temperature 0) accepts a draft iff it equals the target's argmax; sampling accepts a
-// (point-mass) draft d with probability p(d) and otherwise draws from p with d removed, which leaves the
-// output distributed exactly as the target's own sampling.
+// (point-mass) draft d with probability p(d) and otherwise draws from p with d removed, and a draft that comes with
+// its distribution q (DSpark's sampled drafts) by rejection_rule.h's min(1, p/q) and residual: either way the
+// output is distributed exactly as the target's own sampling.
 #pragma once
 #include <cstdint>
 #include <vector>

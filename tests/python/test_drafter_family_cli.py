@@ -37,7 +37,6 @@ def files(tmp_path):
 @pytest.mark.parametrize("cmd,args", [
     ("plan", ["--config", "dspark.json", "--node"]),
     ("bench step", ["--drafter-config", "dspark.json"]),
-    ("eval", ["--target", "x", "--drafter", "run", "--data", "a=p.jsonl"]),
 ])
 def test_dspark_is_refused_in_one_line(dflash_bin, files, cmd, args):
     out = run(dflash_bin, files, *cmd.split(), *args)
@@ -52,6 +51,14 @@ def test_dspark_is_refused_in_one_line(dflash_bin, files, cmd, args):
 def test_train_runs_dspark(dflash_bin, files, args):
     """train takes DSpark (issue 39 step 4): it goes past the family check and stops at the missing target."""
     out = run(dflash_bin, files, "train", *args)
+    assert out.returncode == 1, out.stderr
+    assert "drafter_family" not in out.stderr, out.stderr
+
+
+def test_eval_runs_dspark(dflash_bin, files):
+    """eval takes DSpark (issue 39 step 6, test_eval_dspark.py): it goes past the family check and stops at the
+    missing target."""
+    out = run(dflash_bin, files, "eval", "--target", "x", "--drafter", "run", "--data", "a=p.jsonl")
     assert out.returncode == 1, out.stderr
     assert "drafter_family" not in out.stderr, out.stderr
 
