@@ -444,9 +444,15 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   out["settings"] = {{"seq_len", o.seq_len},        {"anchors", o.anchors}, {"block_size", c.block_size},
                      {"dtype", dtype},              {"kl_weight", o.kl_weight},
                      {"loss_chunk_rows", o.loss_chunk_rows}, {"iters", o.iters}, {"threads", at::get_num_threads()}};
-  std::printf("bench step: model %s (%s), seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
-              o.model_name.c_str(), drafter_family_name(family), (long long)o.seq_len, (long long)o.anchors, (long long)c.block_size, dtype.c_str(),
-              o.kl_weight, (long long)o.loss_chunk_rows, at::get_num_threads());
+  // DSpark's objective has its own teacher term (the L1), not DFlash's soft labels: --kl-weight does not apply.
+  char kl[64];
+  if (family == DrafterFamily::DSpark)
+    std::snprintf(kl, sizeof kl, "its L1 teacher");
+  else
+    std::snprintf(kl, sizeof kl, "kl_weight %g", o.kl_weight);
+  std::printf("bench step: model %s (%s), seq %lld, %lld anchors x %lld, %s, %s, loss chunk %lld, %d threads\n",
+              o.model_name.c_str(), drafter_family_name(family), (long long)o.seq_len, (long long)o.anchors,
+              (long long)c.block_size, dtype.c_str(), kl, (long long)o.loss_chunk_rows, at::get_num_threads());
   std::printf("%-10s %7s %14s %12s %14s %14s %9s  %s\n", "policy", "workers", "s/iter (mean)", "steps/s",
               "measured peak", "planned peak", "plan/meas", "same as 1 worker");
   time_policies(o, attention, probe, out);
