@@ -31,13 +31,20 @@ struct BenchStepOptions {
   bool cuda = false;          // the step on the current CUDA device (a build with CUDA)
   int64_t draft_vocab = 0;    // > 0: the first policy again over a draft vocabulary of this many rows
   bool reference = true;      // the plain-PyTorch step on the same shapes (CPU)
-  bool generic_ce = true;     // the first policy again with the generic cross-entropy
+  bool generic_ce = true;     // the first policy again with the generic cross-entropy (not for dspark)
+  bool dspark_naive = true;   // drafter_family dspark: its chunked objective vs the naive full-logits one
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
 };
 
-// Prints the table as it goes and returns it as JSON: {"model", "device", "attention_backend", "settings", "runs":
+// The planner's promise: planned peak within 10% of the measured one (each run's "plan_within_10_percent"; the
+// table says so under a run that misses it).
+inline constexpr double kPlanTolerance = 0.10;
+bool plan_within_tolerance(double planned, double measured);
+
+// The family is o.drafter.family: dflash, dspark (its blocks, teacher and objective) or dflash2 (its convs and
+// selector), each as training runs it. Prints the table as it goes and returns it as JSON: {"model", "device", "attention_backend", "settings", "runs":
 // [{"policy", "workers", "mean_seconds", "measured_peak_bytes", "planned_peak_bytes", "ratio", "loss", ...}],
-// "generic_ce", "draft_vocab", "reference"}. Uses the calling thread's intra-op thread count.
+// "generic_ce", "draft_vocab", "reference", "dspark_objective" (bench_step_dspark.h)}. Uses the calling thread's intra-op thread count.
 nlohmann::json run_bench_step(const BenchStepOptions& o);
 
 }  // namespace dflash::plan

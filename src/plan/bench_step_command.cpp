@@ -31,11 +31,13 @@
 #include "atomic_output.h"
 #include "attention_selfcheck.h"
 #include "bench_step.h"
+#include "bench_step_dspark.h"
 #include "compute_settings.h"
 #include "drafter_attention.h"
 #include "drafter_family.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
+#include "dspark_block_batch.h"
 #include "dtype_names.h"
 #include "memory_planner.h"
 #include "plan_commands.h"
@@ -131,20 +133,43 @@ Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, 
     for (auto* t : {&r.w.fc, &r.w.hidden_norm, &r.w.norm}) *t = t->to(dev);
     for (auto& l : r.w.layers)
       for (auto& t : l.t) t = t.to(dev);
+    for (auto& h : r.w.heads) h.second = h.second.to(dev);  // DSpark's heads
+    for (auto& cv : r.w.convs)                               // DFlash2's convs and selector
+      for (auto* bw : {&cv.attention_conv, &cv.mlp_conv})
+        for (auto* t : {&bw->base_kernel, &bw->kernel_projection}) *t = t->to(dev);
+    for (auto* t : {&r.w.selector.hidden_projection, &r.w.selector.predecessor_codebook,
+                    &r.w.selector.successor_codebook})
+      if (t->defined()) *t = t->to(dev);
   }
   r.w.set_requires_grad(true);
   const auto opts = at::TensorOptions().dtype(dtype);
   const int64_t nH = int64_t(c.target_layer_ids.size()) * c.hidden_size;
   r.feats = at::randn({1, seq, nH}, gen, opts).to(dev);
-  r.last = kl > 0 ? at::randn({1, seq, c.hidden_size}, gen, opts).to(dev) : at::Tensor();
+  const bool dspark = c.family == DrafterFamily::DSpark;  // DSpark's L1 and confidence: the target's last hidden
+  r.last = kl > 0 || dspark ? at::randn({1, seq, c.hidden_size}, gen, opts).to(dev) : at::Tensor();
   const at::Tensor ids = at::randint(0, c.vocab_size - 1, {1, seq}, gen, at::kLong).to(dev);
   at::Tensor loss_mask = at::ones({1, seq}, at::kBool);
   loss_mask.narrow(1, 0, seq / 8).fill_(false);  // a prompt
   std::mt19937_64 rng(seed);
   const AnchorSample s_cpu = sample_anchors(loss_mask, anchors, rng);
   r.s = AnchorSample{s_cpu.anchors.to(dev), s_cpu.keep.to(dev), at::Tensor(), at::Tensor()};  // unpacked rows
-  r.blocks = build_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma);
+  r.blocks = dspark ? build_dspark_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma)
+                   : build_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma);
   return r;
+}
+
+// The loss options training uses for the family (train/step_producer.cpp's run_loss_options with the defaults).
+DrafterLossOptions bench_loss_options(const DrafterConfig& c, int64_t chunk, double kl, bool fused_ce,
+                                      ops::AttentionBackend attention) {
+  DrafterLossOptions opt;
+  opt.gamma = c.family == DrafterFamily::DSpark ? kDSparkGamma : default_loss_gamma(c.block_size);
+  opt.chunk.chunk_rows = chunk;
+  opt.chunk.kl_weight = kl;
+  opt.chunk.fused_ce = fused_ce;
+  opt.attention = attention;
+  opt.dspark.chunk_rows = chunk;
+  opt.dflash2.selector.top_k = c.dflash2.selector_top_k;
+  return opt;
 }
 
 // `workers` threads, each with its own replica and inputs (the trainer's topology: one replica per worker), run
@@ -168,12 +193,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     t.lm_head = c.tie_word_embeddings ? t.embed : at::randn({c.vocab_size, c.hidden_size}, gen, opts).mul_(0.02).to(dev);
     // A draft vocabulary: the loss runs over K rows of the head (their own [K, H] copy, as in training).
     if (c.draft_vocab_size > 0) t.lm_head = t.lm_head.narrow(0, 0, c.draft_vocab_size).contiguous();
-    DrafterLossOptions opt;
-    opt.gamma = default_loss_gamma(c.block_size);
-    opt.chunk.chunk_rows = chunk;
-    opt.chunk.kl_weight = kl;
-    opt.chunk.fused_ce = fused_ce;
-    opt.attention = attention;
+    const DrafterLossOptions opt = bench_loss_options(c, chunk, kl, fused_ce, attention);
     std::vector<Replica> reps;
     for (int64_t w = 0; w < workers; ++w) reps.push_back(make_replica(c, dtype, seq, anchors, kl, opt.gamma, seed, dev));
     if (c.draft_vocab_size > 0)  // labels as draft ids (the trainer maps them; outside targets only lose weight)
@@ -294,13 +314,18 @@ void time_policies(const BenchStepOptions& o, ops::AttentionBackend attention, c
       // Every worker computes the same step: they must agree with each other and with a lone worker at their thread count.
       const double diff = std::max(r.max_worker_diff, single ? max_run_diff(r, *single) : 0.0);
       const std::string same = workers == 1 ? "-" : diff == 0 ? "identical" : "max diff " + std::to_string(diff);
+      const bool plan_ok = plan_within_tolerance(planned, r.measured_bytes);
       std::printf("%-10s %7lld %14.3f %12.3f %14s %14s %9.3f  %s\n", pol.name().c_str(), (long long)workers, mean,
                   double(workers) / mean, human_bytes(r.measured_bytes).c_str(), human_bytes(planned).c_str(),
                   planned / r.measured_bytes, same.c_str());
+      if (!plan_ok)
+        std::printf("  ^ the planner is off by %.1f%% (more than %.0f%%) for this step\n",
+                    100 * (planned / r.measured_bytes - 1), 100 * kPlanTolerance);
       nlohmann::json run = {{"policy", pol.name()}, {"workers", workers}, {"seconds", r.seconds}, {"mean_seconds", mean},
                             {"steps_per_second", double(workers) / mean}, {"measured_peak_bytes", r.measured_bytes},
                             {"planned_peak_bytes", planned}, {"planned_peak_phase", p.peak_phase},
-                            {"ratio", planned / r.measured_bytes}, {"loss", r.loss}, {"plan", plan_to_json(p)}};
+                            {"ratio", planned / r.measured_bytes}, {"plan_within_10_percent", plan_ok},
+                            {"loss", r.loss}, {"plan", plan_to_json(p)}};
       if (workers > 1) run["max_diff_vs_single_worker"] = diff;
       out["runs"].push_back(run);
     }
@@ -370,6 +395,10 @@ void compare_pytorch_reference(const BenchStepOptions& o, nlohmann::json& out) {
 
 }  // namespace
 
+bool plan_within_tolerance(double planned, double measured) {
+  return measured > 0 && std::abs(planned / measured - 1) <= kPlanTolerance;
+}
+
 nlohmann::json run_bench_step(const BenchStepOptions& o) {
   for (int64_t w : o.workers)
     if (w < 1 || w > 64) throw util::UsageError("bench step: --workers expects counts in 1..64, got " + std::to_string(w));
@@ -378,6 +407,10 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   if (o.draft_vocab > 0 && o.draft_vocab >= o.drafter.vocab_size)
     throw std::invalid_argument("bench step: --draft-vocab must be in [1, " + std::to_string(o.drafter.vocab_size - 1) +
                                 "] (below the vocabulary size), got " + std::to_string(o.draft_vocab));
+  const DrafterFamily family = o.drafter.family;
+  if (o.draft_vocab > 0 && family != DrafterFamily::DFlash)
+    throw std::invalid_argument(std::string("bench step: --draft-vocab must be 0 with drafter_family ") +
+                                drafter_family_name(family) + " (not supported yet)");
 #ifndef DFLASH_BENCH_CUDA
   if (o.cuda) throw std::invalid_argument("bench step: this build has no CUDA support");
 #endif
@@ -405,20 +438,30 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   const std::string dtype = ops::dtype_name(o.dtype);
   nlohmann::json out;
   out["model"] = o.model_name;
+  out["drafter_family"] = drafter_family_name(family);
   out["device"] = o.cuda ? "cuda" : "cpu";
   out["attention_backend"] = ops::attention_backend_name(attention);
   out["settings"] = {{"seq_len", o.seq_len},        {"anchors", o.anchors}, {"block_size", c.block_size},
                      {"dtype", dtype},              {"kl_weight", o.kl_weight},
                      {"loss_chunk_rows", o.loss_chunk_rows}, {"iters", o.iters}, {"threads", at::get_num_threads()}};
-  std::printf("bench step: model %s, seq %lld, %lld anchors x %lld, %s, kl_weight %g, loss chunk %lld, %d threads\n",
-              o.model_name.c_str(), (long long)o.seq_len, (long long)o.anchors, (long long)c.block_size, dtype.c_str(),
-              o.kl_weight, (long long)o.loss_chunk_rows, at::get_num_threads());
+  // DSpark's objective has its own teacher term (the L1), not DFlash's soft labels: --kl-weight does not apply.
+  char kl[64];
+  if (family == DrafterFamily::DSpark)
+    std::snprintf(kl, sizeof kl, "its L1 teacher");
+  else
+    std::snprintf(kl, sizeof kl, "kl_weight %g", o.kl_weight);
+  std::printf("bench step: model %s (%s), seq %lld, %lld anchors x %lld, %s, %s, loss chunk %lld, %d threads\n",
+              o.model_name.c_str(), drafter_family_name(family), (long long)o.seq_len, (long long)o.anchors,
+              (long long)c.block_size, dtype.c_str(), kl, (long long)o.loss_chunk_rows, at::get_num_threads());
   std::printf("%-10s %7s %14s %12s %14s %14s %9s  %s\n", "policy", "workers", "s/iter (mean)", "steps/s",
               "measured peak", "planned peak", "plan/meas", "same as 1 worker");
   time_policies(o, attention, probe, out);
-  if (o.generic_ce) compare_generic_ce(o, attention, probe, out);
+  // DSpark's objective is its own op (no fused CE switch), and the plain-PyTorch step is DFlash's.
+  if (o.generic_ce && family != DrafterFamily::DSpark) compare_generic_ce(o, attention, probe, out);
   if (o.draft_vocab > 0) compare_draft_vocab(o, attention, probe, out);
-  if (o.reference && !o.cuda) compare_pytorch_reference(o, out);
+  if (o.reference && !o.cuda && family == DrafterFamily::DFlash) compare_pytorch_reference(o, out);
+  if (o.dspark_naive && family == DrafterFamily::DSpark)
+    out["dspark_objective"] = compare_dspark_objective(o, [&] { return probe.reset(); }, [&] { return probe.peak(); });
   return out;
 }
 
@@ -430,7 +473,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("drafter-config", "FILE", "",
            "a drafter config.json instead of --model (e.g. a run's drafter_config.json: the drafter you train)");
   a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --drafter-config's architectures, else "
-                                          "dflash; only dflash so far)");
+                                          "dflash); a preset takes the family's default settings");
   a.option("seq-len", "S", "1024", "context tokens");
   a.option("anchors", "N", "64", "blocks");
   a.option("dtype", "DTYPE", "fp32", "fp32 | bf16 | fp64");
@@ -451,19 +494,28 @@ int bench_step_main(const std::vector<std::string>& argv) {
            "also time the plain-PyTorch drafter step (dense mask, eager autograd) on the same shapes (CPU)");
   a.option("generic-ce", "0|1", "1",
            "also time the first policy with the generic ATen cross-entropy instead of the fused CPU kernel");
+  a.option("dspark-naive", "0|1", "1",
+           "drafter_family dspark: also time its chunked objective against the naive full-logits one on the same "
+           "inputs (time, peak memory, loss and gradient difference)");
   a.option("attention-backend", "NAME", "auto",
            "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
   a.range("seq-len", 1, 1048576).range("anchors", 1, 1048576).range("kl-weight", util::closed(0, 1));
   a.range("loss-chunk", 1, 16777216).range("iters", 1, 1000000).range("seed", 0, std::numeric_limits<int64_t>::max());
   a.range("draft-vocab", 0, 16777216, " (0: the full vocabulary)").range("reference", 0, 1).range("generic-ce", 0, 1);
+  a.range("dspark-naive", 0, 1);
   if (!a.parse(argv)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench step: --json");  // before the runs
   BenchStepOptions o;
   const std::string cfg_file = a.str("drafter-config");
   o.drafter = cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model").drafter : load_drafter_config(cfg_file);
-  drafter::refuse_unsupported_family(
-      "bench step", drafter::family_for_command("bench step", a.str("drafter-family"),
-                                                cfg_file.empty() ? std::nullopt : std::optional(o.drafter.family), cfg_file));
+  const DrafterFamily family = drafter::family_for_command(
+      "bench step", a.str("drafter-family"), cfg_file.empty() ? std::nullopt : std::optional(o.drafter.family), cfg_file);
+  if (o.drafter.family != family) {  // a preset with --drafter-family: the family's default settings
+    o.drafter.family = family;
+    o.drafter.dspark = DSparkHeads{};
+    o.drafter.dflash2 = DFlash2Settings{};
+    o.drafter.validate("bench step: --model " + a.str("model") + " as drafter_family " + drafter_family_name(family));
+  }
   o.model_name = cfg_file.empty() ? a.str("model") : cfg_file;
   o.seq_len = a.i64("seq-len");
   o.anchors = a.i64("anchors");
@@ -481,6 +533,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   o.draft_vocab = a.i64("draft-vocab");
   o.reference = a.on("reference");
   o.generic_ce = a.on("generic-ce");
+  o.dspark_naive = a.on("dspark-naive");
   o.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend");
   ops::set_threads(a.i64("threads"), "bench step: --threads");
   const nlohmann::json out = run_bench_step(o);

@@ -6,7 +6,8 @@
 namespace dflash::plan {
 
 struct DFlash2PlanBytes {
-  double conv_saved_per_layer = 0;  // a layer without checkpointing: delta [T, 2, K, d/G] and the conv outputs, x 2 sites
+  double conv_saved_per_layer = 0;  // a layer without checkpointing: delta [T, 2, K, d/G], the conv outputs and
+                                    // the convs' shifted inputs (2 (min(K, B) - 1) x [T, d]), x 2 sites
   double selector_saved = 0;        // kept for backward from the loss forward: rows x K x r gathered successor rows,
                                     // rows x r (predecessor rows, projection, gate), rows x K scores and ids
   double selector_chunk = 0;        // transient: one chunk's top-K logits (rows x vocabulary chunk, fp32)

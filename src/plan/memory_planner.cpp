@@ -268,7 +268,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   if (x2.selector_saved > 0) {
     term("dflash2 selector (saved for backward)", x2.selector_saved, "drafted rows x (K x r + 3 r) x dtype + rows x K scores, ids");
     term("dflash2 selector chunk", x2.selector_chunk, "chunk rows x min(V, 8192) x 2 fp32 (vocabulary-chunked top-K)");
-    term("dflash2 convs (saved per layer)", x2.conv_saved_per_layer, "2 sites x T x (2 K d/G + 3 d) x dtype");
+    term("dflash2 convs (saved per layer)", x2.conv_saved_per_layer, "2 sites x T x (2 K d/G + 3 d + 2 (min(K, B) - 1) d) x dtype");
   }
   term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
   return p;

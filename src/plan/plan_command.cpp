@@ -141,8 +141,8 @@ int plan_main(const std::vector<std::string>& argv) {
   Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget); with --node, "
                  "split a node's GPUs between the target and the drafter workers");
   a.option("config", "FILE", "", "drafter config.json (or use --preset)");
-  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --config's architectures, else dflash; dflash and "
-                                          "dspark, not with --node)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --config's architectures, else dflash; --node: "
+                                          "dflash only)");
   std::string presets;
   for (const auto& n : drafter_preset_names()) presets += (presets.empty() ? "" : " | ") + n;
   a.option("preset", "NAME", "", presets + " (drafter_presets.h: a target's drafter as `dflash train` builds it, or a "
@@ -188,15 +188,15 @@ int plan_main(const std::vector<std::string>& argv) {
   a.range("gpu-tflops", util::closed(1, 1e6)).range("target-efficiency", util::closed(0.01, 1));
   a.range("drafter-efficiency", util::closed(0.01, 1)).range("usable-memory", util::closed(0.05, 1));
   if (!a.parse(argv)) return 0;
-  // The family first: the planner counts DSpark's extra memory (its heads and objective), no other family's yet;
-  // --node plans DFlash only.
+  // The family first: the planner counts DSpark's (its heads and objective) and DFlash2's (convs and selector) extra
+  // memory; --node plans DFlash only.
   drafter::DrafterFamily family;
   {
     const std::string config = a.str("config");
     const std::optional<drafter::DrafterFamily> from_config =
         config.empty() ? std::nullopt : std::optional(drafter::load_drafter_config(config).family);
     family = drafter::family_for_command("plan", a.str("drafter-family"), from_config, config);
-    if (family != drafter::DrafterFamily::DSpark || a.on("node")) drafter::refuse_unsupported_family("plan", family);
+    if (a.on("node")) drafter::refuse_unsupported_family("plan --node", family);
   }
   if (a.on("node")) return plan_node_main(a);
 
@@ -237,12 +237,17 @@ int plan_main(const std::vector<std::string>& argv) {
   if (pick("device")) s.device = device_of(a.str("device"));
   if (a.on("deterministic")) s.deterministic = true;
   s.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
-  if (family == drafter::DrafterFamily::DSpark && s.cfg.family != family) {  // a preset or a target: default heads
+  if (s.cfg.family != family) {  // a preset or a target: the family's default settings
     s.cfg.family = family;
     s.cfg.dspark = DSparkHeads{};
+    s.cfg.dflash2 = DFlash2Settings{};
+    s.cfg.validate(std::string("plan: the drafter as drafter_family ") + drafter_family_name(family));
   }
   if (family == drafter::DrafterFamily::DSpark && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
     throw std::invalid_argument("plan: --draft-vocab must be 0 with drafter_family dspark (not supported yet)");
+  if (family == drafter::DrafterFamily::DFlash2 && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
+    throw std::invalid_argument("plan: --draft-vocab must be 0 with drafter_family dflash2 (the selector spans the "
+                                "full vocabulary)");
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)

@@ -32,3 +32,13 @@ TEST(BenchStep, RunsAsAFunction) {
   EXPECT_NEAR(layer, none, 1e-5 * none);
   for (const auto& r : out["runs"]) EXPECT_GT(r["planned_peak_bytes"].get<double>(), 0);
 }
+
+// The planned-vs-measured verdict each run reports ("plan_within_10_percent"): within 10% either way, and never for
+// a step that measured nothing.
+TEST(BenchStep, PlanToleranceIsTenPercentEitherWay) {
+  EXPECT_TRUE(plan::plan_within_tolerance(109, 100));
+  EXPECT_TRUE(plan::plan_within_tolerance(91, 100));
+  EXPECT_FALSE(plan::plan_within_tolerance(111, 100));
+  EXPECT_FALSE(plan::plan_within_tolerance(89, 100));
+  EXPECT_FALSE(plan::plan_within_tolerance(100, 0));
+}

@@ -45,7 +45,8 @@ TEST(DFlash2Plan, TermsByHandAndAPeakAboveDFlash) {
   // d 16, 2 layers, K_conv 2, G 4, r 6, V 32: per layer 2 convs x ([2, 2, 16] + [2*2*4, 16]); selector [6, 16] + 2 [32, 6]
   EXPECT_EQ(b.params - a.params, 2 * 2 * (64 + 256) + 96 + 2 * 192);
   const double T = 3 * 4, rows = T * 3 / 4, e = 4;
-  EXPECT_DOUBLE_EQ(term(b, "dflash2 convs (saved per layer)"), 2 * T * (2 * 2 * 16 / 4 + 3 * 16) * e);
+  // conv kernel 2: one shifted input per conv, two convs per site
+  EXPECT_DOUBLE_EQ(term(b, "dflash2 convs (saved per layer)"), 2 * T * (2 * 2 * 16 / 4 + 3 * 16 + 2 * 1 * 16) * e);
   EXPECT_DOUBLE_EQ(term(b, "dflash2 selector (saved for backward)"), rows * (5 * 6 + 3 * 6) * e + rows * 5 * 16);
   EXPECT_DOUBLE_EQ(term(b, "dflash2 selector chunk"), 6 * 32 * 4 * 2);  // a 6-row chunk, the whole vocabulary
   EXPECT_EQ(term(a, "dflash2 selector chunk"), -1);                       // no such term for DFlash

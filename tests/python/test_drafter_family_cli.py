@@ -11,6 +11,9 @@ DSPARK = {"architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", "block_s
           "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": 32, "markov_rank": 8,
           "markov_head_type": "vanilla"}
 
+DFLASH2_SETTINGS = {"mask_token_id": 31, "conv_kernel_size": 2, "conv_group_size": 4, "selector_rank": 6,
+                    "selector_top_k": 5}
+
 
 def run(dflash_bin, cwd, *args):
     return subprocess.run([dflash_bin, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
@@ -23,6 +26,8 @@ def files(tmp_path):
     for k in ("markov_rank", "markov_head_type", "mask_token_id"):
         dflash.pop(k)
     (tmp_path / "dflash.json").write_text(json.dumps(dflash))
+    (tmp_path / "dflash2.json").write_text(json.dumps(dict(dflash, architectures=["DFlash2DraftModel"],
+                                                           dflash_config=DFLASH2_SETTINGS)))
     run_dir = tmp_path / "run"
     (run_dir / "export").mkdir(parents=True)
     (run_dir / "export" / "config.json").write_text(json.dumps(DSPARK))
@@ -35,11 +40,10 @@ def files(tmp_path):
 
 
 @pytest.mark.parametrize("cmd,args", [
-    ("plan", ["--config", "dspark.json", "--node"]),
-    ("bench step", ["--drafter-config", "dspark.json"]),
+    ("plan --node", ["--config", "dspark.json"]),
 ])
 def test_dspark_is_refused_in_one_line(dflash_bin, files, cmd, args):
-    out = run(dflash_bin, files, *cmd.split(), *args)
+    out = run(dflash_bin, files, *cmd.removesuffix(" --node").split(), *args, *(["--node"] if "--node" in cmd else []))
     assert out.returncode == 1, out.stderr
     assert out.stderr.strip().splitlines() == [f"dflash: error: {cmd}: drafter_family dspark is not supported yet"]
 
@@ -63,14 +67,10 @@ def test_eval_runs_dspark(dflash_bin, files):
     assert "drafter_family" not in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("cmd,args", [  # train runs dflash2 (test_train_dflash2.py)
-    ("plan", ["--preset", "cpu-small"]),
-    ("bench step", []),
-])
-def test_dflash2_is_refused_everywhere(dflash_bin, files, cmd, args):
-    out = run(dflash_bin, files, *cmd.split(), *args, "--drafter-family", "dflash2")
+def test_plan_node_refuses_dflash2_in_one_line(dflash_bin, files):
+    out = run(dflash_bin, files, "plan", "--preset", "cpu-small", "--node", "--drafter-family", "dflash2")
     assert out.returncode == 1, out.stderr
-    assert f"{cmd}: drafter_family dflash2 is not supported yet" in out.stderr
+    assert out.stderr.strip().splitlines() == ["dflash: error: plan --node: drafter_family dflash2 is not supported yet"]
 
 
 def test_a_flag_that_disagrees_with_the_config_names_both(dflash_bin, files):
@@ -115,3 +115,69 @@ def test_plan_counts_the_dspark_heads_and_objective(dflash_bin, files):
     assert flagged["settings"]["params"] > plan("--preset", "cpu-small")["settings"]["params"]
     out = run(dflash_bin, files, "plan", "--config", "dspark.json", "--draft-vocab", "8")
     assert out.returncode == 1 and "--draft-vocab must be 0 with drafter_family dspark" in out.stderr
+
+
+def test_plan_counts_the_dflash2_convs_and_selector(dflash_bin, files):
+    """plan takes DFlash2 (--config's architectures, or --drafter-family on a preset): its parameters are the
+    backbone's plus the convs' and the selector's, and its breakdown names the DFlash2 terms."""
+    def plan(*args):
+        out = run(dflash_bin, files, "plan", *args, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+    d2, d1 = plan("--config", "dflash2.json"), plan("--config", "dflash.json")
+    assert d2["drafter_config"]["architectures"] == ["DFlash2DraftModel"]
+    # per layer 2 convs x (base_kernel 2 K d + kernel_projection 2 K d/G x d), selector r d + 2 V r
+    conv = 2 * (2 * 2 * 16 + (2 * 2 * 16 // 4) * 16)
+    assert d2["settings"]["params"] - d1["settings"]["params"] == 2 * conv + 6 * 16 + 2 * 32 * 6
+    names = {t["name"]: t["bytes"] for t in d2["breakdown"]}
+    assert names["dflash2 selector (saved for backward)"] > 0 and names["dflash2 convs (saved per layer)"] > 0
+    assert d2["peak_bytes"] > d1["peak_bytes"]
+    flagged = plan("--preset", "cpu-small", "--drafter-family", "dflash2")
+    assert flagged["drafter_config"]["architectures"] == ["DFlash2DraftModel"]
+    assert flagged["settings"]["params"] > plan("--preset", "cpu-small")["settings"]["params"]
+    out = run(dflash_bin, files, "plan", "--config", "dflash2.json", "--draft-vocab", "8")
+    assert out.returncode == 1 and "--draft-vocab must be 0 with drafter_family dflash2" in out.stderr
+
+
+def bench_step(dflash_bin, files, *args):
+    out = run(dflash_bin, files, "bench", "step", "--seq-len", "32", "--anchors", "3", "--iters", "1",
+              "--loss-chunk", "8", "--policies", "none,layer", "--threads", "1", "--json", "b.json", *args)
+    assert out.returncode == 0, out.stderr
+    return json.loads((files / "b.json").read_text()), out.stdout
+
+
+@pytest.mark.parametrize("family,source", [
+    ("dspark", ["--drafter-config", "dspark.json"]),
+    ("dflash2", ["--drafter-config", "dflash2.json"]),
+    ("dflash2", ["--drafter-family", "dflash2", "--model", "cpu-small", "--seq-len", "16", "--anchors", "1"]),
+])
+def test_bench_step_runs_the_family_step_against_the_planner(dflash_bin, files, family, source):
+    result, stdout = bench_step(dflash_bin, files, *source)
+    assert result["drafter_family"] == family and f"({family})" in stdout
+    assert [r["policy"] for r in result["runs"]] == ["none", "layer"]
+    for r in result["runs"]:
+        assert r["loss"] > 0 and r["planned_peak_bytes"] > 0 and r["measured_peak_bytes"] > 0
+        assert r["plan_within_10_percent"] == (abs(r["ratio"] - 1) <= 0.10)
+        assert ("the planner is off by" in stdout) or r["plan_within_10_percent"]
+    assert abs(result["runs"][0]["loss"] - result["runs"][1]["loss"]) <= 1e-5 * result["runs"][0]["loss"]
+    assert "reference" not in result  # the plain-PyTorch step is DFlash's
+    assert ("dspark_objective" in result) == (family == "dspark")
+
+
+@pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp64", 1e-12)])
+def test_bench_step_dspark_naive_and_chunked_objectives_agree(dflash_bin, files, dtype, tol):
+    result, stdout = bench_step(dflash_bin, files, "--drafter-config", "dspark.json", "--dtype", dtype)
+    d = result["dspark_objective"]
+    assert d["rows"] == 3 * 4 and d["vocab"] == 32 and d["chunk_rows"] == 8
+    assert d["chunked"]["loss"] > 0 and d["naive"]["mean_seconds"] > 0 and d["naive"]["measured_peak_bytes"] >= 0
+    assert d["loss_abs_diff"] <= tol * d["chunked"]["loss"] and d["grad_max_abs_diff"] <= tol
+    assert "|loss difference|" in stdout
+    off, _ = bench_step(dflash_bin, files, "--drafter-config", "dspark.json", "--dspark-naive", "0")
+    assert "dspark_objective" not in off
+
+
+def test_bench_step_refuses_a_draft_vocabulary_for_the_families(dflash_bin, files):
+    out = run(dflash_bin, files, "bench", "step", "--drafter-config", "dspark.json", "--draft-vocab", "8")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "dflash: error: bench step: --draft-vocab must be 0 with drafter_family dspark (not supported yet)"]
