@@ -10,6 +10,8 @@ import subprocess
 import pytest
 import torch
 
+from cli_errors import one_line_error
+
 # A CUDA index this machine does not have (there are at most 128 indices and no machine here has 100 GPUs).
 MISSING = "cuda:99"
 
@@ -45,16 +47,6 @@ BAD = [
 def run(dflash_bin, *args, timeout=120):
     return subprocess.run([dflash_bin, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, HF_HUB_OFFLINE="1"))
-
-
-def one_line_error(r, code=1):
-    assert r.returncode == code, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert lines and lines[0].startswith("dflash: error: "), r.stderr
-    assert "frame #" not in r.stderr and "Exception raised from" not in r.stderr, r.stderr
-    if code == 1:
-        assert len(lines) == 1, r.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from cli_errors import one_line_error
+
 gguf = pytest.importorskip("gguf")
 
 VOCAB, HIDDEN = 64, 16
@@ -23,17 +25,6 @@ VOCAB, HIDDEN = 64, 16
 def run(dflash_bin, *args, timeout=60):
     return subprocess.run([dflash_bin, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, HF_HUB_OFFLINE="1"))
-
-
-def clean_error(r, *parts):
-    """Non-zero exit, exactly one line on stderr, no stack trace, and the given parts named in it."""
-    assert r.returncode == 1, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dflash: error: "), r.stderr
-    assert "frame #" not in r.stderr and "Exception raised from" not in r.stderr, r.stderr
-    for p in parts:
-        assert str(p) in lines[0], (p, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +84,7 @@ def test_safetensors_layout_is_checked_like_the_reference(dflash_bin, tmp_path, 
     data, parts = LAYOUTS[case]
     p = tmp_path / f"{case}.safetensors"
     p.write_bytes(data)
-    clean_error(run(dflash_bin, "safetensors", "info", "--file", p), p, *parts)
+    one_line_error(run(dflash_bin, "safetensors", "info", "--file", p), p, *parts)
     # The reference reader (pip safetensors) refuses the same files.
     from safetensors import safe_open
     if case != "duplicate_name":  # serde keeps the last duplicate key; we refuse it
@@ -111,7 +102,7 @@ def test_safetensors_header_length_one_byte_short(dflash_bin, tmp_path):
     b[:8] = struct.pack("<Q", n - 1)  # the data section now starts a byte early: every tensor would shift
     bad = tmp_path / "short.safetensors"
     bad.write_bytes(bytes(b))
-    line = clean_error(run(dflash_bin, "safetensors", "info", "--file", bad), bad)
+    line = one_line_error(run(dflash_bin, "safetensors", "info", "--file", bad), bad)
     assert "trailing bytes" in line or "not valid JSON" in line, line
 
 
@@ -121,14 +112,14 @@ def test_safetensors_header_length_one_byte_short(dflash_bin, tmp_path):
 def test_fifo_and_directory_inputs(dflash_bin, tmp_path, cmd):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    clean_error(run(dflash_bin, *cmd, fifo, timeout=20), fifo, "is a FIFO (named pipe), expected a regular file")
-    clean_error(run(dflash_bin, *cmd, tmp_path, timeout=20), tmp_path, "is a directory, expected a regular file")
+    one_line_error(run(dflash_bin, *cmd, fifo, timeout=20), fifo, "is a FIFO (named pipe), expected a regular file")
+    one_line_error(run(dflash_bin, *cmd, tmp_path, timeout=20), tmp_path, "is a directory, expected a regular file")
 
 
 def test_fifo_as_train_config(dflash_bin, tmp_path):
     fifo = tmp_path / "c.yaml"
     os.mkfifo(fifo)
-    clean_error(run(dflash_bin, "train", "--config", fifo, timeout=20), fifo, "FIFO")
+    one_line_error(run(dflash_bin, "train", "--config", fifo, timeout=20), fifo, "FIFO")
 
 
 # ---- integers that overflow when narrowed; values shown as written ----
@@ -152,10 +143,10 @@ def test_layer_count_of_2_pow_32_plus_1(dflash_bin, tiny_target, tmp_path):
     save_file({"input_ids": torch.tensor([[1, 2, 3]])}, str(ids))
     g = tmp_path / "big.gguf"
     gguf_with_block_count(g, 2**32 + 1)  # used to run as a 1-layer model (a cast to int)
-    clean_error(run(dflash_bin, "target", "run", "--model", g, "--input", ids, "--output", tmp_path / "o.safetensors"),
+    one_line_error(run(dflash_bin, "target", "run", "--model", g, "--input", ids, "--output", tmp_path / "o.safetensors"),
                 g, "'llama.block_count' is 4294967297, outside [1, 2147483647]")
     hf = copy_target(tiny_target, tmp_path / "hf", lambda c: c.update(num_hidden_layers=2**32 + 1))
-    clean_error(run(dflash_bin, "target", "run", "--model", hf, "--input", ids, "--output", tmp_path / "o.safetensors"),
+    one_line_error(run(dflash_bin, "target", "run", "--model", hf, "--input", ids, "--output", tmp_path / "o.safetensors"),
                 "'num_hidden_layers' is 4294967297, outside [0, 2147483647]")
     assert not (tmp_path / "o.safetensors").exists()
 
@@ -163,7 +154,7 @@ def test_layer_count_of_2_pow_32_plus_1(dflash_bin, tiny_target, tmp_path):
 def test_steps_of_2_pow_64_minus_1_is_shown_as_written(dflash_bin, tmp_path):
     c = tmp_path / "c.json"
     c.write_text('{"steps": 18446744073709551615}')
-    clean_error(run(dflash_bin, "train", "--config", c), c, "18446744073709551615")
+    one_line_error(run(dflash_bin, "train", "--config", c), c, "18446744073709551615")
 
 
 # ---- a corrupt .jsonl.gz is an error, not an empty file ----
@@ -182,7 +173,7 @@ def test_corrupt_jsonl_gz(dflash_bin, tiny_target, tmp_path):
         p.write_bytes(data)
         r = run(dflash_bin, "train", "--target", tiny_target, "--data", p, "--out", tmp_path / f"run-{name}",
                 "--mask-token-id", 5, "--steps", 1, "--threads", 1)
-        clean_error(r, p, why)
+        one_line_error(r, p, why)
 
 
 # ---- settings files: a duplicate key, a second YAML document ----
@@ -190,10 +181,10 @@ def test_corrupt_jsonl_gz(dflash_bin, tiny_target, tmp_path):
 def test_duplicate_json_key_and_second_yaml_document(dflash_bin, tmp_path):
     j = tmp_path / "c.json"
     j.write_text('{"lr": 1e-3, "lr": 2e-3}')
-    clean_error(run(dflash_bin, "train", "--config", j), j, "key 'lr' appears twice")
+    one_line_error(run(dflash_bin, "train", "--config", j), j, "key 'lr' appears twice")
     y = tmp_path / "c.yaml"
     y.write_text("lr: 1e-3\n---\nsteps: 3\n")
-    clean_error(run(dflash_bin, "train", "--config", y), f"{y}:2", "a second YAML document")
+    one_line_error(run(dflash_bin, "train", "--config", y), f"{y}:2", "a second YAML document")
 
 
 # ---- out-of-range settings are refused up front, naming the limit ----
@@ -210,7 +201,7 @@ def test_duplicate_json_key_and_second_yaml_document(dflash_bin, tmp_path):
 def test_out_of_range_train_settings(dflash_bin, tiny_target, tmp_path, flag, value, want):
     r = run(dflash_bin, "train", "--target", tiny_target, "--data", tmp_path / "none.jsonl", "--out", tmp_path / "run",
             "--mask-token-id", 5, flag, value, timeout=30)
-    clean_error(r, want)
+    one_line_error(r, want)
     assert not (tmp_path / "run").exists()  # refused before anything was created
 
 
@@ -226,7 +217,7 @@ def test_non_finite_and_overflowing_numbers_in_config_json(dflash_bin, tiny_targ
         cfg = json.loads(text)
         cfg[field] = 1.0
         (hf / "config.json").write_text(json.dumps(cfg).replace(f'"{field}": 1.0', f'"{field}": 1e999'))
-        clean_error(run(dflash_bin, "target", "run", "--model", hf, "--input", ids, "--output", tmp_path / "o"),
+        one_line_error(run(dflash_bin, "target", "run", "--model", hf, "--input", ids, "--output", tmp_path / "o"),
                     "config.json", "not valid JSON", "1e999")
     g = tmp_path / "inf.gguf"
     w = gguf.GGUFWriter(str(g), arch="llama")
@@ -239,7 +230,7 @@ def test_non_finite_and_overflowing_numbers_in_config_json(dflash_bin, tiny_targ
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    clean_error(run(dflash_bin, "target", "run", "--model", g, "--input", ids, "--output", tmp_path / "o"),
+    one_line_error(run(dflash_bin, "target", "run", "--model", g, "--input", ids, "--output", tmp_path / "o"),
                 g, "field 'rope_theta': expected a finite number in (1, 1000000000000], got inf")
 
 
@@ -250,7 +241,7 @@ def test_integer_and_bool_weights_are_refused(dflash_bin, tiny_target, tmp_path)
     for dtype in (torch.int32, torch.bool):
         hf = copy_target(tiny_target, tmp_path / f"hf-{dtype}",
                          edit_weights=lambda w: w.update({name: w[name].to(dtype)}))
-        clean_error(run(dflash_bin, "target", "run", "--model", hf, "--input", ids, "--output", tmp_path / "o"),
+        one_line_error(run(dflash_bin, "target", "run", "--model", hf, "--input", ids, "--output", tmp_path / "o"),
                     name, "expected floating-point weights")
 
 
@@ -260,7 +251,7 @@ def test_token_ids_given_as_floats(dflash_bin, tiny_target, tmp_path):
                     '{"input_ids": [3, 4.0, 5], "loss_mask": [0, 1, 1]}\n')
     r = run(dflash_bin, "train", "--target", tiny_target, "--data", data, "--out", tmp_path / "run",
             "--mask-token-id", 5, "--steps", 1, "--threads", 1)
-    clean_error(r, f"{data}:2", "input_ids[1] is 4.0", "expected a token id")
+    one_line_error(r, f"{data}:2", "input_ids[1] is 4.0", "expected a token id")
     tok = tmp_path / "ids.jsonl"
     tok.write_text('{"ids": [1, 2.5]}\n')
     tj = tmp_path / "tokenizer.json"
@@ -268,7 +259,7 @@ def test_token_ids_given_as_floats(dflash_bin, tiny_target, tmp_path):
     tj.write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []}, "decoder": {"type": "ByteLevel"},
                               "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False}}))
     out = tmp_path / "out.jsonl"
-    clean_error(run(dflash_bin, "tokenize", "--model", tj, "--input", tok, "--output", out, "--decode-ids"),
+    one_line_error(run(dflash_bin, "tokenize", "--model", tj, "--input", tok, "--output", out, "--decode-ids"),
                 f"{tok}:1", "ids[1] is 2.5")
     assert not out.exists() and not list(tmp_path.glob("out.jsonl.tmp*"))
 
@@ -278,7 +269,7 @@ def test_prompt_longer_than_the_context(dflash_bin, tiny_target, tmp_path):
     prompts.write_text(json.dumps({"prompt_ids": list(range(3, 43))}) + "\n")  # 40 tokens, context 32
     r = run(dflash_bin, "data", "regenerate", "--model", tiny_target, "--input", prompts, "--output",
             tmp_path / "regen.jsonl", "--max-new", 4, "--eos", "none", "--batch", 1, timeout=120)
-    clean_error(r, "prompt 0", "is 40 tokens, longer than the target's context of 32 tokens")
+    one_line_error(r, "prompt 0", "is 40 tokens, longer than the target's context of 32 tokens")
 
 
 def test_repeated_target_layer_ids_in_a_drafter_config(dflash_bin, tmp_path):
@@ -289,7 +280,7 @@ def test_repeated_target_layer_ids_in_a_drafter_config(dflash_bin, tmp_path):
     p = tmp_path / "drafter.json"
     p.write_text(json.dumps(cfg))
     r = run(dflash_bin, "plan", "--config", p)
-    clean_error(r, p, "target_layer_ids[1]", "also at index 0")
+    one_line_error(r, p, "target_layer_ids[1]", "also at index 0")
 
 
 # ---- outputs: nothing partial; stale temporaries of a killed save are cleared on resume (test_train.py) ----
@@ -302,7 +293,7 @@ def test_failed_tokenize_leaves_no_output(dflash_bin, tmp_path):
     inp = tmp_path / "in.jsonl"
     inp.write_text('{"text": "abc"}\n{"text": "cab"}\n{"txt": "no text field"}\n')
     out = tmp_path / "out.jsonl"
-    clean_error(run(dflash_bin, "tokenize", "--model", tj, "--input", inp, "--output", out), f"{inp}:3")
+    one_line_error(run(dflash_bin, "tokenize", "--model", tj, "--input", inp, "--output", out), f"{inp}:3")
     assert not out.exists(), "a failed tokenize must not leave a partial output"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "tokenizer.json"]
     inp.write_text('{"text": "abc"}\n')
@@ -315,7 +306,7 @@ def test_libtorch_errors_come_without_a_stack_trace(dflash_bin, tiny_target, tmp
     ids = tmp_path / "ids.safetensors"
     save_file({"input_ids": torch.tensor([[1, 2, VOCAB + 5]])}, str(ids))  # outside the embedding: LibTorch refuses
     r = run(dflash_bin, "target", "run", "--model", tiny_target, "--input", ids, "--output", tmp_path / "o.safetensors")
-    clean_error(r)
+    one_line_error(r)
     assert not (tmp_path / "o.safetensors").exists()
 
 
@@ -323,7 +314,7 @@ def test_output_paths_are_checked_before_work_and_devices_stay_devices(dflash_bi
     # A folder, a trailing '/' or an empty path is refused before any check runs; /dev/null is written as a stream
     # and stays a character device (it used to be replaced by a regular file when run as root).
     for dest in (tmp_path, f"{tmp_path}/", "", tmp_path / "missing" / "d.json"):
-        clean_error(run(dflash_bin, "doctor", "--quick", "--json", dest), "doctor: --json")
+        one_line_error(run(dflash_bin, "doctor", "--quick", "--json", dest), "doctor: --json")
     import stat
     r = run(dflash_bin, "doctor", "--quick", "--devices", "cpu", "--json", "/dev/null", timeout=300)
     assert r.returncode in (0, 1), r.stderr

@@ -12,6 +12,8 @@ import torch
 
 from conftest import ROOT
 
+from cli_errors import one_line_error
+
 VOCAB = 64
 QWEN3_8B = ROOT / "configs" / "targets" / "qwen3-8b.json"
 
@@ -19,17 +21,6 @@ QWEN3_8B = ROOT / "configs" / "targets" / "qwen3-8b.json"
 def run(dflash_bin, *args, env=None, timeout=120):
     return subprocess.run([dflash_bin, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})))
-
-
-def one_line_error(r, code, *parts):
-    """Exit `code`, a single `dflash: error:` line first on stderr naming every part, no stack trace."""
-    assert r.returncode == code, (r.returncode, r.stdout[-500:], r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert lines and lines[0].startswith("dflash: error: "), r.stderr
-    assert "frame #" not in r.stderr and "Exception raised from" not in r.stderr, r.stderr
-    for p in parts:
-        assert str(p) in lines[0], (p, lines[0])
-    return lines[0]
 
 
 def llama_config(**extra):
@@ -66,24 +57,24 @@ def write_json(path, obj, raw=None):
     ("--seq-len", "0", "--seq-len must be an integer in [1, 1048576], got 0"),
 ])
 def test_plan_node_number_flags(dflash_bin, flag, value, want):
-    one_line_error(run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", flag, value), 1, "plan", want)
+    one_line_error(run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", flag, value), "plan", want)
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "1e-300", "1e400"])
 def test_budget_must_be_a_real_size(dflash_bin, value):
-    one_line_error(run(dflash_bin, "plan", "--preset", "qwen3-8b", "--budget", value), 1, "--budget", value)
+    one_line_error(run(dflash_bin, "plan", "--preset", "qwen3-8b", "--budget", value), "--budget", value)
 
 
 def test_train_budget_and_float_settings(dflash_bin, tmp_path):
     base = ["train", "--target", tmp_path / "t", "--data", tmp_path / "d.jsonl", "--out", tmp_path / "run",
             "--mask-token-id", 5]
-    one_line_error(run(dflash_bin, *base, "--budget", "inf"), 1, "'budget' must be a size like 90GB, 80GiB or 512MB, of 1 byte to 1e18 bytes", "'inf'")
+    one_line_error(run(dflash_bin, *base, "--budget", "inf"), "'budget' must be a size like 90GB, 80GiB or 512MB, of 1 byte to 1e18 bytes", "'inf'")
     # A settings file can spell what a flag cannot: subnormal and huge values are outside every range.
     for key, raw, want in [("lr", "1e-310", "'lr' must be a finite number in [1e-12, 10], got 1e-310"),
                            ("init_std", "1e308", "'init_std' must be a finite number in [1e-08, 10], got 1e+308"),
                            ("eps", "0.0", "'eps' must be a finite number in [1e-30, 1], got 0.0")]:
         cfg = write_json(tmp_path / f"{key}.json", {key: 0.5}, raw={f'"{key}": 0.5': f'"{key}": {raw}'})
-        one_line_error(run(dflash_bin, *base, "--config", cfg), 1, want)
+        one_line_error(run(dflash_bin, *base, "--config", cfg), want)
     assert not (tmp_path / "run").exists()
 
 
@@ -111,13 +102,13 @@ def test_rope_numbers_that_gave_nan_tables(dflash_bin, tmp_path, scaling, field,
         cfg["rope_scaling"] = scaling
     write_json(tmp_path / "config.json", cfg, raw)
     # plan reads the target's config only: a target that would have produced NaN tables is refused up front
-    one_line_error(run(dflash_bin, "plan", "--target-config", tmp_path / "config.json", "--drafter-layers", 1), 1,
+    one_line_error(run(dflash_bin, "plan", "--target-config", tmp_path / "config.json", "--drafter-layers", 1),
                    "config.json", f"'{field}'", want)
 
 
 def test_norm_eps_range(dflash_bin, tmp_path):
     write_json(tmp_path / "config.json", llama_config(rms_norm_eps=0.0))
-    one_line_error(run(dflash_bin, "plan", "--target-config", tmp_path / "config.json"), 1,
+    one_line_error(run(dflash_bin, "plan", "--target-config", tmp_path / "config.json"),
                    "'rms_norm_eps' must be a finite number in [1e-12, 1], got 0.0")
 
 
@@ -156,11 +147,11 @@ def test_loss_kl_weight_nan_is_refused():
     (["--drafter-layers", "3"], "--drafter-layers"),
 ])
 def test_plan_node_refuses_what_it_does_not_use(dflash_bin, extra, unused):
-    one_line_error(run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", *extra), 2, f"{unused} is not used with")
+    one_line_error(run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", *extra), f"{unused} is not used with", code=2)
 
 
 def test_plan_node_reads_block_size_and_checks_it(dflash_bin):
-    one_line_error(run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", "--block-size", 0), 1,
+    one_line_error(run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", "--block-size", 0),
                    "--block-size must be an integer in [2, 1024], got 0")
     r = run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", "--block-size", 8)
     assert r.returncode == 0, r.stderr
@@ -169,42 +160,42 @@ def test_plan_node_reads_block_size_and_checks_it(dflash_bin):
 
 def test_plan_without_node_refuses_node_flags(dflash_bin):
     for flag, value in [("--gpus", 4), ("--gpu-tflops", 100), ("--usable-memory", 0.5)]:
-        one_line_error(run(dflash_bin, "plan", "--preset", "qwen3-8b", flag, value), 2, f"{flag} is not used without --node")
+        one_line_error(run(dflash_bin, "plan", "--preset", "qwen3-8b", flag, value), f"{flag} is not used without --node", code=2)
 
 
 def test_eval_oracle_refuses_drafter_settings(dflash_bin, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt_ids": [5, 6, 7]}) + "\n")
     one_line_error(run(dflash_bin, "eval", "--target", QWEN3_8B, "--proposer", "oracle", "--data", f"p={prompts}",
-                       "--drafter-device", "gpu:7"), 2, "--drafter-device is not used with --proposer oracle")
+                       "--drafter-device", "gpu:7"), "--drafter-device is not used with --proposer oracle", code=2)
     one_line_error(run(dflash_bin, "eval", "--target", QWEN3_8B, "--proposer", "oracle", "--data", f"p={prompts}",
-                       "--temperature", "nan"), 1, "--temperature must be a finite number in [0, 100] (0: greedy), got nan")
+                       "--temperature", "nan"), "--temperature must be a finite number in [0, 100] (0: greedy), got nan")
 
 
 def test_environment_switches_are_checked_by_every_command(dflash_bin, tmp_path):
     for env, want in [({"DFLASH_FAULT_INJECT": "junk"}, "DFLASH_FAULT_INJECT: expected attention_wrong, attention_throw "
                                                           "or cross_entropy_wrong (a test-only switch), got 'junk'"),
                       ({"DFLASH_CUDA_SMEM_LIMIT": "99KB"}, "DFLASH_CUDA_SMEM_LIMIT must be a positive number of bytes")]:
-        one_line_error(run(dflash_bin, "plan", "--preset", "qwen3-8b", env=env), 1, want)
+        one_line_error(run(dflash_bin, "plan", "--preset", "qwen3-8b", env=env), want)
         # train used to take a bad fault switch for a failing fused kernel and fall back without a word
         one_line_error(run(dflash_bin, "train", "--target", tmp_path / "t", "--data", tmp_path / "d", "--out",
-                           tmp_path / "run", env=env), 1, want)
+                           tmp_path / "run", env=env), want)
     one_line_error(run(dflash_bin, "train", "--target", tmp_path / "t", "--data", tmp_path / "d", "--out",
-                       tmp_path / "run", env={"DFLASH_TEST_FAIL_WORKER": "junk"}), 1,
+                       tmp_path / "run", env={"DFLASH_TEST_FAIL_WORKER": "junk"}),
                    "DFLASH_TEST_FAIL_WORKER must be an integer in [0, 1024]", "'junk'")
     assert not (tmp_path / "run").exists()
 
 
 def test_stages_with_devices_is_refused(dflash_bin, tmp_path):
     one_line_error(run(dflash_bin, "target", "generate", "--target", QWEN3_8B, "--prompt-ids", "5", "--devices", "cpu",
-                       "--stages", 2), 2, "--stages is not used with --devices")
+                       "--stages", 2), "--stages is not used with --devices", code=2)
 
 
 # ---- class 9: the message names the real cause ----
 
 def test_too_many_drafter_layers_names_the_layer_count(dflash_bin, tmp_path):
     write_json(tmp_path / "config.json", llama_config(num_hidden_layers=4))
-    line = one_line_error(run(dflash_bin, "plan", "--target-config", tmp_path / "config.json", "--drafter-layers", 5), 1,
+    line = one_line_error(run(dflash_bin, "plan", "--target-config", tmp_path / "config.json", "--drafter-layers", 5),
                           "drafter_layers 5 is too many for a target of 4 layers")
     assert "also at index" not in line
     # a drafter config.json without target_layer_ids: its own fields are named
@@ -212,7 +203,7 @@ def test_too_many_drafter_layers_names_the_layer_count(dflash_bin, tmp_path):
          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "num_hidden_layers": 6,
          "num_target_layers": 4, "vocab_size": VOCAB, "block_size": 4, "dflash_config": {"mask_token_id": 5}}
     p = write_json(tmp_path / "drafter.json", d)
-    one_line_error(run(dflash_bin, "plan", "--config", p), 1, p, "num_hidden_layers and num_target_layers",
+    one_line_error(run(dflash_bin, "plan", "--config", p), p, "num_hidden_layers and num_target_layers",
                    "drafter_layers 6 is too many for a target of 4 layers")
 
 
@@ -234,4 +225,4 @@ def test_train_refuses_drafter_settings_its_drafter_config_overrides(dflash_bin,
     for flag, value, want in [("--block-size", 8, "'block_size' is not used with drafter_config"),
                               ("--drafter-layers", 2, "'drafter_layers' is not used with drafter_config"),
                               ("--target-layer-ids", "0", "'target_layer_ids' is not used with drafter_config")]:
-        one_line_error(run(dflash_bin, *base, "--out", tmp_path / f"run{flag}", flag, value), 1, want, cfg)
+        one_line_error(run(dflash_bin, *base, "--out", tmp_path / f"run{flag}", flag, value), want, cfg)

@@ -18,23 +18,14 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from cli_errors import PREFIX, one_line_error
+
 VOCAB = 64
 
 
 def run(dflash_bin, *args, timeout=120):
     return subprocess.run([dflash_bin, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_WAIT_POLICY="passive"))
-
-
-def clean_error(r, *parts):
-    """Exit 1, exactly one line on stderr, no stack trace, and the given parts named in it."""
-    assert r.returncode == 1, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dflash: error: "), r.stderr
-    assert "frame #" not in r.stderr and "Exception raised from" not in r.stderr, r.stderr
-    for p in parts:
-        assert str(p) in lines[0], (p, lines[0])
-    return lines[0][len("dflash: error: "):]
 
 
 def tree(d):
@@ -73,7 +64,7 @@ def bad_file_destinations(tmp_path):
 def test_bench_attention_json_destination_is_checked_before_the_runs(dflash_bin, tmp_path):
     for dest, why in bad_file_destinations(tmp_path):
         r = run(dflash_bin, "bench", "attention", "--configs", "quick", "--impls", "fused", "--reps", 1, "--json", dest)
-        clean_error(r, "bench attention: --json", why)
+        one_line_error(r, "bench attention: --json", why)
         assert "quick" not in r.stdout, r.stdout  # no config ran
     assert tree(tmp_path) == []
 
@@ -105,12 +96,12 @@ def test_regenerate_output_destinations(dflash_bin, tiny_target, inputs, tmp_pat
         if dest == "":  # a required flag given empty: the usage error (exit 2)
             assert r.returncode == 2 and "--output is required" in r.stderr, r.stderr
             continue
-        clean_error(r, "data regenerate: --output", why)
+        one_line_error(r, "data regenerate: --output", why)
     f = tmp_path / "file"
     f.write_text("x")
     r = run(dflash_bin, "data", "regenerate", "--model", tiny_target, "--input", inputs / "prompts.jsonl",
             "--output", tmp_path / "out.jsonl", "--hidden-out", f, "--max-new", 2, "--eos", "none", timeout=30)
-    clean_error(r, "data regenerate: --hidden-out", "is a file")
+    one_line_error(r, "data regenerate: --hidden-out", "is a file")
     assert tree(tmp_path) == ["file", "pipe.jsonl"] and f.read_text() == "x"
 
 
@@ -125,22 +116,22 @@ def test_output_folders_refuse_a_file(dflash_bin, tiny_target, inputs, tmp_path,
             r = run(dflash_bin, "train", "--target", tiny_target, "--data", inputs / "samples.jsonl", "--out", dest,
                     "--mask-token-id", 5, "--steps", 1, "--threads", 1)
             if dest == "":  # an empty --out is a missing setting, refused by the config check
-                clean_error(r, "'out'")
+                one_line_error(r, "'out'")
                 continue
-            clean_error(r, "train config: 'out'", why)
+            one_line_error(r, "train config: 'out'", why)
         elif command == "export":
             r = run(dflash_bin, "export", tmp_path / "no-run", "--out", dest)
             if dest == "":
                 assert r.returncode in (1, 2) and "out" in r.stderr, r.stderr
                 continue
-            clean_error(r, "export: --out", why)
+            one_line_error(r, "export: --out", why)
         else:
             r = run(dflash_bin, "data", "dump-hidden", "--model", tiny_target, "--data", inputs / "samples.jsonl",
                     "--out", dest)
             if dest == "":
                 assert r.returncode in (1, 2) and "out" in r.stderr, r.stderr
                 continue
-            clean_error(r, "data dump-hidden: --out", why)
+            one_line_error(r, "data dump-hidden: --out", why)
     assert tree(tmp_path) == ["file"] and f.read_text() == "x"
 
 
@@ -153,7 +144,7 @@ def test_output_folders_refuse_a_file(dflash_bin, tiny_target, inputs, tmp_path,
 def test_refused_train_start_leaves_no_run_folder(dflash_bin, tiny_target, inputs, tmp_path, flags, why):
     r = run(dflash_bin, "train", "--target", tiny_target, "--data", inputs / "samples.jsonl", "--out",
             tmp_path / "run", "--mask-token-id", 5, "--steps", 1, "--threads", 1, *flags)
-    clean_error(r, why)
+    one_line_error(r, why)
     assert tree(tmp_path) == []
 
 
@@ -180,19 +171,19 @@ def test_refused_regenerate_leaves_no_output(dflash_bin, tiny_target, inputs, tm
     r = run(dflash_bin, "data", "regenerate", "--model", tiny_target, "--input", inputs / input_name,
             "--output", tmp_path / "out.jsonl", "--hidden-out", tmp_path / "features", "--max-new", 2, "--eos", "none",
             "--batch", 1, *flags)
-    clean_error(r, why)
+    one_line_error(r, why)
     assert tree(tmp_path) == []  # no samples file, no out.jsonl.meta.json, no feature folder
 
 
 def test_refused_dump_hidden_leaves_no_folder(dflash_bin, tiny_target, inputs, tmp_path):
     r = run(dflash_bin, "data", "dump-hidden", "--model", tiny_target, "--data", inputs / "samples.jsonl",
             "--out", tmp_path / "features", "--devices", "cpu,cpu,cpu,cpu")
-    clean_error(r, "4 pipeline stages for 3")
+    one_line_error(r, "4 pipeline stages for 3")
     assert tree(tmp_path) == []
 
 
 def test_refused_export_leaves_no_folder(dflash_bin, tmp_path):
-    clean_error(run(dflash_bin, "export", tmp_path / "no-run", "--out", tmp_path / "export"), "no-run")
+    one_line_error(run(dflash_bin, "export", tmp_path / "no-run", "--out", tmp_path / "export"), "no-run")
     assert tree(tmp_path) == []
 
 
@@ -201,7 +192,7 @@ def test_refused_export_leaves_no_folder(dflash_bin, tmp_path):
 def test_doctor_json_destination_fails_before_any_check(dflash_bin, tmp_path):
     for dest, why in bad_file_destinations(tmp_path):
         r = run(dflash_bin, "doctor", "--quick", "--devices", "cpu", "--json", dest, timeout=60)
-        clean_error(r, "doctor: --json", why)
+        one_line_error(r, "doctor: --json", why)
         assert r.stdout == "", r.stdout  # not one check ran
     assert tree(tmp_path) == []
 
@@ -227,7 +218,7 @@ def test_doctor_config_and_train_give_the_same_error(dflash_bin, tiny_target, in
     cfg.update(bad)
     path = tmp_path / f"c{i}.json"
     path.write_text(json.dumps(cfg))
-    train_error = clean_error(run(dflash_bin, "train", "--config", path, timeout=60))
+    train_error = one_line_error(run(dflash_bin, "train", "--config", path, timeout=60)).removeprefix(PREFIX)
     report = tmp_path / f"doctor{i}.json"
     r = run(dflash_bin, "doctor", "--quick", "--devices", "cpu", "--config", path, "--json", report, timeout=300)
     assert r.returncode == 1, r.stderr
@@ -245,7 +236,7 @@ def test_plan_node_refuses_2_pow_31_layers_at_once(dflash_bin, tmp_path):
         p = tmp_path / f"t{layers}.json"
         p.write_text(json.dumps(c))
         r = run(dflash_bin, "plan", "--node", "--target-config", p, "--gpus", 256, timeout=20)
-        clean_error(r, str(p), f"field 'num_hidden_layers' is {layers}, above the limit 65536")
+        one_line_error(r, str(p), f"field 'num_hidden_layers' is {layers}, above the limit 65536")
     # The largest count allowed plans in about the time of the preset's 36 layers (it used to grow with layers x GPUs).
     c = dict(base, num_hidden_layers=65536)
     p = tmp_path / "t65536.json"
