@@ -14,17 +14,7 @@ bool DeviceLayout::all_cpu() const {
   return true;
 }
 
-std::string DeviceLayout::str() const {
-  std::string out;
-  for (size_t r = 0; r < replicas.size(); ++r) {
-    if (r) out += ';';
-    for (size_t s = 0; s < replicas[r].size(); ++s) {
-      if (s) out += ',';
-      out += replicas[r][s].str();
-    }
-  }
-  return out;
-}
+std::string DeviceLayout::str() const { return util::spell_device_grid(replicas); }
 
 DeviceLayout parse_device_layout_spelling(const std::string& spec, const std::string& where) {
   DeviceLayout layout;

@@ -82,18 +82,6 @@ std::string quoted_device_text(const std::string& s) {
   return out + "'";
 }
 
-std::string DeviceGrid::str() const {
-  std::string out;
-  for (size_t r = 0; r < replicas.size(); ++r) {
-    if (r) out += ';';
-    for (size_t s = 0; s < replicas[r].size(); ++s) {
-      if (s) out += ',';
-      out += replicas[r][s].str();
-    }
-  }
-  return out;
-}
-
 DeviceGrid parse_device_grid(const std::string& spec, const std::string& where) {
   refuse_control_bytes(spec, where);
   const std::string shown = quoted_device_text(spec), in = " in " + shown;

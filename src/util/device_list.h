@@ -26,9 +26,24 @@ struct DeviceName {
   bool operator!=(const DeviceName& o) const { return !(*this == o); }
 };
 
+// Replicas of stages of devices spelt in the grammar above (';' between replicas, ',' between stages); any device
+// type with str() (DeviceName here, at::Device in models::DeviceLayout).
+template <class Device>
+std::string spell_device_grid(const std::vector<std::vector<Device>>& replicas) {
+  std::string out;
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    if (r) out += ';';
+    for (size_t s = 0; s < replicas[r].size(); ++s) {
+      if (s) out += ',';
+      out += replicas[r][s].str();
+    }
+  }
+  return out;
+}
+
 struct DeviceGrid {
   std::vector<std::vector<DeviceName>> replicas;  // replicas[r][s]: stage s of replica r
-  std::string str() const;                        // in the grammar above; parses back to the same grid
+  std::string str() const { return spell_device_grid(replicas); }  // parses back to the same grid
 };
 
 // A layout (target_devices, --devices).
