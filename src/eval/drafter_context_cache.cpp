@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "anchor_attention_op.h"
+#include "dynamic_block_conv.h"
 #include "few_rows_linear.h"
 #include "norm_ops.h"
 
@@ -61,29 +63,44 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
   const at::Tensor pos = at::arange(a, a + B, on_device).view({1, B});
   auto [cos, sin] = rope_tables(pos, drafter::drafter_rope(c_, pos), dt);
   const at::Tensor anchor = at::full({1}, a, on_device), keep = at::ones({1}, on_device.dtype(at::kBool));
+  // DFlash2 wraps each sublayer in its block conv (the block is one conv block: taps never reach the context).
+  const bool dflash2 = c_.family == drafter::DrafterFamily::DFlash2;
+  if (dflash2 && static_cast<int64_t>(w_.convs.size()) != c_.num_hidden_layers)
+    throw std::invalid_argument("DrafterContextCache: a DFlash2 config needs the weights' convs (" +
+                                std::to_string(c_.num_hidden_layers) + " layers), got " + std::to_string(w_.convs.size()));
+  const drafter::BlockConvShape conv_shape{c_.dflash2.conv_group_size, B};
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const auto& w = w_.layers[static_cast<size_t>(l)];
-    const at::Tensor h1 = rms_norm(x, w[drafter::kInputNorm], c_.rms_norm_eps);
-    at::Tensor q = few_rows_linear(h1, w[drafter::kQProj]).view({1, B, qh, D});
-    q = apply_rope(rms_norm(q, w[drafter::kQNorm], c_.rms_norm_eps), cos, sin);
-    at::Tensor kb = few_rows_linear(h1, w[drafter::kKProj]).view({1, B, kvh, D});
-    kb = apply_rope(rms_norm(kb, w[drafter::kKNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
-    const at::Tensor vb = few_rows_linear(h1, w[drafter::kVProj]).view({1, B, kvh, D}).transpose(1, 2);
-    at::Tensor K = kb, V = vb;
-    if (a > 0) {
-      K = at::cat({k_[static_cast<size_t>(l)], kb}, 2);
-      V = at::cat({v_[static_cast<size_t>(l)], vb}, 2);
-    }
-    // One block anchored at the context's end: all cached context (or the sliding window) plus its own keys,
-    // GQA heads never expanded. K/V go in as [1, a + B, kvh, D] views of the cache layout.
-    const at::Tensor attn = ops::anchor_block_attention(q, K.transpose(1, 2), V.transpose(1, 2), anchor, keep, B,
-                                                        c_.window_for_layer(l), std::nullopt, at::Tensor(), attention_);
-    x = x + few_rows_linear(attn.reshape({1, B, qh * D}), w[drafter::kOProj]);
-    const at::Tensor h2 = rms_norm(x, w[drafter::kPostNorm], c_.rms_norm_eps);
+    auto attention = [&](const at::Tensor& h1) {
+      at::Tensor q = few_rows_linear(h1, w[drafter::kQProj]).view({1, B, qh, D});
+      q = apply_rope(rms_norm(q, w[drafter::kQNorm], c_.rms_norm_eps), cos, sin);
+      at::Tensor kb = few_rows_linear(h1, w[drafter::kKProj]).view({1, B, kvh, D});
+      kb = apply_rope(rms_norm(kb, w[drafter::kKNorm], c_.rms_norm_eps), cos, sin).transpose(1, 2);
+      const at::Tensor vb = few_rows_linear(h1, w[drafter::kVProj]).view({1, B, kvh, D}).transpose(1, 2);
+      at::Tensor K = kb, V = vb;
+      if (a > 0) {
+        K = at::cat({k_[static_cast<size_t>(l)], kb}, 2);
+        V = at::cat({v_[static_cast<size_t>(l)], vb}, 2);
+      }
+      // One block anchored at the context's end: all cached context (or the sliding window) plus its own keys,
+      // GQA heads never expanded. K/V go in as [1, a + B, kvh, D] views of the cache layout.
+      const at::Tensor attn = ops::anchor_block_attention(q, K.transpose(1, 2), V.transpose(1, 2), anchor, keep, B,
+                                                          c_.window_for_layer(l), std::nullopt, at::Tensor(), attention_);
+      return few_rows_linear(attn.reshape({1, B, qh * D}), w[drafter::kOProj]);
+    };
     // Not drafter::swiglu_down: that is the training op (autograd, at::linear over many rows); here a few rows
     // without gradients go through few_rows_linear.
-    const at::Tensor act = at::silu(few_rows_linear(h2, w[drafter::kGateProj])) * few_rows_linear(h2, w[drafter::kUpProj]);
-    x = x + few_rows_linear(act, w[drafter::kDownProj]);
+    auto mlp = [&](const at::Tensor& h2) {
+      const at::Tensor act = at::silu(few_rows_linear(h2, w[drafter::kGateProj])) * few_rows_linear(h2, w[drafter::kUpProj]);
+      return few_rows_linear(act, w[drafter::kDownProj]);
+    };
+    const at::Tensor h1 = rms_norm(x, w[drafter::kInputNorm], c_.rms_norm_eps);
+    x = x + (dflash2 ? drafter::conv_wrapped_sublayer(h1, w_.convs[static_cast<size_t>(l)].attention_conv, conv_shape,
+                                                      attention)
+                     : attention(h1));
+    const at::Tensor h2 = rms_norm(x, w[drafter::kPostNorm], c_.rms_norm_eps);
+    x = x + (dflash2 ? drafter::conv_wrapped_sublayer(h2, w_.convs[static_cast<size_t>(l)].mlp_conv, conv_shape, mlp)
+                     : mlp(h2));
   }
   return rms_norm(x, w_.norm, c_.rms_norm_eps);
 }

@@ -14,6 +14,7 @@
 #include "atomic_output.h"
 #include "attention_selfcheck.h"
 #include "compute_settings.h"
+#include "dflash2_proposer.h"
 #include "dflash_proposer.h"
 #include "dspark_proposer.h"
 #include "drafter_attention.h"
@@ -35,7 +36,7 @@ namespace dflash::eval {
 using util::Args;
 namespace {
 
-// What proposes the blocks: the DFlash or DSpark drafter (on its device, with the attention backend chosen for it) or a test
+// What proposes the blocks: the DFlash, DSpark or DFlash2 drafter (on its device, with the attention backend chosen for it) or a test
 // proposer.
 struct ProposerSide {
   std::unique_ptr<LoadedDrafter> drafter;
@@ -58,6 +59,8 @@ ProposerSide make_proposer(const EvalOptions& o, const models::TargetModel& targ
     if (s.drafter->config.family == drafter::DrafterFamily::DSpark)
       s.proposer = std::make_unique<DSparkProposer>(*s.drafter, target, o.max_draft, s.attention->backend,
                                                     o.confidence_threshold);
+    else if (s.drafter->config.family == drafter::DrafterFamily::DFlash2)
+      s.proposer = std::make_unique<DFlash2Proposer>(*s.drafter, target, o.max_draft, s.attention->backend);
     else
       s.proposer = std::make_unique<DFlashProposer>(*s.drafter, target, o.max_draft, s.attention->backend);
   } else if (o.proposer == "oracle") {
@@ -200,7 +203,7 @@ int eval_main(const std::vector<std::string>& args) {
   models::add_target_options(a, target_set);
   a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
   a.option("drafter-device", "DEV", "target", "where the drafter runs: target (the target's first device), cpu, cuda:N");
-  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the drafter's config.json; dflash2 not yet)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the drafter's config.json)");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
   a.option("attention-backend", "NAME", "auto",
            "the drafter's attention: auto (fused after a forward self-check against the reference on its device, "
@@ -248,7 +251,6 @@ int eval_main(const std::vector<std::string>& args) {
     const std::string config = resolve_drafter_dir(o.drafter) + "/config.json";
     const drafter::DrafterConfig dc = drafter::load_drafter_config(config);
     const auto family = drafter::family_for_command("eval", o.drafter_family, dc.family, config);
-    if (family != drafter::DrafterFamily::DSpark) drafter::refuse_unsupported_family("eval", family);
     if (a.given("confidence-threshold") && family != drafter::DrafterFamily::DSpark)
       throw std::invalid_argument("eval: --confidence-threshold applies to dspark drafters only (" + config + " is " +
                                   drafter::drafter_family_name(family) + ")");

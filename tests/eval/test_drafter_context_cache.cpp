@@ -85,3 +85,36 @@ TEST(DrafterContextCache, MatchesTrainingForward) {
   const at::Tensor other = f.reference(feats.narrow(1, 0, 8), block);
   EXPECT_GT((other - ref).abs().max().item<double>(), 1e-6);
 }
+
+// DFlash2: the cached forward wraps each block sublayer in its conv exactly as the training forward does, with
+// random (non-identity) convs so a conv that is skipped, crosses into the context or uses the wrong side fails.
+TEST(DrafterContextCache, DFlash2MatchesTrainingForward) {
+  at::NoGradGuard ng;
+  at::manual_seed(5);
+  Fixture f;
+  f.c.family = drafter::DrafterFamily::DFlash2;
+  f.c.dflash2 = {.conv_kernel_size = 3, .conv_group_size = 16, .selector_rank = 8, .selector_top_k = 4};
+  f.c.validate("test");
+  f.w = drafter::init_drafter_weights(f.c, at::kDouble, 7, 0.2, 0.1);
+  ASSERT_EQ(static_cast<int64_t>(f.w.convs.size()), f.c.num_hidden_layers);
+  for (auto& cv : f.w.convs)
+    for (auto* conv : {&cv.attention_conv, &cv.mlp_conv}) {
+      conv->base_kernel.normal_(0, 0.5);
+      conv->kernel_projection.normal_(0, 0.2);
+    }
+  const int64_t S = 7;
+  const at::Tensor feats = at::randn({1, S, 2 * f.c.hidden_size}, at::kDouble);
+  const std::vector<int64_t> block = {11, 49, 49, 49};
+  const at::Tensor ref = f.reference(feats, block);
+  eval::DrafterContextCache cache(f.c, f.w);
+  cache.append(feats);
+  const at::Tensor embeds = f.embed.index({at::tensor(block, at::kLong)}).unsqueeze(0);
+  EXPECT_LT((cache.block_hidden(embeds) - ref).abs().max().item<double>(), 1e-10);
+
+  // The convs matter: the same weights read as plain DFlash give other hidden states.
+  drafter::DrafterConfig plain = f.c;
+  plain.family = drafter::DrafterFamily::DFlash;
+  eval::DrafterContextCache without(plain, f.w);
+  without.append(feats);
+  EXPECT_GT((without.block_hidden(embeds) - ref).abs().max().item<double>(), 1e-4);
+}

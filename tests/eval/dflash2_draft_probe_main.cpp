@@ -1,0 +1,49 @@
+// dflash2_draft_probe: one cycle of src/eval/dflash2_proposer on a real target and drafter folder, for
+// tests/python/test_eval_dflash2.py (a test tool). Input JSON: {"prompt": [ids], "last": id (the committed token
+// after the prompt), "temperature": T, "uniforms": [one per drafted slot], "max_draft": n (0: B - 1)}. Output on
+// stdout: {"hidden": [[..] B rows] (the block's final-normed hidden states the walk read), "tokens": [..],
+// "probs": [[..] per draft, dense over the vocabulary; empty at T = 0]}, doubles printed so they read back exactly.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "dflash2_proposer.h"
+#include "target_loader.h"
+
+int main(int argc, char** argv) {
+  using namespace dflash;
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: dflash2_draft_probe TARGET_DIR DRAFTER_DIR INPUT.json\n");
+    return 2;
+  }
+  try {
+    at::NoGradGuard no_grad;
+    std::ifstream f(argv[3]);
+    const auto in = nlohmann::json::parse(f);
+    const auto prompt = in.at("prompt").get<std::vector<int64_t>>();
+    const models::TargetModel target = models::load_target(argv[1]);
+    const eval::LoadedDrafter drafter = eval::load_drafter(argv[2]);
+    eval::DFlash2Proposer proposer(drafter, target, in.value("max_draft", int64_t{0}));
+    std::vector<int> layers = proposer.target_layers();
+    const auto P = static_cast<int64_t>(prompt.size());
+    const at::Tensor ids = at::tensor(prompt, at::kLong).view({1, P});
+    proposer.start(prompt, target.forward(ids, nullptr, layers, false, true));
+    const int64_t last = in.at("last").get<int64_t>();
+    const at::Tensor h = proposer.cycle_hidden(last, P).to(at::kDouble).contiguous();
+    const eval::Draft d = proposer.draft_with_uniforms(last, P, in.at("temperature").get<double>(),
+                                                       in.at("uniforms").get<std::vector<double>>());
+    nlohmann::json out = {{"hidden", nlohmann::json::array()}, {"tokens", d.tokens}, {"probs", d.probs}};
+    for (int64_t r = 0; r < h.size(0); ++r) {
+      const double* p = h.data_ptr<double>() + r * h.size(1);
+      out["hidden"].push_back(std::vector<double>(p, p + h.size(1)));
+    }
+    std::printf("%s\n", out.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dflash2_draft_probe: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
