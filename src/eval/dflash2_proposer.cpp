@@ -9,6 +9,29 @@
 
 namespace dflash::eval {
 
+drafter::Candidates unary_candidates(const at::Tensor& unary, int64_t top_k) {
+  if (unary.dim() != 2 || top_k < 1 || top_k > unary.size(1))
+    throw std::invalid_argument("selector candidates: need logits [L, V] and 1 <= top_k <= V, got top_k " +
+                                std::to_string(top_k));
+  at::Tensor v, i;
+  {
+    // topk does not say which of equal logits it keeps: when none outside its set equals the last kept one the set
+    // is exact and only its order is fixed (ascending id, then a stable sort by value); otherwise a full stable sort.
+    auto [tv, ti] = at::topk(unary, top_k, -1, /*largest=*/true, /*sorted=*/true);
+    if ((unary >= tv.narrow(-1, top_k - 1, 1)).sum(-1).eq(top_k).all().item<bool>()) {
+      auto [by_id, order] = at::sort(ti, -1);
+      auto [sv, rank] = at::sort(tv.gather(-1, order), /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+      v = sv;
+      i = by_id.gather(-1, rank);
+    } else {
+      auto [sv, si] = at::sort(unary, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+      v = sv.narrow(-1, 0, top_k);
+      i = si.narrow(-1, 0, top_k);
+    }
+  }
+  return {i, v};
+}
+
 Draft selector_path_draft(const drafter::SelectorWeights& w, const drafter::Candidates& cands, const at::Tensor& hidden,
                           int64_t anchor, int64_t vocab_size, double temperature, const std::vector<double>& uniforms) {
   if (cands.ids.dim() != 2 || hidden.dim() != 2 || hidden.size(0) != cands.ids.size(0) ||
@@ -82,10 +105,10 @@ Draft DFlash2Proposer::draft_with_uniforms(int64_t last_token, int64_t pos, doub
                                            const std::vector<double>& uniforms) {
   const int64_t n = drafted_slots();
   const at::Tensor h = block_hidden(last_token, pos)[0].narrow(0, 1, n);  // [n, d]: slots 1..n
-  // U_k and its top-K through the target's LM head (as in training: candidate_selector.h's top_candidates).
-  const at::Tensor& head = target_.lm_head_weight();
-  const drafter::Candidates cands =
-      drafter::top_candidates(h.to(head.device(), head.scalar_type()), head, d_.config.dflash2.selector_top_k);
+  // U_k through the target's LM head as DFlash's proposals are (its few-row product: on CPU much faster than the
+  // chunked at::linear of training's top_candidates for these n rows), then the top-K in training's order.
+  const at::Tensor unary = target_.lm_head(h.unsqueeze(0).to(target_.dtype()))[0];
+  const drafter::Candidates cands = unary_candidates(unary, d_.config.dflash2.selector_top_k);
   return selector_path_draft(selector_, cands, h, last_token, d_.config.vocab_size, temperature, uniforms);
 }
 

@@ -14,6 +14,10 @@
 
 namespace dflash::eval {
 
+// The top-K of unary logits [L, V] by descending logit, equal logits by ascending id (the order of training's
+// drafter::top_candidates): ids [L, K] and the logits at them. Throws std::invalid_argument unless 1 <= K <= V.
+drafter::Candidates unary_candidates(const at::Tensor& unary, int64_t top_k);
+
 // The walk's drafts from the drafted slots' candidates cands [L, K] (ids by descending U, and U at them), their
 // hidden states hidden [L, d] and the last committed token `anchor`: L tokens, and at T > 0 the dense q [V] of
 // each (uniforms [L] in [0, 1) then drive the inverse-CDF draws; ignored at T = 0).

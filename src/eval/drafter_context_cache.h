@@ -1,7 +1,8 @@
-// The DFlash drafter at inference: the context features of committed tokens become per-layer keys/values
-// once (k_proj/k_norm/RoPE and v_proj on hidden_norm(fc(features))) and are cached; each cycle only the B
-// block tokens run through the layers, attending to all cached context (all positions < anchor) and to
-// their own block. Sliding-window layers keep docs/DFLASH.md's window and in-block causality.
+// The DFlash drafter at inference (and DFlash2's, whose block sublayers are wrapped in their block convs, never
+// touching the context): the context features of committed tokens become per-layer keys/values once
+// (k_proj/k_norm/RoPE and v_proj on hidden_norm(fc(features))) and are cached; each cycle only the B block tokens
+// run through the layers, attending to all cached context (all positions < anchor) and to their own block.
+// Sliding-window layers keep docs/DFLASH.md's window and in-block causality.
 // Same numbers as drafter_hidden() with one block anchored at the context length (tests check this): the same
 // anchor-block attention op, fused or reference. Runs on the device of the weights; features and block
 // embeddings must be there too.
