@@ -209,7 +209,7 @@ int eval_main(const std::vector<std::string>& args) {
            "the drafter's attention: auto (fused after a forward self-check against the reference on its device, "
            "else reference) | fused (refuses when the check fails) | reference");
   a.option("block-size", "B", "16", "block size for the oracle / random proposers");
-  a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all; B-1 for dflash, B for dspark)");
+  a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all; B-1 for dflash and dflash2, B for dspark)");
   a.option("confidence-threshold", "X", "0",
            "dspark: stop each draft where the cumulative product of sigmoid(confidence) falls below X (0: off)");
   a.option("data", "LIST", "", "datasets, comma-separated NAME=PATH (prompt JSONL, .gz ok)");
