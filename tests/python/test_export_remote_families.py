@@ -239,3 +239,16 @@ def test_a_dflash2_tensor_missing_or_misnamed_fails_the_load(exported, tmp_path,
     r = hf_load(broken, tmp_path / "batch.safetensors", tmp_path, check=False)
     assert r.returncode != 0
     assert f"the weights do not fit DFlash2DraftModel: {message}" in r.stderr
+
+
+def test_a_dflash2_logit_setting_the_drafter_does_not_support_is_refused(exported, tmp_path):  # noqa: F811
+    """z-lab's optional output_multiplier: our drafter and remote code take only its neutral value."""
+    broken = tmp_path / "broken"
+    shutil.copytree(exported, broken)
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["dflash_config"]["output_multiplier"] = 2.0
+    (broken / "config.json").write_text(json.dumps(cfg))
+    make_batch(cfg, tmp_path / "batch.safetensors")
+    r = hf_load(broken, tmp_path / "batch.safetensors", tmp_path, check=False)
+    assert r.returncode != 0
+    assert "config.json: dflash_config.output_multiplier is 2.0; only 1.0 or absent is supported" in r.stderr

@@ -127,8 +127,9 @@ class DFlash2DraftModel(DFlashDraftModel):
         dc = getattr(config, "dflash_config", None) or {}
         for key, neutral in (("output_multiplier", 1.0), ("final_logit_softcapping", 0.0),
                              ("input_embedding_scale", 1.0)):
-            if float(dc.get(key) or neutral) != neutral:  # as dflash's own drafter: the neutral values only
-                raise ValueError(f"config.json: dflash_config.{key} {dc[key]} is not supported (only {neutral})")
+            if dc.get(key) is not None and dc[key] != neutral:  # as dflash's own drafter: neutral values only
+                raise ValueError(f"config.json: dflash_config.{key} is {dc[key]!r}; only {neutral} or absent is "
+                                 f"supported")
         self.candidate_selector = DFlash2CandidateSelector(
             config.vocab_size, config.hidden_size, int(draft_setting(config, "selector_rank")),
             int(draft_setting(config, "selector_top_k")))
