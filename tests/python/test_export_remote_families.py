@@ -252,3 +252,36 @@ def test_a_dflash2_logit_setting_the_drafter_does_not_support_is_refused(exporte
     r = hf_load(broken, tmp_path / "batch.safetensors", tmp_path, check=False)
     assert r.returncode != 0
     assert "config.json: dflash_config.output_multiplier is 2.0; only 1.0 or absent is supported" in r.stderr
+
+
+FRESH = """
+import sys, torch
+from transformers import AutoConfig, AutoModel
+config = AutoConfig.from_pretrained(sys.argv[1])   # as the engines' AutoConfig reads it: no remote code asked for
+assert type(config).__name__ == "Qwen3Config", type(config)
+model = AutoModel.from_config(AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True), trust_remote_code=True)
+for name, t in model.state_dict().items():
+    print(name, float(t.double().abs().sum()), float(t.double()[:, :1].abs().sum() if t.dim() > 1 else 0))
+"""
+
+
+def test_a_fresh_dflash2_starts_as_the_trainers_do(exported, tmp_path):  # noqa: F811
+    """AutoModel.from_config: identity convs (base taps [1, 0, ...], zero kernel projection) and a zero successor
+    codebook, the start from which a DFlash2 drafts as its DFlash backbone; the config alone reads as Qwen3Config
+    without remote code (what the engines' AutoConfig does with the auto_map)."""
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "hf_modules"), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-c", FRESH, str(exported)], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    sums = {n: (float(a), float(b)) for n, a, b in (line.split() for line in r.stdout.splitlines())}
+    cfg = json.loads((exported / "config.json").read_text())
+    H = cfg["hidden_size"]
+    for i in range(cfg["num_hidden_layers"]):
+        for conv in ("attention_conv", "mlp_conv"):
+            assert sums[f"layers.{i}.{conv}.base_kernel"] == (2 * H, 2 * H), (i, conv)   # 1s at tap 0 only
+            assert sums[f"layers.{i}.{conv}.kernel_projection.weight"][0] == 0
+    assert sums["candidate_selector.successor_codebook"][0] == 0
+    assert sums["candidate_selector.predecessor_codebook"][0] > 0
+    assert sums["candidate_selector.hidden_projection.weight"][0] > 0
+    assert sums["fc.weight"][0] > 0 and sums["norm.weight"][0] == H
