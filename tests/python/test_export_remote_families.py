@@ -91,7 +91,8 @@ def cpp_drafter(build, folder, batch_path, tmp_path, B):
                         "--dtype", "float64", "--chunk-rows", str(B)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     ours = load_file(str(out))
-    return ours["hidden"][0].view(-1, B, ours["hidden"].size(-1)), ours["logits"][0].view(-1, B, ours["logits"].size(-1))
+    hidden, logits = ours["hidden"][0], ours["logits"][0]
+    return hidden.view(-1, B, hidden.size(-1)), logits.view(-1, B, logits.size(-1))
 
 
 def assert_close(name, got, want, rtol=RTOL):
@@ -285,3 +286,16 @@ def test_a_fresh_dflash2_starts_as_the_trainers_do(exported, tmp_path):  # noqa:
     assert sums["candidate_selector.predecessor_codebook"][0] > 0
     assert sums["candidate_selector.hidden_projection.weight"][0] > 0
     assert sums["fc.weight"][0] > 0 and sums["norm.weight"][0] == H
+
+
+@pytest.mark.parametrize("dspark_export", ["vanilla"], indirect=True)
+def test_an_export_over_another_familys_keeps_only_its_own_modelling_files(dflash_bin, dspark_export, run,  # noqa: F811
+                                                                           tmp_path):
+    out = tmp_path / "hf"
+    dspark_run = dspark_export.parent / "run"
+    for family_run, engines, files in ((run, "zlab", "dflash2.py"), (dspark_run, "sglang", "dspark.py"),
+                                       (run, "zlab", "dflash2.py")):
+        r = export(dflash_bin, family_run, out, "--engine", engines)
+        assert r.returncode == 0, r.stderr
+        assert sorted(p.name for p in out.iterdir()) == ["config.json", "dflash.py", files, "model.safetensors"]
+        assert json.loads((out / "config.json").read_text())["auto_map"]["AutoModel"].startswith(files[:-3] + ".")

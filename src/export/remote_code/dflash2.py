@@ -37,7 +37,8 @@ class DFlash2BlockConv(nn.Module):
     def __init__(self, hidden: int, kernel_size: int, group_size: int, block_size: int):
         super().__init__()
         if group_size < 1 or hidden % group_size:
-            raise ValueError(f"config.json: dflash_config.conv_group_size {group_size} must divide hidden_size {hidden}")
+            raise ValueError(f"config.json: dflash_config.conv_group_size {group_size} must divide hidden_size "
+                             f"{hidden}")
         self.kernel_size, self.group_size, self.block_size = kernel_size, group_size, block_size
         self.base_kernel = nn.Parameter(torch.zeros(2, kernel_size, hidden))
         self.kernel_projection = nn.Linear(hidden, 2 * kernel_size * (hidden // group_size), bias=False)
