@@ -40,10 +40,10 @@ nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::Scala
   // Both places, equal: llama.cpp's converter and SpecForge read the top level only, z-lab and SGLang dflash_config
   // first (docs/SERVING.md).
   j["dflash_config"]["block_size"] = c.block_size;
-  // Our remote code builds DFlash only, so no auto_map to it for the other families: DSpark is in DeepSpec's native
-  // contract (flat keys, Qwen3DSparkModel), DFlash2 in z-lab's (DFlash2DraftModel, its settings in dflash_config and
-  // a top-level is_causal false, written by drafter_config_to_json), which the engines load by class name.
-  if (c.family == drafter::DrafterFamily::DFlash) j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
+  // Every family's remote code; the engines load DSpark (DeepSpec's Qwen3DSparkModel) and DFlash2 (z-lab's
+  // DFlash2DraftModel, its settings in dflash_config and a top-level is_causal false, written by
+  // drafter_config_to_json) by `architectures`, and read no auto_map.
+  j["auto_map"] = {{"AutoModel", hf_remote_code_class(c.family)}};
   return j;
 }
 
@@ -77,9 +77,10 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
   (stage_name += out.filename().string()) += ".tmp-";
   stage_name += std::to_string(::getpid());
   const fs::path stage = parent / stage_name;
-  // config.json last: it completes a folder. DSpark and DFlash2 ship no dflash.py (it builds DFlash only).
-  const bool remote_code = c.family == drafter::DrafterFamily::DFlash;
-  std::vector<const char*> files = {"model.safetensors", "dflash.py", "config.json"};
+  // config.json last: it completes a folder. Every modelling file of every family is listed, so that replacing an
+  // export of another family removes the files this one does not write.
+  const std::vector<RemoteCodeFile> code = hf_remote_code_files(c.family);
+  const std::vector<const char*> files = {"model.safetensors", "dflash.py", "dspark.py", "dflash2.py", "config.json"};
   auto clean_stage = [&] {
     std::error_code ec;
     for (const char* f : files) fs::remove(stage / f, ec);
@@ -89,14 +90,14 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
   try {
     fs::create_directory(stage);
     io::save_safetensors((stage / files[0]).string(), tensors, {{"format", "pt"}});
-    if (remote_code) data::write_file_atomic((stage / files[1]).string(), hf_remote_code_source());
-    data::write_file_atomic((stage / files[2]).string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
+    for (const RemoteCodeFile& f : code) data::write_file_atomic((stage / f.name).string(), f.text);
+    data::write_file_atomic((stage / "config.json").string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
     if (!fs::exists(out)) {
       fs::rename(stage, out);  // the whole folder appears at once
     } else {  // replacing an earlier export: file by file, each rename atomic, the config last
       for (const char* f : files)
         if (fs::exists(stage / f)) fs::rename(stage / f, out / f);
-        else fs::remove(out / f);  // an earlier export's dflash.py belongs to DFlash folders only
+        else fs::remove(out / f);  // another family's modelling file
       fs::remove(stage);
     }
     data::fsync_dir(out.string());

@@ -1,14 +1,17 @@
-// The folder `dflash export` writes: what transformers and inference engines load a DFlash drafter from.
+// The folder `dflash export` writes: what transformers and inference engines load a drafter from.
 //   config.json        the drafter config with transformers 5 field names (dtype, rope_parameters,
 //                      max_position_embeddings = the target's context length, required; rope_theta + rope_scaling
 //                      too, for transformers 4 readers), block_size at the top level and in dflash_config (equal:
-//                      engines read one or the other first, docs/SERVING.md) and an auto_map to dflash.py
+//                      engines read one or the other first, docs/SERVING.md) and an auto_map to the remote code
 //   dflash.py          our modelling code, so AutoModel.from_pretrained(dir, trust_remote_code=True) builds
-//                      the DFlash drafter (fc, hidden_norm, KV-injecting layers, norm) and loads every tensor
+//                      the drafter (fc, hidden_norm, KV-injecting layers, norm) and loads every tensor;
+//   dspark.py /        DSpark's heads / DFlash2's convs and selector on top of dflash.py's backbone, for those
+//   dflash2.py         families (engines load them by `architectures`, not by auto_map)
 //   model.safetensors  the weights, unprefixed names, in `dtype`; a draft vocabulary adds lm_head.weight [K, H]
 //                      (in `dtype`), d2t int64 [K] and t2d bool [V] (draft_vocab.h, the names vLLM loads)
 #pragma once
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
@@ -19,8 +22,13 @@
 
 namespace dflash::exporting {
 
-// The text of src/export/remote_code/dflash.py, compiled in.
-const char* hf_remote_code_source();
+struct RemoteCodeFile {
+  const char* name;  // the file name in the export folder
+  const char* text;  // src/export/remote_code/<name>, compiled in
+};
+// The modelling files a family's export carries (dflash.py first), and the class its auto_map names.
+std::vector<RemoteCodeFile> hf_remote_code_files(drafter::DrafterFamily f);
+const char* hf_remote_code_class(drafter::DrafterFamily f);
 
 // config.json's content for weights stored in `dtype`; throws when c.max_position_embeddings is unknown (0).
 nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype);

@@ -15,18 +15,23 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 
-def main():
-    folder, batch_path, out_path = sys.argv[1:4]
+def load(folder):
+    """(the model in float64, the load report)."""
     model, info = AutoModel.from_pretrained(folder, trust_remote_code=True, dtype=torch.float64,
                                             output_loading_info=True)
     model.eval()
     stored = load_file(f"{folder}/model.safetensors")
     state = model.state_dict()
     differ = [k for k, t in stored.items() if k not in state or not torch.equal(state[k], t.to(torch.float64))]
-    report = {"class": type(model).__name__, "missing": sorted(info["missing_keys"]),
-              "unexpected": sorted(info["unexpected_keys"]),
-              "mismatched": [str(m) for m in info.get("mismatched_keys", [])], "differ": differ,
-              "params": sorted(state), "dtype": str(next(model.parameters()).dtype)}
+    return model, {"class": type(model).__name__, "missing": sorted(info["missing_keys"]),
+                   "unexpected": sorted(info["unexpected_keys"]),
+                   "mismatched": [str(m) for m in info.get("mismatched_keys", [])], "differ": differ,
+                   "params": sorted(state), "dtype": str(next(model.parameters()).dtype)}
+
+
+def main():
+    folder, batch_path, out_path = sys.argv[1:4]
+    model, report = load(folder)
     b = load_file(batch_path)
     B = model.block_size
     anchors, keep = b["anchors"], b["keep"].bool()

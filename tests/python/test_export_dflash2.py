@@ -42,7 +42,7 @@ def exported(dflash_bin, run, tmp_path_factory):
 def test_the_export_is_in_zlab_contract(exported, run):
     cfg = json.loads((exported / "config.json").read_text())
     assert cfg["architectures"] == ["DFlash2DraftModel"] and cfg["is_causal"] is False
-    assert "auto_map" not in cfg and not (exported / "dflash.py").exists()   # our remote code builds DFlash only
+    assert cfg["auto_map"] == {"AutoModel": "dflash2.DFlash2DraftModel"}   # ours: test_export_remote_families.py
     dc = cfg["dflash_config"]
     assert {k: dc[k] for k in SETTINGS} == SETTINGS
     assert dc["block_size"] == 4 and dc["mask_token_id"] == MASK_ID and dc["target_layer_ids"] == TARGET_LAYER_IDS

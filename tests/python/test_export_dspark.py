@@ -38,8 +38,8 @@ def test_a_vanilla_export_reads_as_trained(dflash_bin, runs, target_dir, tmp_pat
     r = export(dflash_bin, runs["vanilla"], out, "--engine", engine)
     assert r.returncode == 0, r.stderr
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["architectures"] == ["Qwen3DSparkModel"] and "auto_map" not in cfg
-    assert not (out / "dflash.py").exists()
+    assert cfg["architectures"] == ["Qwen3DSparkModel"]   # the engines load it by this, not by auto_map
+    assert cfg["auto_map"] == {"AutoModel": "dspark.Qwen3DSparkModel"}   # our remote code (test_export_remote_families)
     for k, v in {"markov_rank": 8, "markov_head_type": "vanilla", "enable_confidence_head": True,
                  "confidence_head_with_markov": True, "block_size": 4, "mask_token_id": MASK_ID,
                  "target_layer_ids": TARGET_LAYER_IDS, "num_target_layers": 3}.items():

@@ -13,6 +13,9 @@ positions a .. a+B-1: its queries see context positions < a and the keys of thei
 layers: context within the window and only earlier slots). The token embedding and the LM head are the
 target's and are not part of this model.
 
+The DSpark and DFlash2 drafters (dspark.py, dflash2.py, written next to this file for those families) are
+built on this backbone.
+
 This file needs only torch and transformers. It builds the attention mask densely (fine for inference and
 small checks); the trainer that wrote it uses a fused kernel instead.
 """
@@ -164,23 +167,38 @@ class DFlashDecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def draft_setting(config, key: str):
+    """A drafter setting from `dflash_config` first, then the top level (DeepSpec's flat DSpark keys);
+    block_size is read by block_size_of."""
+    dc = getattr(config, "dflash_config", None) or {}
+    value = dc.get(key, getattr(config, key, None))
+    if value is None:
+        raise ValueError(f"config.json: {key} is missing (expected in dflash_config or at the top level)")
+    return value
+
+
+def block_size_of(config) -> int:
+    dc = getattr(config, "dflash_config", None) or {}
+    return int(getattr(config, "block_size", None) or dc.get("block_size", 16))
+
+
 class DFlashDraftModel(PreTrainedModel):
     """fc + hidden_norm over the target's features, Qwen3 decoder layers with KV injection, final norm."""
 
     config_class = Qwen3Config
     base_model_prefix = "dflash"
     _no_split_modules = ["DFlashDecoderLayer"]
+    layer_class = DFlashDecoderLayer  # a family with its own layer (DFlash2) names it here
 
     def __init__(self, config):
         super().__init__(config)
-        dc = getattr(config, "dflash_config", None) or {}
-        self.block_size = int(getattr(config, "block_size", None) or dc.get("block_size", 16))
-        self.mask_token_id = int(dc["mask_token_id"])
-        self.target_layer_ids = list(dc["target_layer_ids"])
+        self.block_size = block_size_of(config)
+        self.mask_token_id = int(draft_setting(config, "mask_token_id"))
+        self.target_layer_ids = list(draft_setting(config, "target_layer_ids"))
         h = config.hidden_size
         self.fc = nn.Linear(len(self.target_layer_ids) * h, h, bias=False)
         self.hidden_norm = DFlashRMSNorm(h, config.rms_norm_eps)
-        self.layers = nn.ModuleList(DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.num_hidden_layers))
         self.norm = DFlashRMSNorm(h, config.rms_norm_eps)
         # A draft vocabulary (config.draft_vocab_size < vocab_size): the drafter's own LM head over K target
         # tokens, with vLLM's d2t (int64 [K] offsets: target id = draft id + d2t[draft id]) and t2d (bool [V]).
@@ -190,13 +208,36 @@ class DFlashDraftModel(PreTrainedModel):
             self.lm_head = nn.Linear(h, self.draft_vocab_size, bias=False)
             self.register_buffer("d2t", torch.zeros(self.draft_vocab_size, dtype=torch.long))
             self.register_buffer("t2d", torch.zeros(int(config.vocab_size), dtype=torch.bool))
+        self.add_family_modules(config)
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """PreTrainedModel.from_pretrained, except that a tensor missing from the weights, one the model has no
+        parameter for, or one of another shape is an error: transformers would only warn, and leave a missing
+        parameter at its random initialisation."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
+                                              **kwargs)
+        bad = [f"{what} {sorted(map(str, info.get(key) or []))}" for key, what in
+               (("missing_keys", "missing"), ("unexpected_keys", "unexpected"), ("mismatched_keys", "mismatched"))
+               if info.get(key)]
+        if bad:
+            raise ValueError(f"{pretrained_model_name_or_path}: the weights do not fit {cls.__name__}: "
+                             + "; ".join(bad))
+        return (model, info) if want_info else model
+
+    def add_family_modules(self, config):
+        """The modules a family adds on top of the backbone (DSpark's heads, DFlash2's selector), built before
+        post_init; DFlash has none."""
 
     def _init_weights(self, module):
         if isinstance(module, DFlashRMSNorm):
             nn.init.ones_(module.weight)
-        elif isinstance(module, nn.Linear):
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=getattr(self.config, "initializer_range", 0.02))
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
 
     def target_features(self, hidden_states) -> torch.Tensor:
         """The context input from a target's `output_hidden_states=True` tuple: outputs of the target layers
@@ -225,6 +266,17 @@ class DFlashDraftModel(PreTrainedModel):
             x = layer(x, context, q_pos, k_pos, masks, rope)
         return BaseModelOutput(last_hidden_state=self.norm(x))
 
+    def block_hidden(self, target_hidden: torch.Tensor, anchor_tokens: torch.Tensor, anchors: torch.Tensor,
+                     embed_tokens: Union[nn.Module, torch.Tensor], keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The final-normed hidden states [b, N, B, H] of the blocks `[anchor_tokens[:, n], MASK, ...]` at
+        anchors[:, n] (embedded with the target's embed_tokens module or weight)."""
+        b, n = anchors.shape
+        ids = torch.full((b, n, self.block_size), self.mask_token_id, dtype=torch.long, device=anchors.device)
+        ids[:, :, 0] = anchor_tokens
+        ids = ids.view(b, -1)
+        emb = embed_tokens(ids) if isinstance(embed_tokens, nn.Module) else F.embedding(ids, embed_tokens)
+        return self.forward(emb, target_hidden, anchors, keep).last_hidden_state.view(b, n, self.block_size, -1)
+
     @torch.no_grad()
     def draft(self, target_hidden: torch.Tensor, anchor_tokens: torch.Tensor, anchors: torch.Tensor,
               embed_tokens: Union[nn.Module, torch.Tensor], lm_head: Union[nn.Module, torch.Tensor],
@@ -233,16 +285,10 @@ class DFlashDraftModel(PreTrainedModel):
         slot k (k >= 1) proposes the token at anchors + k. At inference N = 1 and the anchor is the
         number of committed tokens whose features are in target_hidden. embed_tokens / lm_head: the
         target's modules (or their weights)."""
-        b, n = anchors.shape
-        ids = torch.full((b, n, self.block_size), self.mask_token_id, dtype=torch.long, device=anchors.device)
-        ids[:, :, 0] = anchor_tokens
-        ids = ids.view(b, -1)
-        emb = embed_tokens(ids) if isinstance(embed_tokens, nn.Module) else F.embedding(ids, embed_tokens)
-        hidden = self.forward(emb, target_hidden, anchors, keep).last_hidden_state
+        hidden = self.block_hidden(target_hidden, anchor_tokens, anchors, embed_tokens, keep)[:, :, 1:]
         if self.draft_vocab_size:  # argmax over the draft vocabulary, then draft id -> target id
             w = self.lm_head.weight
-            best = (hidden.to(w.dtype) @ w.T).view(b, n, self.block_size, -1)[:, :, 1:].argmax(-1)
+            best = (hidden.to(w.dtype) @ w.T).argmax(-1)
             return best + self.d2t[best]
         w = lm_head if isinstance(lm_head, torch.Tensor) else lm_head.weight
-        logits = hidden.to(w.dtype) @ w.T
-        return logits.view(b, n, self.block_size, -1)[:, :, 1:].argmax(-1)
+        return (hidden.to(w.dtype) @ w.T).argmax(-1)
