@@ -256,11 +256,9 @@ int plan_main(const std::vector<std::string>& argv) {
   if (a.on("deterministic")) s.deterministic = true;
   s.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
   apply_family(s, family, a, "plan");
-  if (family == drafter::DrafterFamily::DSpark && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
-    throw std::invalid_argument("plan: --draft-vocab must be 0 with drafter_family dspark (not supported yet)");
-  if (family == drafter::DrafterFamily::DFlash2 && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
-    throw std::invalid_argument("plan: --draft-vocab must be 0 with drafter_family dflash2 (the selector spans the "
-                                "full vocabulary)");
+  if (family != drafter::DrafterFamily::DFlash && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
+    throw std::invalid_argument(std::string("plan: --draft-vocab must be 0 with drafter_family ") +
+                                drafter_family_name(family) + " (" + family_draft_vocab_refusal(family) + ")");
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)

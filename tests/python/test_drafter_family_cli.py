@@ -177,4 +177,27 @@ def test_bench_step_refuses_a_draft_vocabulary_for_the_families(dflash_bin, file
     out = run(dflash_bin, files, "bench", "step", "--drafter-config", "dspark.json", "--draft-vocab", "8")
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
-        "dflash: error: bench step: --draft-vocab must be 0 with drafter_family dspark (not supported yet)"]
+        "dflash: error: bench step: --draft-vocab must be 0 with drafter_family dspark (" + DSPARK_DRAFT_VOCAB + ")"]
+    out = run(dflash_bin, files, "bench", "step", "--drafter-config", "dflash2.json", "--draft-vocab", "8")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "dflash: error: bench step: --draft-vocab must be 0 with drafter_family dflash2 (" + DFLASH2_DRAFT_VOCAB + ")"]
+
+
+# Why the families have no draft vocabulary here (docs/DSPARK.md "Draft vocabulary"): one wording in every command.
+DSPARK_DRAFT_VOCAB = ("not supported yet: vLLM and speculators serve it with lm_head and markov_w2 over the K draft "
+                      "tokens and markov_w1 over the target's vocabulary, which train, eval and export do not implement")
+DFLASH2_DRAFT_VOCAB = ("the selector spans the full vocabulary: its codebooks and top-K index the target's vocabulary, "
+                       "and no source defines a draft vocabulary for it")
+
+
+@pytest.mark.parametrize("family,why", [("dspark", DSPARK_DRAFT_VOCAB), ("dflash2", DFLASH2_DRAFT_VOCAB)])
+def test_every_command_refuses_a_family_draft_vocabulary_saying_why(dflash_bin, files, family, why):
+    out = run(dflash_bin, files, "plan", "--config", f"{family}.json", "--draft-vocab", "8")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"dflash: error: plan: --draft-vocab must be 0 with drafter_family {family} ({why})"]
+    out = run(dflash_bin, files, "train", "--target", "x", "--data", "y", "--out", "z",
+              "--drafter-family", family, "--draft-vocab", "8")
+    assert out.returncode == 1
+    assert f"'draft_vocab' must be 0 with drafter_family {family} ({why})" in out.stderr, out.stderr
