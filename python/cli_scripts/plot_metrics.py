@@ -1,7 +1,12 @@
 """`dflash plot RUN_DIR`: loss and accuracy curves (PNG) from a training run's metrics.jsonl; tau too when
-evaluation lines ({"step", "tau"}) are present. Each logged value is one step's (a few sequences), so long
-runs also get a trailing mean over the logged steps. Usage: plot_metrics.py METRICS_JSONL OUT_DIR"""
+evaluation lines ({"step", "tau"}) are present, and the drafter family's metrics when the run logged them
+(DSpark: accept_rate@j, tau_probabilistic, its three losses, the confidence errors; DFlash2: recall@K, the
+selector's loss and accuracy, the accepted lengths of the selector's path, the unary path and the top-K oracle).
+Each logged value is one step's (a few sequences), so long runs also get a trailing mean over the logged steps.
+With DATA_JSON, every series drawn is written there too: {png: {"ylabel", "series": {key: {"steps", "values"}}}}.
+Usage: plot_metrics.py METRICS_JSONL OUT_DIR [DATA_JSON]"""
 import json
+import os
 import pathlib
 import sys
 
@@ -22,27 +27,29 @@ def trailing_mean(values, window):
     return out
 
 
-def main(metrics_path, out_dir):
+def write_whole(path, text):
+    """A regular file (or a new name) is replaced whole, never left half-written; a device or pipe is streamed to."""
+    if path.exists() and not path.is_file():
+        path.write_text(text)
+        return
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(metrics_path, out_dir, data_path=None):
     rows = [json.loads(l) for l in pathlib.Path(metrics_path).read_text().splitlines() if l.strip()]
     if not rows:
         sys.exit(f"{metrics_path}: no metrics lines")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    data = {}
 
-    def curve(key, ylabel, name, extra=None):
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        if not pts:
-            return
-        fig, ax = plt.subplots(figsize=(7, 4))
-        steps, values = [p[0] for p in pts], [p[1] for p in pts]
-        window = max(5, len(pts) // 25)
-        smooth = len(pts) >= 4 * window
-        ax.plot(steps, values, label=key, alpha=0.35 if smooth else 1.0)
-        if smooth:
-            ax.plot(steps, trailing_mean(values, window), label=f"{key}, mean of {window} logged steps")
-        if extra:
-            extra(ax)
+    def points(key):  # (step, value) of the lines that logged `key`; null (nothing counted that step) left out
+        return [(r["step"], r[key]) for r in rows if "step" in r and r.get(key) is not None]
+
+    def save(fig, ax, ylabel, name, series):
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -52,21 +59,71 @@ def main(metrics_path, out_dir):
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(str(path))
+        data[name] = {"ylabel": ylabel, "series": series}
+
+    def curves(keys, ylabel, name):
+        """Several metrics of one kind on one plot (a family's), each as logged; none logged: no file."""
+        series = {}
+        for key in keys:
+            pts = points(key)
+            if pts:
+                series[key] = {"steps": [p[0] for p in pts], "values": [p[1] for p in pts]}
+        if not series:
+            return
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for key, sv in series.items():
+            ax.plot(sv["steps"], sv["values"], label=key, marker="." if len(sv["steps"]) < 30 else None)
+        save(fig, ax, ylabel, name, series)
+
+    def curve(key, ylabel, name, extra=None):
+        pts = points(key)
+        if not pts:
+            return
+        fig, ax = plt.subplots(figsize=(7, 4))
+        steps, values = [p[0] for p in pts], [p[1] for p in pts]
+        series = {key: {"steps": steps, "values": values}}
+        window = max(5, len(pts) // 25)
+        smooth = len(pts) >= 4 * window
+        ax.plot(steps, values, label=key, alpha=0.35 if smooth else 1.0)
+        if smooth:
+            ax.plot(steps, trailing_mean(values, window), label=f"{key}, mean of {window} logged steps")
+        if extra:
+            series.update(extra(ax))
+        save(fig, ax, ylabel, name, series)
 
     def slots(ax):  # per-slot accuracy of the last logged step, as a second panel would clutter: slot 1 and last
         acc = [r for r in rows if "slot_acc" in r]
-        if acc and len(acc[0]["slot_acc"]) > 2:
-            ax.plot([r["step"] for r in acc], [r["slot_acc"][1] for r in acc], label="slot 1", alpha=0.6)
-            ax.plot([r["step"] for r in acc], [r["slot_acc"][-1] for r in acc], label="last slot", alpha=0.6)
+        if not (acc and len(acc[0]["slot_acc"]) > 2):
+            return {}
+        steps = [r["step"] for r in acc]
+        first, last = [r["slot_acc"][1] for r in acc], [r["slot_acc"][-1] for r in acc]
+        ax.plot(steps, first, label="slot 1", alpha=0.6)
+        ax.plot(steps, last, label="last slot", alpha=0.6)
+        return {"slot 1": {"steps": steps, "values": first}, "last slot": {"steps": steps, "values": last}}
 
     curve("loss", "weighted block cross-entropy", "loss.png")
     curve("acc", "top-1 accuracy (slots 1..B-1)", "accuracy.png", slots)
     curve("tau", "tau (mean accepted + 1)", "tau.png")
+    # DSpark (docs/DSPARK.md "Training"): one line per slot j, in slot order
+    slots = sorted({k for r in rows for k in r if k.startswith("accept_rate@")}, key=lambda k: int(k.split("@")[1]))
+    curves(slots, "accept rate of slot j (mean a* = 1 - L1/2)", "dspark_accept_rate.png")
+    curves(["tau_probabilistic"], "tau_probabilistic (1 + sum_j prod_i<=j a*_i)", "dspark_tau.png")
+    curves(["ce_loss", "l1_loss", "confidence_loss"], "DSpark loss terms (weighted means)", "dspark_losses.png")
+    curves(["confidence_abs_error", "confidence_bias", "confidence_cumprod_bias"],
+           "confidence head error vs a* (|e|, bias, cumprod bias)", "dspark_confidence.png")
+    # DFlash2 (docs/DFLASH2.md "Training"): what is drafted, not the unary argmax accuracy alone
+    curves(["unary_recall_at_k"], "unary recall@K (gold in the top-K)", "dflash2_recall.png")
+    curves(["teacher_forced_selector_acc"], "selector accuracy (teacher-forced)", "dflash2_selector_acc.png")
+    curves(["selector_loss"], "selector K-way cross-entropy", "dflash2_selector_loss.png")
+    curves(["self_conditioned_path_accepted_length", "unary_path_accepted_length", "unary_top_k_oracle_accepted_length"],
+           "accepted length of training blocks", "dflash2_accepted_length.png")
+    if data_path:
+        write_whole(pathlib.Path(data_path), json.dumps(data))
     for w in written:
         print(w)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

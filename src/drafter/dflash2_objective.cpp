@@ -45,11 +45,12 @@ DFlash2Stats dflash2_selector_objective(const SelectorWeights& w, const at::Tens
     add(st.blocks.blocks, bm.blocks);
     add(st.blocks.path_length_sum, bm.path_length_sum);
     add(st.blocks.oracle_length_sum, bm.oracle_length_sum);
+    add(st.blocks.unary_length_sum, bm.unary_length_sum);
   }
   if (M == 0) {  // nothing to draft: zero sums, and a loss that still reaches the selector's weights (grad 0)
     const auto z = at::zeros({}, hidden.options().dtype(hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
     st.terms = {z + 0 * w.successor_codebook.sum(), z, z, z, z, z};
-    st.blocks = {z.to(at::kDouble), z.to(at::kDouble), z.to(at::kDouble)};
+    st.blocks = {z.to(at::kDouble), z.to(at::kDouble), z.to(at::kDouble), z.to(at::kDouble)};
   }
   st.selector_loss = selector_loss(st.terms);
   return st;

@@ -25,7 +25,7 @@ struct DFlash2LossOptions {
 struct DFlash2Stats {
   at::Tensor selector_loss;      // L_sel: scalar, differentiable (0 when nothing is covered)
   SelectorLossTerms terms;       // ce_sum, covered_weight, weight, rows, recall_hits, selector_hits
-  SelectorBlockMetrics blocks;   // blocks, path_length_sum (the greedy walk's), oracle_length_sum (unary top-K)
+  SelectorBlockMetrics blocks;   // blocks; the walk's, the top-K oracle's and the unary path's length sums
   bool defined() const { return selector_loss.defined(); }
 };
 

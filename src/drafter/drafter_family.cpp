@@ -48,6 +48,19 @@ DrafterFamily family_for_command(const std::string& command, const std::string& 
   return *f;
 }
 
+const char* family_draft_vocab_refusal(DrafterFamily f) {
+  switch (f) {
+    case DrafterFamily::DSpark:
+      return "not supported yet: vLLM and speculators serve it with lm_head and markov_w2 over the K draft tokens and "
+             "markov_w1 over the target's vocabulary, which train, eval and export do not implement";
+    case DrafterFamily::DFlash2:
+      return "the selector spans the full vocabulary: its codebooks and top-K index the target's vocabulary, and no "
+             "source defines a draft vocabulary for it";
+    case DrafterFamily::DFlash: break;
+  }
+  return "";
+}
+
 void refuse_unsupported_family(const std::string& command, DrafterFamily f) {
   if (f != DrafterFamily::DFlash)
     throw std::invalid_argument(command + ": drafter_family " + drafter_family_name(f) + " is not supported yet");

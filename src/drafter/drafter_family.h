@@ -30,6 +30,10 @@ DrafterFamily family_for_command(const std::string& command, const std::string& 
 // what each command that cannot yet run a family says, in one line.
 void refuse_unsupported_family(const std::string& command, DrafterFamily f);
 
+// Why `draft_vocab` must be 0 with family `f` (dspark, dflash2), in the words train, plan and bench step refuse it
+// with (docs/DSPARK.md "Draft vocabulary", docs/DFLASH2.md). Empty for dflash, which has one.
+const char* family_draft_vocab_refusal(DrafterFamily f);
+
 enum class MarkovHeadType { Vanilla, Gated, Rnn };
 inline constexpr const char* kMarkovHeadTypeSpellings = "vanilla, gated or rnn";
 std::optional<MarkovHeadType> markov_head_type_from_text(const std::string& s);

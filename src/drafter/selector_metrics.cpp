@@ -39,6 +39,7 @@ SelectorBlockMetrics selector_block_metrics(const SelectorWeights& w, const at::
   r.blocks = valid.to(at::kDouble).sum();
   r.path_length_sum = length_sum(walk.path.eq(y));
   r.oracle_length_sum = length_sum(c.ids.eq(y.unsqueeze(-1)).any(-1));
+  r.unary_length_sum = length_sum(c.ids.select(-1, 0).eq(y));  // sorted by U, ties to the lower id: the argmax
   return r;
 }
 

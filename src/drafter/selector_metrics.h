@@ -1,6 +1,6 @@
 // What a DFlash2 drafter drafts, measured on training blocks (../shared/FAMILIES.md 3, docs/DFLASH2.md): the
 // accepted length of the path the selector walks fed with its own picks, not the unary argmax (TorchSpec #177),
-// and the unary top-K oracle's accepted length. Sums over blocks, so chunks of blocks add up.
+// the unary top-K oracle's and the unary argmax path's accepted lengths. Sums over blocks, so chunks of blocks add up.
 #pragma once
 #include <cstdint>
 
@@ -14,6 +14,8 @@ struct SelectorBlockMetrics {
   at::Tensor blocks;             // blocks with any masked-in drafted slot (the others are not counted)
   at::Tensor path_length_sum;    // sum of 1 + the prefix of slots 1..B-1 where the greedy walk's pick == target
   at::Tensor oracle_length_sum;  // sum of 1 + the prefix where the target is in the slot's unary top-K
+  at::Tensor unary_length_sum;   // sum of 1 + the prefix where the unary argmax (rank 1 of the top-K) == target:
+                                 // DFlash's greedy path, the baseline the selector's walk must beat
 };
 
 // hidden [N, B, d] (final-normed, slot 0 = the anchor's), lm_head [V, d], anchors [N] (slot-0 tokens),

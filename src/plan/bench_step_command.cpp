@@ -410,7 +410,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   const DrafterFamily family = o.drafter.family;
   if (o.draft_vocab > 0 && family != DrafterFamily::DFlash)
     throw std::invalid_argument(std::string("bench step: --draft-vocab must be 0 with drafter_family ") +
-                                drafter_family_name(family) + " (not supported yet)");
+                                drafter_family_name(family) + " (" + family_draft_vocab_refusal(family) + ")");
 #ifndef DFLASH_BENCH_CUDA
   if (o.cuda) throw std::invalid_argument("bench step: this build has no CUDA support");
 #endif

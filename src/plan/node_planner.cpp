@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "drafter_family.h"
 #include "drafter_model.h"
+#include "family_step_flops.h"
 
 namespace dflash::plan {
 
@@ -36,7 +38,10 @@ DrafterFlops drafter_step_flops(const PlanSettings& s) {
     if (s.checkpoint.applies(i)) f.recompute += layer_linear + attn;
   }
   f.fc = 2 * (2 * C * n * H * H);
-  f.lm_head = (s.kl_weight > 0 ? 3 : 2) * 2 * T * V * H;
+  const FamilyFlops family = family_step_flops(s);
+  f.lm_head = (step_needs_last_hidden(s) ? 3 : 2) * 2 * T * V * H + family.lm_head;
+  f.heads = family.heads;
+  f.recompute += family.recompute;
   return f;
 }
 
@@ -83,7 +88,8 @@ NodePlan plan_node(const NodeSettings& s) {
     return p;
   }
   std::vector<int64_t> captured(s.drafter.cfg.target_layer_ids.begin(), s.drafter.cfg.target_layer_ids.end());
-  if (s.drafter.kl_weight > 0) captured.push_back(s.target.num_hidden_layers - 1);
+  // The last hidden state (soft labels, DSpark's teacher): the producer keeps it and ships it to the workers.
+  if (step_needs_last_hidden(s.drafter)) captured.push_back(s.target.num_hidden_layers - 1);
   const int64_t L = s.target.num_hidden_layers;
   // Layers counted by kind once; each stage's sums below are then O(1), so the search over P x R x W costs the
   // same whatever the layer count (a config claiming 2^31 layers is refused by validate() above).
@@ -151,10 +157,14 @@ std::string format_node_plan(const NodePlan& p, size_t rows) {
   const auto& d = p.drafter_flops;
   const auto& dm = p.drafter_memory.settings;
   std::snprintf(line, sizeof line,
-                "drafter step (batch %lld, fwd + bwd): %.1f TFLOP (layers %.1f, fc %.1f, attention %.1f, LM head + "
-                "loss %.1f, recompute %.1f) / (%.0f%% of peak) = %.3f s\n",
-                (long long)dm.batch, d.total() / 1e12, d.linear / 1e12, d.fc / 1e12, d.attention / 1e12,
-                d.lm_head / 1e12, d.recompute / 1e12, 100 * s.drafter_efficiency, p.drafter_seconds);
+                "drafter step (%s, batch %lld, fwd + bwd): %.1f TFLOP (layers %.1f, fc %.1f, attention %.1f, LM head + "
+                "loss %.1f, %s%.1f, recompute %.1f) / (%.0f%% of peak) = %.3f s\n",
+                drafter::drafter_family_name(dm.cfg.family), (long long)dm.batch, d.total() / 1e12, d.linear / 1e12,
+                d.fc / 1e12, d.attention / 1e12, d.lm_head / 1e12,
+                dm.cfg.family == drafter::DrafterFamily::DSpark    ? "Markov + confidence heads "
+                : dm.cfg.family == drafter::DrafterFamily::DFlash2 ? "convs + selector "
+                                                                   : "family heads ",
+                d.heads / 1e12, d.recompute / 1e12, 100 * s.drafter_efficiency, p.drafter_seconds);
   o << line;
   std::snprintf(line, sizeof line, "drafter worker memory: %s GB peak (checkpoint %s, loss chunk %lld rows)%s\n",
                 gb(p.drafter_memory.peak_bytes).c_str(), dm.checkpoint.name().c_str(),
@@ -199,10 +209,13 @@ nlohmann::json node_plan_to_json(const NodePlan& p) {
                        {"deltanet", p.target_flops.deltanet}, {"total", p.target_flops.total()}};
   j["drafter_flops"] = {{"linear", p.drafter_flops.linear}, {"fc", p.drafter_flops.fc},
                         {"attention", p.drafter_flops.attention}, {"lm_head", p.drafter_flops.lm_head},
-                        {"recompute", p.drafter_flops.recompute}, {"total", p.drafter_flops.total()}};
+                        {"heads", p.drafter_flops.heads}, {"recompute", p.drafter_flops.recompute},
+                        {"total", p.drafter_flops.total()}};
   j["target_seconds"] = p.target_seconds;
   j["drafter_seconds"] = p.drafter_seconds;
+  j["drafter_family"] = drafter::drafter_family_name(p.drafter_memory.settings.cfg.family);
   j["drafter_peak_bytes"] = p.drafter_memory.peak_bytes;
+  j["drafter_plan"] = plan_to_json(p.drafter_memory);  // what `dflash plan` prints for the worker's settings
   j["drafter_fits"] = p.drafter_fits;
   j["splits"] = nlohmann::json::array();
   for (const NodeSplit& n : p.splits)

@@ -34,17 +34,19 @@ namespace dflash::plan {
 //   attention  each block query against its context (on average half the sequence, capped by a sliding window)
 //              and its block: 4 x D per key and head forward, 2.5 x that backward (P recomputed from the LSE)
 //   lm_head    the chunked loss: logits and d(hidden) in its forward (2 passes over rows x V), a third for the
-//              soft-label teacher logits when kl_weight > 0 (frozen head: no weight gradient)
-//   recompute  the forward of checkpointed layers, again during the backward
+//              teacher's logits when kl_weight > 0 or the family is DSpark (frozen head: no weight gradient), and
+//              the family's own passes (family_step_flops.h: DSpark's Markov bias, DFlash2's top-K pass)
+//   heads      the family's modules (family_step_flops.h: DSpark's heads, DFlash2's convs and selector); 0 for DFlash
+//   recompute  the forward of checkpointed layers (with DFlash2's convs), again during the backward
 struct DrafterFlops {
-  double linear = 0, fc = 0, attention = 0, lm_head = 0, recompute = 0;
-  double total() const { return linear + fc + attention + lm_head + recompute; }
+  double linear = 0, fc = 0, attention = 0, lm_head = 0, heads = 0, recompute = 0;
+  double total() const { return linear + fc + attention + lm_head + heads + recompute; }
 };
 DrafterFlops drafter_step_flops(const PlanSettings& s);
 
 struct NodeSettings {
   models::TargetConfig target;
-  PlanSettings drafter;            // the drafter, sequence length, anchors, batch (1: per sample) and dtype
+  PlanSettings drafter;            // the drafter (any family), sequence length, anchors, batch (1: per sample), dtype
   GpuSpec gpu;
   int64_t gpus = 8;
   int64_t target_dtype_bytes = 2;  // bf16

@@ -73,10 +73,29 @@ std::string target_preset_list() {
   return names;
 }
 
+// The family a plan runs (--drafter-family over --config's architectures). A preset or a target's drafter takes
+// the family's default settings (a config keeps its own). DSpark's L1 teacher replaces soft labels: kl_weight is 0,
+// as train requires (its teacher's logits and the last hidden state are counted for the family itself).
+void apply_family(PlanSettings& s, drafter::DrafterFamily family, const Args& a, const std::string& command) {
+  using namespace dflash::drafter;
+  if (s.cfg.family != family) {
+    s.cfg.family = family;
+    s.cfg.dspark = DSparkHeads{};
+    s.cfg.dflash2 = DFlash2Settings{};
+    s.cfg.validate(command + ": the drafter as drafter_family " + drafter_family_name(family));
+  }
+  if (family == DrafterFamily::DSpark) {
+    if (a.given("kl-weight") && a.f64("kl-weight") != 0)
+      throw std::invalid_argument(command + ": --kl-weight must be 0 with drafter_family dspark (its L1 to the target "
+                                  "replaces soft labels)");
+    s.kl_weight = 0;
+  }
+}
+
 }  // namespace
 
 // --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
-int plan_node_main(const Args& a) {
+int plan_node_main(const Args& a, drafter::DrafterFamily family) {
   NodeSettings ns;
   // What --node does not read: it picks the checkpointing and loss chunk that fit each GPU itself, and plans
   // training on CUDA with AdamW and fp32 master weights.
@@ -122,6 +141,7 @@ int plan_node_main(const Args& a) {
   if (a.given("block-size")) ns.drafter.cfg.block_size = a.i64("block-size");
   if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
   if (a.given("dtype")) ns.drafter.dtype_bytes = dtype_bytes_of(a.str("dtype"));
+  apply_family(ns.drafter, family, a, "plan --node");
   ns.drafter.device = PlanDevice::Cuda;
   ns.gpu = gpu_spec(a.str("gpu"));
   if (a.given("gpu-memory")) ns.gpu.memory_bytes = gpu_memory_flag(a);
@@ -141,8 +161,7 @@ int plan_main(const std::vector<std::string>& argv) {
   Args a("plan", "predict the peak memory of one drafter training step (and pick settings for a budget); with --node, "
                  "split a node's GPUs between the target and the drafter workers");
   a.option("config", "FILE", "", "drafter config.json (or use --preset)");
-  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --config's architectures, else dflash; --node: "
-                                          "dflash only)");
+  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --config's architectures, else dflash)");
   std::string presets;
   for (const auto& n : drafter_preset_names()) presets += (presets.empty() ? "" : " | ") + n;
   a.option("preset", "NAME", "", presets + " (drafter_presets.h: a target's drafter as `dflash train` builds it, or a "
@@ -157,7 +176,7 @@ int plan_main(const std::vector<std::string>& argv) {
   a.option("dtype", "DTYPE", "bf16", "weight/activation dtype: bf16 | fp16 | fp32 | fp64");
   a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
   a.option("loss-chunk", "ROWS", "1024", "rows of logits per loss chunk");
-  a.option("kl-weight", "X", "0.15", "soft-label weight (0: hard labels only)");
+  a.option("kl-weight", "X", "0.15", "soft-label weight (0: hard labels only; dspark: 0, its L1 teacher replaces it)");
   a.option("optimizer", "NAME", "adamw", "adamw | sgd | none");
   a.flag("no-master", "no fp32 master weights");
   a.option("device", "NAME", "cuda", "cuda | cpu (attention backward workspace differs)");
@@ -189,16 +208,15 @@ int plan_main(const std::vector<std::string>& argv) {
   a.range("drafter-efficiency", util::closed(0.01, 1)).range("usable-memory", util::closed(0.05, 1));
   if (!a.parse(argv)) return 0;
   // The family first: the planner counts DSpark's (its heads and objective) and DFlash2's (convs and selector) extra
-  // memory; --node plans DFlash only.
+  // memory and FLOPs, with --node too.
   drafter::DrafterFamily family;
   {
     const std::string config = a.str("config");
     const std::optional<drafter::DrafterFamily> from_config =
         config.empty() ? std::nullopt : std::optional(drafter::load_drafter_config(config).family);
     family = drafter::family_for_command("plan", a.str("drafter-family"), from_config, config);
-    if (a.on("node")) drafter::refuse_unsupported_family("plan --node", family);
   }
-  if (a.on("node")) return plan_node_main(a);
+  if (a.on("node")) return plan_node_main(a, family);
 
   using namespace dflash::drafter;
   a.refuse_given({"gpus", "gpu", "gpu-memory", "gpu-tflops", "target-efficiency", "drafter-efficiency", "usable-memory"},
@@ -237,17 +255,10 @@ int plan_main(const std::vector<std::string>& argv) {
   if (pick("device")) s.device = device_of(a.str("device"));
   if (a.on("deterministic")) s.deterministic = true;
   s.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
-  if (s.cfg.family != family) {  // a preset or a target: the family's default settings
-    s.cfg.family = family;
-    s.cfg.dspark = DSparkHeads{};
-    s.cfg.dflash2 = DFlash2Settings{};
-    s.cfg.validate(std::string("plan: the drafter as drafter_family ") + drafter_family_name(family));
-  }
-  if (family == drafter::DrafterFamily::DSpark && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
-    throw std::invalid_argument("plan: --draft-vocab must be 0 with drafter_family dspark (not supported yet)");
-  if (family == drafter::DrafterFamily::DFlash2 && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
-    throw std::invalid_argument("plan: --draft-vocab must be 0 with drafter_family dflash2 (the selector spans the "
-                                "full vocabulary)");
+  apply_family(s, family, a, "plan");
+  if (family != drafter::DrafterFamily::DFlash && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
+    throw std::invalid_argument(std::string("plan: --draft-vocab must be 0 with drafter_family ") +
+                                drafter_family_name(family) + " (" + family_draft_vocab_refusal(family) + ")");
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)

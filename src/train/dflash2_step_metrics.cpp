@@ -21,6 +21,7 @@ void add_dflash2_metrics(const DFlash2StepMetrics& m, nlohmann::json& line) {
   line["teacher_forced_selector_acc"] = m.selector_acc;
   line["self_conditioned_path_accepted_length"] = m.path_accept_len;
   line["unary_top_k_oracle_accepted_length"] = m.oracle_accept_len;
+  line["unary_path_accepted_length"] = m.unary_accept_len;
 }
 
 }  // namespace dflash::train

@@ -16,6 +16,7 @@ struct DFlash2StepMetrics {
   double selector_acc = 0;       // rows where the teacher-forced selector picks the target / rows
   double path_accept_len = 0;    // mean over blocks of 1 + the greedy walk's surviving prefix
   double oracle_accept_len = 0;  // mean over blocks of 1 + the prefix whose targets are in the top-K
+  double unary_accept_len = 0;   // mean over blocks of 1 + the unary argmax's surviving prefix (DFlash's path)
 };
 
 // " sel 1.234 recall@K 0.71 sel-acc 0.55 tau-path 2.31 tau-oracle 3.10" ("" when off).

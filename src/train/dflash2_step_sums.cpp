@@ -9,7 +9,8 @@ at::Tensor dflash2_sums(const drafter::DFlash2Stats& s) {
   const auto& b = s.blocks;
   return at::stack({t.ce_sum.detach().to(at::kDouble), t.covered_weight.to(at::kDouble), t.rows.to(at::kDouble),
                     t.recall_hits.to(at::kDouble), t.selector_hits.to(at::kDouble), b.blocks.to(at::kDouble),
-                    b.path_length_sum.to(at::kDouble), b.oracle_length_sum.to(at::kDouble)})
+                    b.path_length_sum.to(at::kDouble), b.oracle_length_sum.to(at::kDouble),
+                    b.unary_length_sum.to(at::kDouble)})
       .to(at::kCPU);
 }
 
@@ -24,6 +25,7 @@ DFlash2StepMetrics dflash2_metrics_of(const at::Tensor& sums) {
   m.selector_acc = ratio(x[4], x[2]);
   m.path_accept_len = ratio(x[6], x[5]);
   m.oracle_accept_len = ratio(x[7], x[5]);
+  m.unary_accept_len = ratio(x[8], x[5]);
   return m;
 }
 

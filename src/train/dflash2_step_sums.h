@@ -10,10 +10,10 @@
 
 namespace dflash::train {
 
-inline constexpr int64_t kDFlash2Sums = 8;
+inline constexpr int64_t kDFlash2Sums = 9;
 
 // [kDFlash2Sums] float64 on the CPU: ce_sum, covered_weight, rows, recall_hits, selector_hits, blocks,
-// path_length_sum, oracle_length_sum.
+// path_length_sum, oracle_length_sum, unary_length_sum.
 at::Tensor dflash2_sums(const drafter::DFlash2Stats& s);
 DFlash2StepMetrics dflash2_metrics_of(const at::Tensor& sums);
 

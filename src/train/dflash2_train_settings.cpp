@@ -31,8 +31,9 @@ void validate_dflash2_settings(const TrainConfig& c) {
   }
   if (c.family() == DrafterFamily::DFlash2) {
     if (c.draft_vocab != 0)  // the selector's codebooks and candidates index the target's vocabulary
-      throw std::invalid_argument("train config: 'draft_vocab' must be 0 with drafter_family dflash2 (the selector "
-                                  "spans the full vocabulary), got " + std::to_string(c.draft_vocab));
+      throw std::invalid_argument(std::string("train config: 'draft_vocab' must be 0 with drafter_family dflash2 (") +
+                                  drafter::family_draft_vocab_refusal(drafter::DrafterFamily::DFlash2) + "), got " +
+                                  std::to_string(c.draft_vocab));
     return;
   }
   const TrainConfig d;

@@ -54,12 +54,16 @@ int plot_main(const std::vector<std::string>& argv) {
   Args a("plot", "PNG curves of a run's metrics.jsonl");
   a.positional("RUN_DIR", "the training run folder (train's --out)");
   a.option("out", "DIR", "", "output folder (default RUN_DIR)");
+  a.option("json", "FILE", "", "also write every plotted series (steps and values per PNG) to FILE");
   if (!a.parse(argv)) return 0;
   const std::string run_dir = a.str("RUN_DIR");
   if (a.given("out")) util::check_output_folder(a.str("out"), "plot: --out");  // before the script runs
+  if (a.given("json")) util::check_output_path(a.str("json"), "plot: --json");
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics)) throw std::invalid_argument("plot: " + metrics + " not found");
-  const auto r = util::run_python("plot_metrics.py", {metrics, a.str("out").empty() ? run_dir : a.str("out")});
+  std::vector<std::string> script_args = {metrics, a.str("out").empty() ? run_dir : a.str("out")};
+  if (a.given("json")) script_args.push_back(a.str("json"));
+  const auto r = util::run_python("plot_metrics.py", script_args);
   std::fputs(r.stdout_text.c_str(), stdout);
   return r.exit_code;
 }

@@ -431,8 +431,9 @@ void TrainConfig::validate_family_settings() const {
           "0 with enable_confidence_head false (no head to train)", shown(confidence_loss_weight));
   require(kl_weight == 0, "kl_weight", "0 with drafter_family dspark (its L1 to the target replaces soft labels)",
           shown(kl_weight));
-  require(draft_vocab == 0, "draft_vocab", "0 with drafter_family dspark (not supported yet: its Markov head is over "
-          "the full vocabulary)", std::to_string(draft_vocab));
+  require(draft_vocab == 0, "draft_vocab",
+          std::string("0 with drafter_family dspark (") + drafter::family_draft_vocab_refusal(family()) + ")",
+          std::to_string(draft_vocab));
 }
 
 nlohmann::json to_json(const TrainConfig& c) {

@@ -13,7 +13,7 @@
 //       OUT: loss, ce_sum, covered_weight, weight, rows, recall_hits, selector_hits, grad.<input> (of loss)
 //   dflash2_probe metrics IN OUT top_k=K vocab_chunk=C output_multiplier=M softcap=S
 //       IN: hidden [N,B,d], lm_head, anchors [N], targets [N,B], mask [N,B] (uint8), the selector weights
-//       OUT: blocks, path_length_sum, oracle_length_sum
+//       OUT: blocks, path_length_sum, oracle_length_sum, unary_length_sum
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -106,7 +106,8 @@ Named run_metrics(const dflash::io::SafetensorsFile& in, const std::map<std::str
       in.load("mask").to(at::kBool), std::stoll(param(p, "top_k", "16")), unary_of(p),
       std::stoll(param(p, "vocab_chunk", "8192")));
   return {{"blocks", m.blocks.reshape({1})}, {"path_length_sum", m.path_length_sum.reshape({1})},
-          {"oracle_length_sum", m.oracle_length_sum.reshape({1})}};
+          {"oracle_length_sum", m.oracle_length_sum.reshape({1})},
+          {"unary_length_sum", m.unary_length_sum.reshape({1})}};
 }
 
 }  // namespace

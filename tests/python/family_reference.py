@@ -537,6 +537,11 @@ def unary_topk_oracle_accepted_length(unary, targets, mask, k):
     return _block_lengths(hit, mask.bool())
 
 
+def unary_path_accepted_length(unary, targets, mask):
+    """DFlash's greedy path: 1 + sum_k prod_{j<=k} [argmax U_j == y_j and valid_j] (ties to the lower id)."""
+    return _block_lengths(unary.argmax(-1).eq(targets), mask.bool())
+
+
 def teacher_forced_selector_accuracy(unary, hidden, predecessors, targets, mask, params):
     """[argmax over the strict topK of S(gold predecessor, .) == y], averaged over masked-in slots."""
     cands = top_candidates(unary, params.top_k)

@@ -196,4 +196,7 @@ def test_block_metrics_match_the_reference(probe, tmp_path):
         fr.self_conditioned_path_accepted_length(unary, hidden, anchors, targets, mask, params), dtype=torch.float64))
     close(out["oracle_length_sum"][0] / out["blocks"][0], torch.tensor(
         fr.unary_topk_oracle_accepted_length(unary, targets, mask, params.top_k), dtype=torch.float64))
+    close(out["unary_length_sum"][0] / out["blocks"][0], torch.tensor(
+        fr.unary_path_accepted_length(unary, targets, mask), dtype=torch.float64))
     assert out["oracle_length_sum"][0] > out["path_length_sum"][0] > out["blocks"][0]
+    assert out["oracle_length_sum"][0] >= out["unary_length_sum"][0] >= out["blocks"][0]

@@ -305,3 +305,41 @@ def test_json_into_a_missing_folder_fails_before_the_checks(dflash_bin, tmp_path
     r = doctor(dflash_bin, "--quick", "--json", str(tmp_path / "no" / "doctor.json"))
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.startswith("dflash: error: ") and str(tmp_path / "no" / "doctor.json") in r.stderr, r.stderr
+
+
+FAMILY_DRAFTERS = {
+    "dspark": {"architectures": ["Qwen3DSparkModel"], "mask_token_id": 255, "markov_rank": 12,
+               "markov_head_type": "gated"},
+    "dflash2": {"architectures": ["DFlash2DraftModel"],
+                "dflash_config": {"mask_token_id": 255, "conv_kernel_size": 3, "conv_group_size": 8,
+                                  "selector_rank": 6, "selector_top_k": 4}},
+}
+
+
+@pytest.mark.parametrize("family", ["dspark", "dflash2"])
+def test_config_plans_a_family_drafter_as_plan_does(dflash_bin, tmp_path, family):
+    """doctor --config with a DSpark / DFlash2 drafter config: its memory row is `dflash plan`'s peak for the same
+    drafter and step (the family's heads / convs / selector and objective counted), above the same drafter's as DFlash."""
+    drafter = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                   num_hidden_layers=2, num_target_layers=3, block_size=4, vocab_size=256, target_layer_ids=[0, 1],
+                   **FAMILY_DRAFTERS[family])
+    (tmp_path / "drafter.json").write_text(json.dumps(drafter))
+    dflash = {k: v for k, v in drafter.items() if k not in FAMILY_DRAFTERS[family]}
+    dflash.update(architectures=["DFlashDraftModel"], dflash_config={"mask_token_id": 255})
+    (tmp_path / "dflash.json").write_text(json.dumps(dflash))
+    settings = dict(loss_chunk_rows=16, attention_backend="auto", kl_weight=0, batch_size=1)
+    flags = ["--seq-len", "64", "--anchors", "6", "--batch", "1", "--dtype", "fp32", "--loss-chunk", "16",
+             "--kl-weight", "0", "--device", "cpu", "--attention-backend", "auto", "--json"]
+    peaks = {}
+    for name in ("drafter", "dflash"):
+        cfg = write_config(tmp_path, drafter_config=str(tmp_path / f"{name}.json"), **settings)
+        path = tmp_path / f"doctor-{name}.json"
+        r = doctor(dflash_bin, "--quick", "--config", str(cfg), "--json", str(path))
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+        (mem,) = rows(json.loads(path.read_text()), "config_memory")
+        plan = subprocess.run([dflash_bin, "plan", "--config", str(tmp_path / f"{name}.json"), *flags],
+                              capture_output=True, text=True, timeout=60)
+        assert plan.returncode == 0, plan.stderr
+        assert mem["status"] == "pass" and mem["data"]["peak_bytes"] == json.loads(plan.stdout)["peak_bytes"]
+        peaks[name] = mem["data"]["peak_bytes"]
+    assert peaks["drafter"] > peaks["dflash"]

@@ -5,6 +5,8 @@ import json
 import pathlib
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # the preset table (configs/targets/), in the order the error message lists it
 PRESETS = sorted(p.stem for p in (ROOT / "configs" / "targets").glob("*.json"))
@@ -59,3 +61,123 @@ def test_bench_flops_reports_model_and_measured_time(dflash_bin, tmp_path):
         assert j[part]["flops"] > 0 and j[part]["measured_seconds"] > 0, j
         assert j[part]["efficiency"] == j[part]["predicted_seconds"] / j[part]["measured_seconds"]
         assert part in r.stdout
+
+
+# Drafter families (issues 39, 40): the node plan's drafter worker is the single-GPU plan of the same drafter, with the
+# family's heads / convs / selector and objective, and a DSpark producer ships the target's last hidden state.
+TARGET = ROOT / "configs/targets/qwen3-8b.json"
+SHAPE = ["--seq-len", 2048, "--anchors", 256]  # T = 256 x 16 block tokens per sample
+ARCH = {"dspark": "Qwen3DSparkModel", "dflash2": "DFlash2DraftModel"}
+
+
+def _family_config(dflash_bin, tmp_path, family, rank):
+    """The qwen3-8b drafter of `family` as `dflash plan` writes it, with markov_rank / selector_rank `rank`."""
+    r = subprocess.run([dflash_bin, "plan", "--preset", "qwen3-8b", "--drafter-family", family, "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads(r.stdout)["drafter_config"]
+    if family == "dspark":
+        cfg["markov_rank"] = rank
+    else:
+        cfg["dflash_config"]["selector_rank"] = rank
+    path = tmp_path / f"{family}-{rank}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _node_json(dflash_bin, *argv):
+    r = _plan(dflash_bin, *argv, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("family", ["dspark", "dflash2"])
+def test_node_drafter_memory_is_the_family_plan(dflash_bin, tmp_path, family):
+    config = _family_config(dflash_bin, tmp_path, family, 128)
+    node = _node_json(dflash_bin, "--target-config", TARGET, "--config", config, *SHAPE, "--gpu-memory", "24GB",
+                      "--usable-memory", 1)
+    single = subprocess.run([dflash_bin, "plan", "--config", str(config), *map(str, SHAPE), "--budget", "24GB", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert single.returncode == 0, single.stderr
+    single = json.loads(single.stdout)
+    worker = node["drafter_plan"]
+    assert node["drafter_family"] == family and worker["drafter_config"]["architectures"] == [ARCH[family]]
+    assert node["drafter_fits"] and single["fits"]
+    for key in ("checkpoint_every", "loss_chunk_rows", "params", "kl_weight"):
+        assert worker["settings"][key] == single["settings"][key], key
+    assert worker["breakdown"] == single["breakdown"] and worker["phases"] == single["phases"]
+    assert node["drafter_peak_bytes"] == worker["peak_bytes"] == single["peak_bytes"]
+    assert node["splits"] and all(s["drafter_bytes"] == single["peak_bytes"] for s in node["splits"])
+    # the same drafter planned as DFlash (the architectures switched) needs less
+    dflash = json.loads(config.read_text())
+    dflash["architectures"] = ["DFlashDraftModel"]
+    for k in ("markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"):
+        dflash.pop(k, None)
+    for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
+        dflash["dflash_config"].pop(k, None)
+    (tmp_path / "dflash.json").write_text(json.dumps(dflash))
+    base = _node_json(dflash_bin, "--target-config", TARGET, "--config", tmp_path / "dflash.json", *SHAPE,
+                      "--gpu-memory", "1TB", "--usable-memory", 1)
+    same = _node_json(dflash_bin, "--target-config", TARGET, "--config", config, *SHAPE, "--gpu-memory", "1TB",
+                      "--usable-memory", 1)
+    assert base["drafter_family"] == "dflash" and same["drafter_peak_bytes"] > base["drafter_peak_bytes"]
+    assert same["drafter_flops"]["total"] > base["drafter_flops"]["total"] and base["drafter_flops"]["heads"] == 0
+
+
+@pytest.mark.parametrize("family", ["dspark", "dflash2"])
+def test_node_drafter_grows_with_the_rank_as_the_formulas_say(dflash_bin, tmp_path, family):
+    V, d, e, a, T, B, K = 151936, 4096, 2, 4, 256 * 16, 16, 16
+    rows = T * (B - 1) / B  # DFlash2's drafted slots
+    plans = {}
+    for rank in (64, 320):
+        config = _family_config(dflash_bin, tmp_path, family, rank)
+        plans[rank] = _node_json(dflash_bin, "--target-config", TARGET, "--config", config, *SHAPE,
+                                 "--gpu-memory", "1TB", "--usable-memory", 1)
+        s = plans[rank]["drafter_plan"]["settings"]
+        assert (s["checkpoint_every"], s["loss_chunk_rows"]) == (0, 4096)  # the same settings for both ranks
+    dr = 320 - 64
+    lo, hi = plans[64], plans[320]
+
+    def term(p, name):
+        (t,) = [x["bytes"] for x in p["drafter_plan"]["breakdown"] if x["name"] == name]
+        return t
+
+    dparams = hi["drafter_plan"]["settings"]["params"] - lo["drafter_plan"]["settings"]["params"]
+    dflops = {k: hi["drafter_flops"][k] - lo["drafter_flops"][k] for k in hi["drafter_flops"]}
+    if family == "dspark":
+        # W1, W2 [V, r] and the confidence head's r inputs from W1[p]
+        assert dparams == 2 * V * dr + dr
+        # dW2 [V, r] fp32 and ~6 r per row of Markov features, gradients and head activations
+        assert term(hi, "loss chunk") - term(lo, "loss chunk") == pytest.approx(V * dr * a + 6 * T * dr * e)
+        # W2 u in the logits GEMM, g W2, dW2 = g^T u; the confidence head's r extra inputs, fwd + bwd
+        assert dflops["lm_head"] == pytest.approx(3 * 2 * T * V * dr)
+        assert dflops["heads"] == pytest.approx(3 * T * 2 * dr)
+    else:
+        # hidden projection [r, d], predecessor and successor codebooks [V, r]
+        assert dparams == dr * d + 2 * V * dr
+        assert (term(hi, "dflash2 selector (saved for backward)") - term(lo, "dflash2 selector (saved for backward)")
+                == pytest.approx(rows * (K + 3) * dr * e))
+        # projection and scores (fwd + bwd), the metrics' walk (projection + K x K lattice, forward)
+        assert dflops["heads"] == pytest.approx(3 * 2 * rows * (dr * d + K * dr) + 2 * rows * (dr * d + K * K * dr))
+        assert dflops["lm_head"] == 0
+    for name in ("weights", "grads"):
+        assert term(hi, name) - term(lo, name) == dparams * e
+    assert term(hi, "optimizer state") - term(lo, "optimizer state") == 2 * dparams * 4
+    assert hi["drafter_peak_bytes"] > lo["drafter_peak_bytes"]
+
+
+def test_dspark_producer_ships_the_last_hidden_state(dflash_bin):
+    """DSpark's teacher is the target's last hidden state: the target keeps it (as for soft labels) and the LM head
+    runs the teacher's pass, whatever --kl-weight DFlash would have; --kl-weight is refused for DSpark."""
+    def node(*argv):
+        return _node_json(dflash_bin, "--preset", "qwen3-8b", *argv)
+    dspark, soft, hard = node("--drafter-family", "dspark"), node("--kl-weight", 0.15), node("--kl-weight", 0)
+    stage = lambda p: p["splits"][0]["target_stage_bytes"]  # noqa: E731
+    assert stage(dspark) == stage(soft) > stage(hard)
+    T, V, H, r = 1024 * 16, 151936, 4096, 256
+    assert dspark["drafter_flops"]["lm_head"] == pytest.approx(soft["drafter_flops"]["lm_head"] + 6 * T * V * r)
+    assert soft["drafter_flops"]["lm_head"] == pytest.approx(1.5 * hard["drafter_flops"]["lm_head"])
+    r = _plan(dflash_bin, "--preset", "qwen3-8b", "--drafter-family", "dspark", "--kl-weight", 0.15)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "dflash: error: plan --node: --kl-weight must be 0 with drafter_family dspark (its L1 to the target replaces "
+        "soft labels)"]
