@@ -22,7 +22,7 @@ namespace {
 struct Dims {
   double T, C, H, Q, K, I, V, Vl, D, Hq, Hkv, L, n, e, a, r;  // Vl: LM-head rows of the loss
   bool soft;
-  bool dspark_fused;  // DSpark on the CPU in fp32/bf16: the fused kernel's two chunk buffers in the step's dtype
+  bool dspark_fused;  // DSpark on the CPU in fp32: the fused kernel's two chunk buffers
   double heads;  // DSpark's objective beyond the chunks (dspark_heads.h, dspark_lm_loss_op.cpp); 0 otherwise
 };
 
@@ -51,7 +51,9 @@ Dims dims_of(const PlanSettings& s) {
     // activations autograd keeps (about 6 x r), plus the confidence logit and its gradient.
     const double r = double(c.dspark.markov_rank);
     d.heads = d.V * r * d.a + 6 * d.T * r * d.e + 2 * d.T * d.a;
-    d.dspark_fused = s.device == PlanDevice::Cpu && (s.dtype_bytes == 4 || s.dtype_bytes == 2);
+    // fp32 only: in bf16 the CPU GEMMs' own temporaries outweigh the saved buffer (docs/BENCHMARKS.md), so the
+    // generic count (3 fp32 buffers) stays the closer one there.
+    d.dspark_fused = s.device == PlanDevice::Cpu && s.dtype_bytes == 4;
   }
   return d;
 }
@@ -68,7 +70,7 @@ double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 
 // Rows x V buffers alive at once in src/ops/chunked_lm_loss_op.cpp: logits + logsumexp temporary (+ teacher logits).
 // The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
-// DSpark's fused CPU kernel (dspark_lm_loss_op.cpp) holds the logits and the teacher's, both in the step's dtype.
+// DSpark's fused CPU kernel (dspark_lm_loss_op.cpp) holds the logits and the teacher's, both in fp32.
 double loss_chunk_bytes(const Dims& d) {
   if (d.dspark_fused) return d.r * d.Vl * d.e * 2 + d.r * d.H * d.e + d.heads;
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
@@ -276,7 +278,7 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   }
   term("loss chunk", loss_chunk,
        std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") +
-           (d.dspark_fused ? "2 buffers in the step's dtype: the fused CPU kernel)" : d.soft ? "3 fp32 buffers)" : "2 fp32 buffers)"));
+           (d.dspark_fused ? "2 fp32 buffers: the fused CPU kernel)" : d.soft ? "3 fp32 buffers)" : "2 fp32 buffers)"));
   return p;
 }
 
