@@ -98,6 +98,7 @@ nlohmann::json compare_dspark_objective(const BenchStepOptions& o, const std::fu
     Timed t;
     // One untimed step first: a variant's first call maps heap and thread buffers once, which would otherwise land
     // in its peak (and favour whichever runs later).
+    for (auto& l : leaves) l.mutable_grad() = at::Tensor();
     f().backward();
     for (auto& l : leaves) l.mutable_grad() = at::Tensor();
     const int64_t base = reset();
@@ -112,7 +113,8 @@ nlohmann::json compare_dspark_objective(const BenchStepOptions& o, const std::fu
     }
     t.peak_bytes = double(peak() - base);
     t.mean_seconds = total / double(o.iters);
-    for (auto& l : leaves) t.grads.push_back(l.grad().to(at::kCPU, at::kDouble));
+    // A copy: for fp64 CPU leaves .to() would alias the gradient, which the next variant's first backward adds into.
+    for (auto& l : leaves) t.grads.push_back(l.grad().to(at::kCPU, at::kDouble, false, /*copy=*/true));
     return t;
   };
   // The fused CPU kernel runs for float32 / bf16 on the CPU; elsewhere "chunked" and "generic" time the same code.
