@@ -1,11 +1,12 @@
-// Entry points of the CPU kernels (anchor attention, decode attention, cross-entropy rows), compiled once
-// per instruction set (see anchor_attention_cpu_isa.cpp.in).
+// Entry points of the CPU kernels (anchor attention, decode attention, cross-entropy rows, DSpark objective
+// rows), compiled once per instruction set (see anchor_attention_cpu_isa.cpp.in).
 #pragma once
 #include <cstdint>
 
 #include "anchor_attention.h"
 #include "cross_entropy_rows.h"
 #include "decode_attention.h"
+#include "dspark_objective_rows.h"
 
 namespace dflash::kernels {
 
@@ -23,6 +24,7 @@ namespace dflash::kernels {
                  int64_t row1);                                                                     \
   void decode_attention(const DecodeAttentionArgs& a, int64_t b0, int64_t b1);                      \
   void cross_entropy_rows(const CrossEntropyRowsArgs& a, int64_t r0, int64_t r1);                   \
+  void dspark_rows(const DSparkRowsArgs& a, int64_t r0, int64_t r1);                                \
   }
 
 DFLASH_DECLARE_CPU_ISA(cpu_avx512)

@@ -1,5 +1,5 @@
-// Schema, autograd and the C++ entry point of dflash::dspark_lm_loss. Device-generic (ATen calls): the same
-// code runs on the CPU and on CUDA.
+// Schema, autograd and the C++ entry point of dflash::dspark_lm_loss. Device-generic (ATen calls), with the fused
+// CPU kernel (src/kernels/dspark_objective_rows.h) for float32 / bfloat16 on the CPU.
 #include "dspark_lm_loss_op.h"
 
 #include <algorithm>
@@ -7,9 +7,12 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
+
+#include "dspark_objective_rows.h"
 
 namespace dflash::ops {
 namespace {
@@ -25,6 +28,74 @@ struct Pass {
   at::Tensor loss, terms, row_accept, row_correct;
   at::Tensor dhidden, dmarkov, dw2, dconf;  // d loss / d input, defined only when need_grad
 };
+
+// Sums over the chunks (accumulation dtype).
+struct Sums {
+  at::Tensor ce, l1, bce;
+};
+
+// One chunk through the fused kernel: the logits (Markov bias added in place) and the teacher's stay in the hidden
+// dtype, the GEMMs' own outputs; the kernel writes the per-row terms and, with grads, d loss / d logits over the
+// logits, which the backward GEMMs then read directly. Two rows x V buffers in the hidden dtype, no float32 copies.
+void fused_chunk(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels, const at::Tensor& w,
+                 const at::Tensor& markov, const at::Tensor& w2, const at::Tensor& teacher_hidden,
+                 const at::Tensor& teacher_index, const at::Tensor& confidence, const DSparkLossOptions& o, double den,
+                 bool grads, const at::Tensor& idx, Sums& sums, Pass& p) {
+  const at::ScalarType dt = hidden.scalar_type();
+  const at::Tensor lab = labels.index_select(0, idx).contiguous();
+  const at::Tensor wrow = w.index_select(0, idx);
+  at::Tensor logits = at::linear(hidden.index_select(0, idx), lm_head).contiguous();  // [r, V]
+  const bool has_markov = markov.defined(), has_teacher = teacher_hidden.defined(), has_conf = confidence.defined();
+  at::Tensor u;
+  if (has_markov) {
+    u = markov.index_select(0, idx).to(dt);
+    logits.addmm_(u, w2.t());  // + W2 u: the Markov bias, never formed on its own
+  }
+  at::Tensor teacher;
+  if (has_teacher)
+    teacher = at::linear(teacher_hidden.index_select(0, teacher_index.index_select(0, idx)), lm_head).contiguous();
+  const int64_t r = logits.size(0);
+  const auto f32 = logits.options().dtype(at::kFloat);
+  const at::Tensor scale = (wrow / den).to(at::kFloat).contiguous();
+  const at::Tensor c = has_conf ? confidence.index_select(0, idx).to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor lse = at::empty({r}, f32), ce = at::empty({r}, f32), l1 = at::empty({r}, f32), acc = at::empty({r}, f32);
+  at::Tensor bce = at::empty({r}, f32), dconf = at::empty({r}, f32);
+  at::Tensor correct = at::empty({r}, f32.dtype(at::kByte));
+  kernels::DSparkRowsArgs a;
+  a.dtype = dt == at::kBFloat16 ? kernels::ScalarType::BFloat16 : kernels::ScalarType::Float32;
+  a.rows = r, a.vocab = logits.size(1), a.ld = logits.stride(0);
+  a.logits = logits.data_ptr();
+  a.teacher = has_teacher ? teacher.data_ptr() : nullptr;
+  a.teacher_ld = has_teacher ? teacher.stride(0) : 0;
+  a.labels = lab.data_ptr<int64_t>();
+  a.scale = scale.data_ptr<float>();
+  a.ce_weight = float(o.ce_weight), a.l1_weight = float(o.l1_weight), a.confidence_weight = float(o.confidence_weight);
+  a.write_grad = grads;
+  a.confidence = has_conf ? c.data_ptr<float>() : nullptr;
+  a.lse = lse.data_ptr<float>(), a.ce = ce.data_ptr<float>(), a.l1 = l1.data_ptr<float>();
+  a.accept = acc.data_ptr<float>(), a.correct = correct.data_ptr<uint8_t>();
+  a.bce = bce.data_ptr<float>(), a.dconf = dconf.data_ptr<float>();
+  if (const std::string err = kernels::check_dspark_rows(a); !err.empty()) throw std::invalid_argument(err);
+  at::parallel_for(0, r, 8, [&](int64_t r0, int64_t r1) { kernels::dspark_rows_cpu(a, r0, r1); });
+  teacher = at::Tensor();  // the teacher's chunk is done with before the backward GEMMs allocate
+  p.row_correct.index_copy_(0, idx, correct.to(at::kBool));
+  sums.ce.add_((ce * wrow).sum());
+  if (has_teacher) {
+    p.row_accept.index_copy_(0, idx, acc);
+    sums.l1.add_((l1 * wrow).sum());
+  }
+  if (has_conf) {
+    sums.bce.add_((bce * wrow).sum());
+    if (grads) p.dconf.index_copy_(0, idx, dconf.to(confidence.scalar_type()));
+  }
+  if (!grads) return;
+  p.dhidden.index_copy_(0, idx, at::matmul(logits, lm_head));
+  if (has_markov) {
+    p.dmarkov.index_copy_(0, idx, at::matmul(logits, w2).to(markov.scalar_type()));
+    if (dt == at::kFloat) p.dw2.addmm_(logits.t(), u);
+    else p.dw2.add_(at::mm(logits.t(), u));  // bf16 GEMM (float accumulation inside), summed in float32
+  }
+}
 
 // The whole objective, chunk by chunk. Per chunk the rows x V buffers are the logits (turned into q in place, then
 // into the gradient), the teacher's logits (turned into pi, q - pi, then sign(q - pi) in place) and one temporary
@@ -51,8 +122,18 @@ Pass dspark_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
     if (has_markov) p.dmarkov = at::zeros_like(markov), p.dw2 = at::zeros_like(w2_acc);
     if (has_conf) p.dconf = at::zeros_like(confidence);
   }
+  // The fused CPU kernel for float32 / bf16 (the LM head in the hidden states' dtype, as the GEMM needs).
+  const bool fused = o.fused && hidden.device().is_cpu() && (dt == at::kFloat || dt == at::kBFloat16) &&
+                     lm_head.scalar_type() == dt;
+  Sums sums{ce_sum, l1_sum, bce_sum};
   for (int64_t c0 = 0; c0 < rows.size(0); c0 += o.chunk_rows) {
     const at::Tensor idx = rows.narrow(0, c0, std::min(o.chunk_rows, rows.size(0) - c0));
+    if (fused) {
+      fused_chunk(hidden, lm_head, labels, w, has_markov ? markov : at::Tensor(), w2,
+                  has_teacher ? teacher_hidden : at::Tensor(), teacher_index, has_conf ? confidence : at::Tensor(), o,
+                  den, grads, idx, sums, p);
+      continue;
+    }
     const at::Tensor lab = labels.index_select(0, idx).unsqueeze(1);
     const at::Tensor wrow = w.index_select(0, idx);
     at::Tensor logits = at::linear(hidden.index_select(0, idx), lm_head).to(acc);  // [r, V]
@@ -107,9 +188,10 @@ Pass dspark_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
   return p;
 }
 
-DSparkLossOptions options_of(int64_t chunk_rows, double ce, double l1, double conf, double den_eps) {
+DSparkLossOptions options_of(int64_t chunk_rows, double ce, double l1, double conf, double den_eps, bool fused) {
   DSparkLossOptions o;
   o.chunk_rows = chunk_rows, o.ce_weight = ce, o.l1_weight = l1, o.confidence_weight = conf, o.den_eps = den_eps;
+  o.fused = fused;
   return o;
 }
 
@@ -119,9 +201,9 @@ class DSparkLossFunction : public torch::autograd::Function<DSparkLossFunction> 
                                const at::Tensor& labels, const at::Tensor& weights, const at::Tensor& markov,
                                const at::Tensor& w2, const at::Tensor& th, const at::Tensor& ti,
                                const at::Tensor& conf, int64_t chunk_rows, double ce, double l1, double cw,
-                               double den_eps) {
+                               double den_eps, bool fused) {
     Pass p = dspark_pass(hidden, lm_head, labels, weights, markov, w2, th, ti, conf,
-                         options_of(chunk_rows, ce, l1, cw, den_eps), true);
+                         options_of(chunk_rows, ce, l1, cw, den_eps, fused), true);
     auto or_empty = [](const at::Tensor& t) { return t.defined() ? t : at::Tensor(); };
     ctx->save_for_backward({p.dhidden, or_empty(p.dmarkov), or_empty(p.dw2), or_empty(p.dconf)});
     ctx->mark_non_differentiable({p.terms, p.row_accept, p.row_correct});
@@ -135,7 +217,8 @@ class DSparkLossFunction : public torch::autograd::Function<DSparkLossFunction> 
       return grads[0].defined() ? d * grads[0].to(d.scalar_type()) : at::zeros_like(d);
     };
     return {scaled(s[0]), at::Tensor(), at::Tensor(), at::Tensor(), scaled(s[1]), scaled(s[2]), at::Tensor(),
-            at::Tensor(), scaled(s[3]), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(), scaled(s[3]), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -149,8 +232,9 @@ at::Tensor or_empty(const Opt& t, const at::Tensor& like) {
 
 Outputs op_autograd(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                     const at::Tensor& weights, const Opt& markov, const Opt& w2, const Opt& th, const Opt& ti,
-                    const Opt& conf, int64_t chunk_rows, double ce, double l1, double cw, double den_eps) {
-  const DSparkLossOptions o = options_of(chunk_rows, ce, l1, cw, den_eps);
+                    const Opt& conf, int64_t chunk_rows, double ce, double l1, double cw, double den_eps,
+                    bool fused) {
+  const DSparkLossOptions o = options_of(chunk_rows, ce, l1, cw, den_eps, fused);
   const std::string bad = check_dspark_lm_loss_args(hidden, lm_head, labels, weights, markov, w2, th, ti, conf, o);
   TORCH_CHECK_VALUE(bad.empty(), bad);
   auto grad_wanted = [](const Opt& t) { return t && t->defined() && t->requires_grad(); };
@@ -165,14 +249,15 @@ Outputs op_autograd(const at::Tensor& hidden, const at::Tensor& lm_head, const a
   }
   auto out = DSparkLossFunction::apply(hidden, lm_head.detach(), labels.reshape({-1}), weights.reshape({-1}),
                                        or_empty(markov, hidden), or_empty(w2, hidden), teacher, tindex,
-                                       or_empty(conf, hidden), chunk_rows, ce, l1, cw, den_eps);
+                                       or_empty(conf, hidden), chunk_rows, ce, l1, cw, den_eps, fused);
   return {out[0], out[1], out[2], out[3]};
 }
 
 Outputs op_inference(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                      const at::Tensor& weights, const Opt& markov, const Opt& w2, const Opt& th, const Opt& ti,
-                     const Opt& conf, int64_t chunk_rows, double ce, double l1, double cw, double den_eps) {
-  const DSparkLossOptions o = options_of(chunk_rows, ce, l1, cw, den_eps);
+                     const Opt& conf, int64_t chunk_rows, double ce, double l1, double cw, double den_eps,
+                    bool fused) {
+  const DSparkLossOptions o = options_of(chunk_rows, ce, l1, cw, den_eps, fused);
   const std::string bad = check_dspark_lm_loss_args(hidden, lm_head, labels, weights, markov, w2, th, ti, conf, o);
   TORCH_CHECK_VALUE(bad.empty(), bad);
   const at::Tensor teacher = th && th->defined() ? th->to(hidden.scalar_type()) : hidden.new_empty({0});
@@ -221,7 +306,7 @@ TORCH_LIBRARY_FRAGMENT(dflash, m) {
   m.def("dspark_lm_loss(Tensor hidden, Tensor lm_head, Tensor labels, Tensor weights, Tensor? markov=None, "
         "Tensor? markov_w2=None, Tensor? teacher_hidden=None, Tensor? teacher_index=None, Tensor? confidence=None, "
         "int chunk_rows=1024, float ce_weight=0.1, float l1_weight=0.9, float confidence_weight=1.0, "
-        "float den_eps=1e-6) -> (Tensor, Tensor, Tensor, Tensor)");
+        "float den_eps=1e-6, bool fused=True) -> (Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(dflash, Autograd, m) { m.impl("dspark_lm_loss", &op_autograd); }
@@ -241,10 +326,11 @@ DSparkLossOutputs dspark_lm_loss(const at::Tensor& hidden, const at::Tensor& lm_
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("dflash::dspark_lm_loss", "")
           .typed<Outputs(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const Opt&,
-                         const Opt&, const Opt&, const Opt&, const Opt&, int64_t, double, double, double, double)>();
+                         const Opt&, const Opt&, const Opt&, const Opt&, int64_t, double, double, double, double,
+                         bool)>();
   const auto [loss, terms, accept, correct] = op.call(hidden, lm_head, labels, weights, m, w2, th, ti, c,
                                                       opt.chunk_rows, opt.ce_weight, opt.l1_weight,
-                                                      opt.confidence_weight, opt.den_eps);
+                                                      opt.confidence_weight, opt.den_eps, opt.fused);
   return {loss, terms, accept, correct};
 }
 

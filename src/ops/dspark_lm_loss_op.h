@@ -8,9 +8,10 @@
 //   L = (ce_w sum w ce + l1_w sum w l1 + conf_w sum w conf) / (sum w + den_eps)      (DeepSpec: 0.1, 0.9, 1.0, 1e-6)
 // One chunk of rows x V logits (and the teacher's) exists at a time; every gradient (hidden, u, W2, c) is computed
 // in the same pass while the chunk's logits exist, as chunked_lm_loss does. Never a [rows, V] tensor for the batch.
+// On the CPU (float32 / bf16) each chunk's rows go through one fused kernel (dspark_objective_rows.h).
 // Also callable from Python after torch.ops.load_library("libdflash_ops.so"):
 //   torch.ops.dflash.dspark_lm_loss(hidden, lm_head, labels, weights, markov, markov_w2, teacher_hidden,
-//       teacher_index, confidence, chunk_rows, ce_weight, l1_weight, confidence_weight, den_eps)
+//       teacher_index, confidence, chunk_rows, ce_weight, l1_weight, confidence_weight, den_eps, fused)
 //       -> (loss, terms [3] = (L_ce, L_l1, L_conf), row_accept [R], row_correct [R])
 #pragma once
 #include <cstdint>
@@ -25,6 +26,9 @@ struct DSparkLossOptions {
   int64_t chunk_rows = 1024;
   double ce_weight = 0.1, l1_weight = 0.9, confidence_weight = 1.0;
   double den_eps = 1e-6;  // DeepSpec adds it to the denominator
+  // The fused CPU kernel (src/kernels/dspark_objective_rows.h) for float32 / bf16 on the CPU; false: the generic
+  // ATen passes everywhere (the comparison). CUDA and float64 always run the generic passes.
+  bool fused = true;
 };
 
 struct DSparkLossOutputs {

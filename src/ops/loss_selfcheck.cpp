@@ -10,6 +10,7 @@
 #include <torch/autograd.h>
 
 #include "chunked_lm_loss_op.h"
+#include "dspark_lm_loss_op.h"
 
 namespace dflash::ops {
 namespace {
@@ -27,6 +28,27 @@ LossOutputs run_loss(const at::Tensor& hidden_in, const at::Tensor& head, const 
   opt.fused_ce = fused;
   const at::Tensor loss = std::get<0>(chunked_lm_loss(hidden, head, labels, weights, at::Tensor(), at::Tensor(), opt));
   return {loss.detach(), torch::autograd::grad({loss}, {hidden})[0]};
+}
+
+// DSpark's objective (a Markov bias, a teacher, a confidence head) through dspark_lm_loss: the loss and the
+// gradients of hidden and W2.
+struct DSparkOutputs {
+  at::Tensor loss, dhidden, dw2;
+};
+
+DSparkOutputs run_dspark(const at::Tensor& hidden_in, const at::Tensor& head, const at::Tensor& labels,
+                         const at::Tensor& weights, const at::Tensor& markov, const at::Tensor& w2_in,
+                         const at::Tensor& teacher, const at::Tensor& teacher_index, const at::Tensor& conf,
+                         int64_t chunk_rows, bool fused) {
+  at::AutoGradMode grad(true);
+  const at::Tensor hidden = hidden_in.detach().requires_grad_(), w2 = w2_in.detach().requires_grad_();
+  DSparkLossOptions opt;
+  opt.chunk_rows = chunk_rows;
+  opt.fused = fused;
+  const at::Tensor loss =
+      dspark_lm_loss(hidden, head, labels, weights, markov, w2, teacher, teacher_index, conf, opt).loss;
+  const auto g = torch::autograd::grad({loss}, {hidden, w2});
+  return {loss.detach(), g[0], g[1]};
 }
 
 }  // namespace
@@ -64,7 +86,33 @@ LossCheckResult check_fused_cross_entropy(const LossCheckSpec& s) {
   }
   r.tensors.push_back(compare_to_exact("loss", fused.loss, low.loss, exact.loss, s.dtype));
   r.tensors.push_back(compare_to_exact("dhidden", fused.dhidden, low.dhidden, exact.dhidden, s.dtype));
-  r.passed = r.tensors[0].ok() && r.tensors[1].ok();
+  // DSpark's fused objective kernel (dspark_objective_rows.h) shares the switch: checked on the same rows, with a
+  // rank-8 Markov bias, teacher rows and confidence logits.
+  const int64_t rank = 8;
+  const at::Tensor markov = (at::randn({s.rows, rank}, gen, f64) * 0.5).to(s.dtype);
+  const at::Tensor w2 = (at::randn({s.vocab, rank}, gen, f64) * 0.5).to(s.dtype);
+  const at::Tensor teacher = at::randn({s.rows, s.hidden}, gen, f64).to(s.dtype);
+  const at::Tensor teacher_index = at::randperm(s.rows, gen, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor conf = at::randn({s.rows}, gen, f64).to(s.dtype);
+  auto dspark = [&](const at::Tensor& h, const at::Tensor& hd, const at::Tensor& m, const at::Tensor& w,
+                    const at::Tensor& t, const at::Tensor& c, bool on) {
+    return run_dspark(h, hd, labels, weights, m, w, t, teacher_index, c, chunk, on);
+  };
+  const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+  const DSparkOutputs dexact = dspark(d(hidden), d(head), d(markov), d(w2), d(teacher), d(conf), false);
+  const DSparkOutputs dlow = dspark(hidden, head, markov, w2, teacher, conf, false);
+  DSparkOutputs dfused;
+  try {
+    dfused = dspark(hidden, head, markov, w2, teacher, conf, true);
+  } catch (const std::exception& e) {
+    r.exception = exception_first_line(e);
+    return r;
+  }
+  r.tensors.push_back(compare_to_exact("dspark loss", dfused.loss, dlow.loss, dexact.loss, s.dtype));
+  r.tensors.push_back(compare_to_exact("dspark dhidden", dfused.dhidden, dlow.dhidden, dexact.dhidden, s.dtype));
+  r.tensors.push_back(compare_to_exact("dspark dW2", dfused.dw2, dlow.dw2, dexact.dw2, s.dtype));
+  r.passed = true;
+  for (const auto& t : r.tensors) r.passed = r.passed && t.ok();
   return r;
 }
 

@@ -6,6 +6,8 @@
 // Inputs: `rows` hidden rows of the spec's size drawn from N(0, 1), an LM head [vocab, hidden] from N(0, 1/hidden),
 // random labels and weights (some zero), chunks of rows/2. Compared: the loss and d loss / d hidden, by the rule of
 // selfcheck_tolerance.h with the generic path in the dtype as the low-precision computation and in fp64 as exact.
+// DSpark's fused objective kernel (src/kernels/dspark_objective_rows.h), behind the same switch, is checked in the
+// same call on the same rows (with a Markov bias, teacher rows and confidence logits): loss, dhidden and dW2.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +30,7 @@ struct LossCheckResult {
   LossCheckSpec spec;
   bool passed = false;
   std::string exception;           // first line of what the fused path threw; empty when it ran
-  std::vector<TensorCheck> tensors;  // loss, dhidden
+  std::vector<TensorCheck> tensors;  // loss, dhidden, dspark loss, dspark dhidden, dspark dW2
   std::string summary() const;     // as AttentionCheckResult::summary()
 };
 

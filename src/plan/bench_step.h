@@ -31,7 +31,7 @@ struct BenchStepOptions {
   bool cuda = false;          // the step on the current CUDA device (a build with CUDA)
   int64_t draft_vocab = 0;    // > 0: the first policy again over a draft vocabulary of this many rows
   bool reference = true;      // the plain-PyTorch step on the same shapes (CPU)
-  bool generic_ce = true;     // the first policy again with the generic cross-entropy (not for dspark)
+  bool generic_ce = true;     // the first policy again with the generic cross-entropy (dspark: its generic objective)
   bool dspark_naive = true;   // drafter_family dspark: its chunked objective vs the naive full-logits one
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
 };

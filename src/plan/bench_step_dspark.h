@@ -1,5 +1,5 @@
 // `dflash bench step` for drafter_family dspark: DSpark's chunked objective (dflash::dspark_lm_loss, one chunk of
-// rows x V logits at a time) against the naive version that materialises the batch's [rows, V] logits, written here
+// rows x V logits at a time; the fused CPU kernel, and again with its generic ATen passes) against the naive version that materialises the batch's [rows, V] logits, written here
 // from the formulas (docs/DSPARK.md), on the same inputs: time and peak memory of forward + backward, and the
 // difference of their losses and gradients.
 #pragma once
@@ -15,7 +15,8 @@
 namespace dflash::plan {
 
 // reset() starts a memory measurement and returns the baseline; peak() the peak since. Returns {"rows", "vocab",
-// "chunked": {mean_seconds, measured_peak_bytes, loss}, "naive": {...}, "loss_abs_diff", "grad_max_abs_diff"}.
+// "chunked": {mean_seconds, measured_peak_bytes, loss}, "generic": {...}, "naive": {...}, "loss_abs_diff",
+// "grad_max_abs_diff" (chunked vs naive), "generic_loss_abs_diff", "generic_grad_max_abs_diff" (chunked vs generic)}.
 nlohmann::json compare_dspark_objective(const BenchStepOptions& o, const std::function<int64_t()>& reset,
                                         const std::function<int64_t()>& peak);
 

@@ -22,6 +22,7 @@ namespace {
 struct Dims {
   double T, C, H, Q, K, I, V, Vl, D, Hq, Hkv, L, n, e, a, r;  // Vl: LM-head rows of the loss
   bool soft;
+  bool dspark_fused;  // DSpark on the CPU in fp32: the fused kernel's two chunk buffers
   double heads;  // DSpark's objective beyond the chunks (dspark_heads.h, dspark_lm_loss_op.cpp); 0 otherwise
 };
 
@@ -50,6 +51,9 @@ Dims dims_of(const PlanSettings& s) {
     // activations autograd keeps (about 6 x r), plus the confidence logit and its gradient.
     const double r = double(c.dspark.markov_rank);
     d.heads = d.V * r * d.a + 6 * d.T * r * d.e + 2 * d.T * d.a;
+    // fp32 only: in bf16 the CPU GEMMs' own temporaries outweigh the saved buffer (docs/BENCHMARKS.md), so the
+    // generic count (3 fp32 buffers) stays the closer one there.
+    d.dspark_fused = s.device == PlanDevice::Cpu && s.dtype_bytes == 4;
   }
   return d;
 }
@@ -66,7 +70,9 @@ double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 
 // Rows x V buffers alive at once in src/ops/chunked_lm_loss_op.cpp: logits + logsumexp temporary (+ teacher logits).
 // The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
+// DSpark's fused CPU kernel (dspark_lm_loss_op.cpp) holds the logits and the teacher's, both in fp32.
 double loss_chunk_bytes(const Dims& d) {
+  if (d.dspark_fused) return d.r * d.Vl * d.e * 2 + d.r * d.H * d.e + d.heads;
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
   return d.r * d.Vl * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e + d.heads;
 }
@@ -270,7 +276,9 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     term("dflash2 selector chunk", x2.selector_chunk, "chunk rows x min(V, 8192) x 2 fp32 (vocabulary-chunked top-K)");
     term("dflash2 convs (saved per layer)", x2.conv_saved_per_layer, "2 sites x T x (2 K d/G + 3 d + 2 (min(K, B) - 1) d) x dtype");
   }
-  term("loss chunk", loss_chunk, std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") + (d.soft ? "3" : "2") + " fp32 buffers)");
+  term("loss chunk", loss_chunk,
+       std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") +
+           (d.dspark_fused ? "2 fp32 buffers: the fused CPU kernel)" : d.soft ? "3 fp32 buffers)" : "2 fp32 buffers)"));
   return p;
 }
 

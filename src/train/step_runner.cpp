@@ -126,7 +126,7 @@ std::optional<ops::LossCheckResult> StepRunner::check_loss_kernel() {
     spec.vocab = ops::loss_check_vocab(replicas_[i].frozen.lm_head.size(0));
     spec.seed = uint64_t(cfg_.seed);
     ops::LossCheckResult r = workers_[i]->submit([spec] { return ops::check_fused_cross_entropy(spec); }).get();
-    if (!r.passed) loss_.chunk.fused_ce = false;  // every worker: the flag is shared
+    if (!r.passed) loss_.chunk.fused_ce = loss_.dspark.fused = false;  // every worker: the flags are shared
     return r;
   }
   return std::nullopt;

@@ -18,9 +18,12 @@ TEST(LossSelfCheck, PassesForTheKernelsDtypes) {
       s.vocab = vocab;
       const LossCheckResult r = check_fused_cross_entropy(s);
       EXPECT_TRUE(r.passed) << s.describe() << ": " << r.summary();
-      ASSERT_EQ(r.tensors.size(), 2u);
+      ASSERT_EQ(r.tensors.size(), 5u);
       EXPECT_EQ(r.tensors[0].name, "loss");
       EXPECT_EQ(r.tensors[1].name, "dhidden");
+      EXPECT_EQ(r.tensors[2].name, "dspark loss");
+      EXPECT_EQ(r.tensors[3].name, "dspark dhidden");
+      EXPECT_EQ(r.tensors[4].name, "dspark dW2");
       for (const auto& t : r.tensors) {
         EXPECT_GT(t.magnitude, 0);
         EXPECT_LT(t.error, t.tolerance) << t.name;

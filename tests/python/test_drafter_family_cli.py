@@ -159,6 +159,7 @@ def test_bench_step_runs_the_family_step_against_the_planner(dflash_bin, files, 
     assert abs(result["runs"][0]["loss"] - result["runs"][1]["loss"]) <= 1e-5 * result["runs"][0]["loss"]
     assert "reference" not in result  # the plain-PyTorch step is DFlash's
     assert ("dspark_objective" in result) == (family == "dspark")
+    assert result["generic_ce"]["loss"] > 0  # the generic loss passes, DSpark's objective included
 
 
 @pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp64", 1e-12)])
@@ -168,6 +169,10 @@ def test_bench_step_dspark_naive_and_chunked_objectives_agree(dflash_bin, files,
     assert d["rows"] == 3 * 4 and d["vocab"] == 32 and d["chunk_rows"] == 8
     assert d["chunked"]["loss"] > 0 and d["naive"]["mean_seconds"] > 0 and d["naive"]["measured_peak_bytes"] >= 0
     assert d["loss_abs_diff"] <= tol * d["chunked"]["loss"] and d["grad_max_abs_diff"] <= tol
+    # the generic ATen passes of the same chunks (fp32: the fused CPU kernel's comparison; fp64: the same code)
+    assert d["generic"]["loss"] > 0 and d["generic"]["mean_seconds"] > 0
+    assert d["generic_loss_abs_diff"] <= tol * d["chunked"]["loss"] and d["generic_grad_max_abs_diff"] <= tol
+    assert "generic ATen passes" in stdout
     assert "|loss difference|" in stdout
     off, _ = bench_step(dflash_bin, files, "--drafter-config", "dspark.json", "--dspark-naive", "0")
     assert "dspark_objective" not in off
