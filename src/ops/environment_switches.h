@@ -4,13 +4,7 @@
 // machine without CUDA.
 // Torch-free.
 #pragma once
-#include <string>
-
 namespace dflash::ops {
-
-// DFLASH_FAULT_INJECT's values (a test-only switch; fault_injection.cpp reads the same three), as errors list them.
-inline constexpr const char* kFaultInjectSpellings = "attention_wrong, attention_throw or cross_entropy_wrong";
-bool is_fault_inject_value(const std::string& v);
 
 // Throws std::invalid_argument naming the variable, its value and what it takes, for the first switch set to a
 // value it does not take; nothing when every one is unset or well-formed.
