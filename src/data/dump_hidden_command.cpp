@@ -53,7 +53,7 @@ int dump_hidden_main(const std::vector<std::string>& args) {
   a.range("limit", -1, 2147483647, " (-1: all)");
   if (!a.parse(args)) return 0;
   a.require("data");
-  a.require("out");
+  if (!a.given("out")) a.require("out");  // given empty: the output-folder check names it, as for any folder
   // Before any work; the folder itself appears with the first shard (a refused start leaves none).
   io::check_output_folder(a.str("out"), "data dump-hidden: --out");
   const models::TargetOptions topt = models::read_target_options(a, target_set);

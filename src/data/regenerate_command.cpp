@@ -289,7 +289,7 @@ int regenerate_main(const std::vector<std::string>& args) {
   a.range("drafter-layers", 1, 256).range("hidden-samples-per-shard", 1, 1000000000);
   if (!a.parse(args)) return 0;
   a.require("input");
-  a.require("output");
+  if (!a.given("output")) a.require("output");  // given empty: the output-path check names it, as for any path
   RegenerateOptions o;
   o.target = models::read_target_options(a, target_set);
   o.input = a.str("input");

@@ -24,7 +24,7 @@ int export_main(const std::vector<std::string>& argv) {
   a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the run's drafter_config.json)");
   a.range("max-position-embeddings", 0, 2147483647, " (0: the target's)");
   if (!a.parse(argv)) return 0;
-  a.require("out");
+  if (!a.given("out")) a.require("out");  // given empty: the output-folder check names it, as for any folder
   io::check_output_folder(a.str("out"), "export: --out");  // before the checkpoint is read
   // The run's family, before its checkpoint: a --drafter-family that is not the run's is refused in one line.
   // Every family exports (dflash and dflash2 in z-lab's contract, dspark in DeepSpec's: docs/SERVING.md).

@@ -35,6 +35,7 @@ std::string out_of_range(const char* name, int64_t b, int64_t n, int64_t v, int6
 }  // namespace
 
 std::string check_anchor_values(const AnchorAttentionArgs& a) {
+  if (std::string bad = cpu_isa_switch_error(); !bad.empty()) return bad;
   const auto& s = a.shape;
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t n = 0; n < s.num_blocks; ++n) {

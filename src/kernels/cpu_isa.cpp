@@ -31,8 +31,8 @@ CpuIsa choose() {
                      isa_name(isas.front()));
         return isas.front();
       }
-    std::fprintf(stderr, "dflash: DFLASH_CPU_ISA=%s is not one of base, avx2, avx512; using %s\n", want,
-                 isa_name(isas.front()));
+    // Another value is refused before any kernel runs (cpu_isa_switch_error()); a caller that skipped the
+    // check gets the best set.
   }
   return isas.front();
 }
@@ -43,6 +43,14 @@ std::atomic<CpuIsa>& chosen() {
 }
 
 }  // namespace
+
+std::string cpu_isa_switch_error() {
+  const char* want = std::getenv("DFLASH_CPU_ISA");
+  if (!want || !*want) return "";
+  for (CpuIsa i : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Base})
+    if (want == std::string(isa_name(i))) return "";
+  return std::string("DFLASH_CPU_ISA: expected base, avx2 or avx512, got '") + want + "'";
+}
 
 CpuIsa cpu_isa() { return chosen().load(std::memory_order_relaxed); }
 

@@ -8,6 +8,7 @@
 namespace dflash::kernels {
 
 std::string check_cross_entropy_rows(const CrossEntropyRowsArgs& a) {
+  if (std::string bad = cpu_isa_switch_error(); !bad.empty()) return bad;
   if (a.dtype != ScalarType::Float32 && a.dtype != ScalarType::BFloat16)
     return "cross-entropy rows: logits must be float32 or bfloat16";
   if (a.rows < 0 || a.vocab <= 0 || a.ld < a.vocab) return "cross-entropy rows: need vocab > 0 and ld >= vocab";

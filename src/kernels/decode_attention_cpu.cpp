@@ -8,6 +8,7 @@
 namespace dflash::kernels {
 
 std::string check_decode_attention(const DecodeAttentionArgs& a) {
+  if (std::string bad = cpu_isa_switch_error(); !bad.empty()) return bad;
   if (a.dtype != ScalarType::Float32 && a.dtype != ScalarType::Float64)
     return "decode attention: dtype must be float32 or float64";
   if (a.batch < 0 || a.q_heads <= 0 || a.kv_heads <= 0 || a.head_dim <= 0)

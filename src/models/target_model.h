@@ -1,8 +1,12 @@
-// The target LLM (Llama / dense Qwen3 / the Qwen3.5-3.6 hybrids) forward in plain ATen ops: prefill, one-token
-// decode and block verification are the same call on a KV cache; selected layers' hidden states are captured
-// for the drafter. Layers can be split into pipeline stages on different devices (activations move between
-// stages). A hybrid's layers dispatch by type: Gated DeltaNet (deltanet_layer.h, its state in the cache) or
-// full attention with an output gate and partial RoPE.
+// The target LLM forward in plain ATen ops, for every family it runs: Llama, dense Qwen3, the Qwen3.5/3.6 Gated
+// DeltaNet hybrids, and the mixtures of experts Qwen3-MoE (qwen3_moe), Qwen3.5/3.6-MoE (qwen3_5_moe: the hybrid with
+// routed experts and a shared expert) and gpt-oss (gpt_oss: attention sinks, sliding-window layers, experts from
+// MXFP4 or dense weights).
+// Prefill, one-token decode and block verification are the same call on a KV cache; selected layers' hidden states
+// are captured for the drafter. Layers can be split into pipeline stages on different devices (activations move
+// between stages). A hybrid's layers dispatch by type: Gated DeltaNet (deltanet_layer.h, its state in the cache) or
+// full attention with an output gate and partial RoPE; an MoE layer's MLP is moe_block.h, gpt-oss's attention
+// sink_attention.h.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -3,19 +3,18 @@
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include "anchor_attention_cuda_host.h"
+#include "cpu_isa.h"
+#include "fault_inject_setting.h"
 
 namespace dflash::ops {
 
-bool is_fault_inject_value(const std::string& v) {
-  return v == "attention_wrong" || v == "attention_throw" || v == "cross_entropy_wrong";
-}
-
 void check_environment_switches() {
-  if (const char* f = std::getenv("DFLASH_FAULT_INJECT"); f && *f && !is_fault_inject_value(f))
-    throw std::invalid_argument(std::string("DFLASH_FAULT_INJECT: expected ") + kFaultInjectSpellings +
-                                " (a test-only switch), got '" + f + "'");
+  Fault fault;
+  if (const std::string bad = read_fault_inject(fault); !bad.empty()) throw std::invalid_argument(bad);
+  if (const std::string bad = kernels::cpu_isa_switch_error(); !bad.empty()) throw std::invalid_argument(bad);
   if (const char* s = std::getenv("DFLASH_CUDA_SMEM_LIMIT")) {
     int64_t bytes = 0;
     if (!kernels::cuda::parse_smem_limit(s, bytes))

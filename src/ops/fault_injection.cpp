@@ -1,28 +1,22 @@
 #include "fault_injection.h"
 
-#include <cstdlib>
 #include <string>
 
 #include <c10/util/Exception.h>
 
+#include "fault_inject_setting.h"
+
 namespace dflash::ops {
 namespace {
 
-enum class Fault { None, AttentionWrong, AttentionThrow, CrossEntropyWrong };
-
 struct FaultSetting {
   Fault fault = Fault::None;
-  std::string bad;  // an unknown value, reported at every fused call
+  std::string bad;  // the error for an unknown value, reported at every fused call
 };
 
 FaultSetting read_setting() {
   FaultSetting s;
-  const char* v = std::getenv("DFLASH_FAULT_INJECT");
-  const std::string value = v ? v : "";
-  if (value == "attention_wrong") s.fault = Fault::AttentionWrong;
-  else if (value == "attention_throw") s.fault = Fault::AttentionThrow;
-  else if (value == "cross_entropy_wrong") s.fault = Fault::CrossEntropyWrong;
-  else if (!value.empty()) s.bad = value;
+  s.bad = read_fault_inject(s.fault);
   return s;
 }
 
@@ -32,8 +26,7 @@ const FaultSetting& setting() {
 }
 
 void check_known(const FaultSetting& s) {
-  TORCH_CHECK(s.bad.empty(), "DFLASH_FAULT_INJECT: expected attention_wrong, attention_throw or cross_entropy_wrong ",
-              "(a test-only switch), got '", s.bad, "'");
+  TORCH_CHECK(s.bad.empty(), s.bad);
 }
 
 void scale(std::initializer_list<at::Tensor> results) {

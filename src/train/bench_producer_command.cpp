@@ -4,7 +4,8 @@
 //      ("cpu" vs "cpu;cpu"), each target thread at --threads intra-op threads;
 //   2. one replica of 2 CPU pipeline stages: its stages in turn on one thread vs a thread per stage;
 //   3. whole training runs with target_devices "cpu" vs "cpu;cpu" and a cheap drafter (a target-bound setting):
-//      steps/s and the busy fractions from metrics.jsonl.
+//      steps/s and the busy fractions from metrics.jsonl (in --work-dir, removed again when a run fails;
+//      the training test hooks, DFLASH_TEST_FAIL_WORKER etc., apply to these runs too).
 // Samples are random tokens (the target's speed does not depend on which).
 #include <ATen/ATen.h>
 
@@ -23,11 +24,13 @@
 #include "args.h"
 #include "atomic_output.h"
 #include "compute_settings.h"
+#include "created_folder.h"
 #include "drafter_from_target.h"
 #include "sample_source.h"
 #include "step_producer.h"
 #include "target_loader.h"
 #include "train_commands.h"
+#include "train_hooks_env.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
@@ -116,7 +119,7 @@ struct WholeRun {
 WholeRun time_training(TrainConfig c, const std::string& target_devices, const std::string& out) {
   c.target_devices = target_devices;
   c.out = out;
-  if (run_training(c) != 0) throw std::runtime_error("bench producer: the training run " + out + " failed");
+  if (run_training(c, hooks_from_environment()) != 0) throw std::runtime_error("bench producer: the training run " + out + " failed");
   std::ifstream f(fs::path(out) / "metrics.jsonl");
   std::vector<nlohmann::json> m;
   for (std::string line; std::getline(f, line);) {
@@ -192,7 +195,7 @@ int bench_producer_main(const std::vector<std::string>& argv) {
 
   // Whole runs: a one-layer drafter with 8 anchors of 4 tokens per sample, one worker: the target is the
   // bottleneck, which is where replicas help.
-  fs::create_directories(work);
+  util::CreatedFolder made(work);  // a failed run takes the folder (and parents it made) away again
   const std::string data = (fs::path(work) / "samples.jsonl").string();
   source.write_jsonl(data);
   TrainConfig c;
@@ -211,6 +214,7 @@ int bench_producer_main(const std::vector<std::string>& argv) {
   c.checkpoint_every = steps;
   const WholeRun w1 = time_training(c, "cpu", (fs::path(work) / "r1").string());
   const WholeRun w2 = time_training(c, "cpu;cpu", (fs::path(work) / "r2").string());
+  made.keep();
   std::printf("\n%-44s %12s %10s %10s\n", "training run (steps 2..)", "steps/s", "target", "drafter");
   std::printf("%-44s %12.3f %9.0f%% %9.0f%%\n", "target_devices cpu", w1.steps_per_s, 100 * w1.producer_busy,
               100 * w1.drafter_busy);

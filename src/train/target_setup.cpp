@@ -13,6 +13,7 @@
 #include "hidden_shards.h"
 #include "index_list.h"
 #include "memory_planner.h"
+#include "run_settings.h"
 #include "serving_engines.h"
 #include "safetensors.h"
 #include "target_cost.h"
@@ -85,6 +86,15 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
 
 }  // namespace
 
+void check_target_layout(const TrainConfig& cfg, const models::TargetConfig& tcfg, const drafter::DrafterConfig& d,
+                         const models::DeviceLayout& layout) {
+  if (layout.num_stages() > tcfg.num_hidden_layers)
+    throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices + "' has " +
+                                std::to_string(layout.num_stages()) + " pipeline stages per replica for a target of " +
+                                std::to_string(tcfg.num_hidden_layers) + " layers (at most one stage per layer)");
+  check_target_layout_fits(cfg, tcfg, d, layout, ops::scalar_type(cfg.target_dtype));
+}
+
 plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute,
                                      plan::PlanDevice device) {
   plan::PlanSettings ps;
@@ -135,9 +145,11 @@ drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg)
     target = models::read_target_config(cfg.target);
   } catch (const std::exception&) {
     if (cfg.drafter_config.empty()) throw;
-    target = target_shapes_of(drafter::load_drafter_config(cfg.drafter_config));
+    return resolve_drafter_config(cfg, target_shapes_of(drafter::load_drafter_config(cfg.drafter_config)));
   }
-  return resolve_drafter_config(cfg, target);
+  const drafter::DrafterConfig d = resolve_drafter_config(cfg, target);
+  check_target_layout(cfg, target, d, parse_run_devices(cfg).target);
+  return d;
 }
 
 std::vector<const models::TargetModel*> target_replicas(const TargetSide& side) {
@@ -244,11 +256,7 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
     const bool online = !t.samples->has_features();
     const models::DeviceLayout& layout = run.target_layout;
     if (online) {  // the target's layers over target_devices: replicas x pipeline stages
-      if (layout.num_stages() > tcfg.num_hidden_layers)
-        throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices + "' has " +
-                                    std::to_string(layout.num_stages()) + " pipeline stages per replica for a target of " +
-                                    std::to_string(tcfg.num_hidden_layers) + " layers (at most one stage per layer)");
-      check_target_layout_fits(cfg, tcfg, t.dcfg, layout, topt.dtype);
+      check_target_layout(cfg, tcfg, t.dcfg, layout);
       const auto& first = layout.replicas.front();
       if (first.size() > 1 || first.front() != at::Device(at::kCPU))
         topt.stages = models::split_layers(int(tcfg.num_hidden_layers), first);

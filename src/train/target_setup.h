@@ -48,10 +48,16 @@ void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSid
 // of the target, cfg.drafter_layers layers, the default target_layer_ids of docs/DFLASH.md).
 drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& target);
 
+// Online data, before any weight is read: target_devices against the target's config: at most one pipeline stage
+// per layer, and every CUDA stage device holds its stage (weights + a micro-batch's activations).
+void check_target_layout(const TrainConfig& cfg, const models::TargetConfig& tcfg, const drafter::DrafterConfig& d,
+                         const models::DeviceLayout& layout);
+
 // Without reading any weights (what `dflash doctor --config` needs): the drafter config as above from the target's
-// config (config.json or the GGUF header); when that cannot be read and cfg.drafter_config is given, from the
-// drafter config's own shapes, as offline training of a target this project cannot run resolves it before
-// reading the embedding.
+// config (config.json or the GGUF header), then check_target_layout on the node's target_devices, so doctor fails
+// the configs train fails once it has read the target; when the target's config cannot be read and
+// cfg.drafter_config is given, the drafter config from its own shapes, as offline training of a target this project
+// cannot run resolves it before reading the embedding (no target check then).
 drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg);
 // The target shapes a drafter config names (vocabulary, hidden size, layers, tied embeddings).
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d);

@@ -2,19 +2,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "checkpoint.h"
 #include "drafter_family_setting.h"
-#include "number_range.h"
 #include "output_file.h"
 #include "python_driver.h"
 #include "run_settings.h"
 #include "train_commands.h"
 #include "train_config.h"
+#include "train_hooks_env.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
@@ -22,24 +21,6 @@ namespace fs = std::filesystem;
 namespace dflash::train {
 
 using util::Args;
-
-namespace {
-
-// The test hooks of a whole run, for the Python tests that drive `dflash train` as a process.
-TrainHooks hooks_from_environment() {
-  TrainHooks h;
-  // Malformed values are refused (atoi read "junk" as worker 0).
-  if (const auto f = util::env_integer("DFLASH_TEST_FAIL_WORKER", 0, 1024, " (a test-only switch: a worker index)"))
-    h.fail_worker = int(*f);
-  if (const auto k = util::env_integer("DFLASH_TEST_KILL_IN_SAVE", 0, std::numeric_limits<int64_t>::max(),
-                                       " (a test-only switch: a step)"))
-    h.kill_in_save_step = *k;
-  if (const auto d = util::env_integer("DFLASH_TEST_DUMP_RANK_WEIGHTS", 0, 1, " (a test-only switch)"))
-    h.dump_rank_weights = *d == 1;
-  return h;
-}
-
-}  // namespace
 
 int train_main(const std::vector<std::string>& argv) {
   TrainArgs args;

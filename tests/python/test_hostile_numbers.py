@@ -175,7 +175,9 @@ def test_eval_oracle_refuses_drafter_settings(dflash_bin, tmp_path):
 def test_environment_switches_are_checked_by_every_command(dflash_bin, tmp_path):
     for env, want in [({"DFLASH_FAULT_INJECT": "junk"}, "DFLASH_FAULT_INJECT: expected attention_wrong, attention_throw "
                                                           "or cross_entropy_wrong (a test-only switch), got 'junk'"),
-                      ({"DFLASH_CUDA_SMEM_LIMIT": "99KB"}, "DFLASH_CUDA_SMEM_LIMIT must be a positive number of bytes")]:
+                      ({"DFLASH_CUDA_SMEM_LIMIT": "99KB"}, "DFLASH_CUDA_SMEM_LIMIT must be a positive number of bytes"),
+                      # used to be named on stderr only while the best ISA ran
+                      ({"DFLASH_CPU_ISA": "junk"}, "DFLASH_CPU_ISA: expected base, avx2 or avx512, got 'junk'")]:
         one_line_error(run(dflash_bin, "plan", "--preset", "qwen3-8b", env=env), want)
         # train used to take a bad fault switch for a failing fused kernel and fall back without a word
         one_line_error(run(dflash_bin, "train", "--target", tmp_path / "t", "--data", tmp_path / "d", "--out",

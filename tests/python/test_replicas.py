@@ -38,8 +38,9 @@ def _token_samples(path, n=10, seed=1):
     return path
 
 
-def _run(dflash_bin, *argv, check=True):
-    r = subprocess.run([dflash_bin, *map(str, argv)], capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+def _run(dflash_bin, *argv, check=True, env=None):
+    r = subprocess.run([dflash_bin, *map(str, argv)], capture_output=True, text=True, env=dict(ENV, **(env or {})),
+                       timeout=TIMEOUT)
     if check:
         assert r.returncode == 0, r.stderr
     return r
@@ -176,3 +177,14 @@ def test_bench_producer_prints_its_three_ratios(dflash_bin, target, tmp_path):
     assert r.stdout.count("x\n") == 3, r.stdout  # three ratios
     r = _run(dflash_bin, "bench", "producer", "--target", target, "--work-dir", tmp_path / "runs", check=False)
     assert r.returncode == 1 and "--work-dir '" in r.stderr and "exists; give a new folder" in r.stderr, r.stderr
+
+
+def test_bench_producer_takes_away_its_work_dir_when_a_training_run_fails(dflash_bin, target, tmp_path):
+    """A failing inner run (the test hook makes worker 0 throw) leaves none of the folders the bench made; the
+    folder that was there before stays, with what it held."""
+    (tmp_path / "mine.txt").write_text("x")
+    r = _run(dflash_bin, "bench", "producer", "--target", target, "--seq-len", 32, "--micro-batches", 2, "--steps", 3,
+             "--work-dir", tmp_path / "new" / "runs", check=False, env={"DFLASH_TEST_FAIL_WORKER": "0"})
+    assert r.returncode == 1, r.stderr
+    assert "worker 0 (cpu): test failure" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
