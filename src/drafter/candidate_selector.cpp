@@ -1,7 +1,6 @@
 #include "candidate_selector.h"
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -262,7 +261,13 @@ SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor
 }
 
 at::Tensor selector_loss(const SelectorLossTerms& t) {
-  return t.ce_sum / t.covered_weight.clamp_min(std::numeric_limits<float>::min());
+  // Nothing covered (strict, no gold in its top-K: the usual first step from scratch) is 0 with gradient 0. The
+  // divisor of those rows is 1, not a tiny clamp: 1/FLT_MIN times the trainer's loss scale overflows fp32, and the
+  // uncovered rows' 0 weight times that inf made the whole gradient NaN. where() passes 0 to the division's
+  // backward there, so no inf or 0/0 is ever formed.
+  const at::Tensor some = t.covered_weight > 0;
+  return at::where(some, t.ce_sum / at::where(some, t.covered_weight, at::ones_like(t.covered_weight)),
+                   at::zeros_like(t.ce_sum));
 }
 
 }  // namespace dflash::drafter

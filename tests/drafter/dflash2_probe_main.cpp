@@ -9,8 +9,10 @@
 //       IN: hidden [n,L,d], lm_head [V,d], anchors [n], the selector weights, uniforms [n,L] (T > 0)
 //       OUT: path, candidates, q, scores
 //   dflash2_probe loss IN OUT top_k=K mode=inject|strict stop_gradient=0|1 vocab_chunk=C output_multiplier=M softcap=S
-//       IN: hidden [n,d], lm_head, predecessors, targets, weights [n], the selector weights
-//       OUT: loss, ce_sum, covered_weight, weight, rows, recall_hits, selector_hits, grad.<input> (of loss)
+//                      loss_scale=X
+//       IN: hidden [n,d], lm_head, predecessors, targets, weights [n], the selector weights (any one float dtype)
+//       OUT: loss, ce_sum, covered_weight, weight, rows, recall_hits, selector_hits, grad.<input> (of X * loss:
+//            the trainer backpropagates the loss times the micro-batch's weight; X defaults to 1)
 //   dflash2_probe metrics IN OUT top_k=K vocab_chunk=C output_multiplier=M softcap=S
 //       IN: hidden [N,B,d], lm_head, anchors [N], targets [N,B], mask [N,B] (uint8), the selector weights
 //       OUT: blocks, path_length_sum, oracle_length_sum, unary_length_sum
@@ -85,7 +87,7 @@ Named run_loss(const dflash::io::SafetensorsFile& in, const std::map<std::string
   const SelectorLossTerms t = selector_loss_terms(w, hidden, in.load("lm_head"), in.load("predecessors"),
                                                   in.load("targets"), in.load("weights"), opt);
   const at::Tensor loss = selector_loss(t);
-  loss.backward();
+  (loss * std::stod(param(p, "loss_scale", "1"))).backward();
   auto grad = [](const at::Tensor& x) { return x.grad().defined() ? x.grad() : at::zeros_like(x); };
   return {{"loss", loss.detach().reshape({1})},
           {"ce_sum", t.ce_sum.detach().reshape({1})},

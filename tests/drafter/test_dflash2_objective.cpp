@@ -1,6 +1,7 @@
 // DFlash2's objective on a training batch: the chunked selector term (top-K a vocabulary chunk at a time, blocks a
 // chunk at a time) against a naive fp64 version built from full [rows, V] logits and a full sort, in both candidate
-// modes, with its gradients; and drafter_loss = unary + alpha L_sel.
+// modes, with its gradients; strict with nothing covered (0, gradient 0, finite under a loss scale); and
+// drafter_loss = unary + alpha L_sel.
 #include <unistd.h>
 
 #include <random>
@@ -109,6 +110,43 @@ TEST(DFlash2Objective, ChunkedEqualsTheNaiveVersionInFp64WithGradients) {
     o.selector.vocab_chunk = 8192;
     EXPECT_NEAR(dflash2_selector_objective(w.selector, hidden, head, bb, B, o).selector_loss.item<double>(),
                 n.loss.item<double>(), 1e-12);
+  }
+}
+
+TEST(DFlash2Objective, StrictWithNoGoldInAnyTopKIsZeroWithZeroGradientsUnderTheTrainersScale) {
+  // From scratch no gold is in its top-K yet (recall@K = 0). The trainer backpropagates the loss times the
+  // micro-batch's weight; the divisor used to be clamped to FLT_MIN, so that scale gave inf, times the rows' weight
+  // 0: every gradient NaN at step 1. Here token 0 is every row's top-1 and no label is 0.
+  const int64_t K = 1, V = 32, B = 4, d = 16;
+  const DrafterConfig c = tiny_dflash2(K);
+  at::manual_seed(4);
+  const int64_t S = 20;
+  const at::Tensor tokens = at::randint(1, V, {2, S}, at::kLong);
+  std::mt19937_64 rng(2);
+  const at::Tensor loss_mask = at::ones({2, S}, at::kBool);
+  const BlockBatch bb = build_block_batch(tokens, loss_mask, sample_anchors(loss_mask, 3, rng), B, 31, 4.0);
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    const auto opts = at::TensorOptions().dtype(dtype);
+    at::Tensor head = at::randn({V, d}, opts);
+    head[0].fill_(10.0);
+    DrafterWeights w = init_drafter_weights(c, dtype, 5, 0.3);
+    w.selector.successor_codebook.normal_(0, 0.5);
+    w.set_requires_grad(true);
+    const at::Tensor hidden = at::randn({2, 3 * B, d}, opts).abs().requires_grad_(true);
+    DFlash2LossOptions o;
+    o.selector.top_k = K;
+    o.selector.candidates = SelectorCandidates::Strict;
+    o.chunk_rows = 5;
+    const DFlash2Stats st = dflash2_selector_objective(w.selector, hidden, head, bb, B, o);
+    ASSERT_GT(st.terms.rows.item<double>(), 0.0);
+    ASSERT_EQ(st.terms.recall_hits.item<double>(), 0.0);
+    EXPECT_EQ(st.terms.covered_weight.item<double>(), 0.0);
+    EXPECT_EQ(st.selector_loss.item<double>(), 0.0);
+    const std::vector<at::Tensor> ins = {hidden, w.selector.hidden_projection, w.selector.predecessor_codebook,
+                                         w.selector.successor_codebook};
+    const auto g = torch::autograd::grad({st.selector_loss * 300.0}, ins, {}, false, false, true);
+    for (size_t i = 0; i < ins.size(); ++i)
+      EXPECT_TRUE(!g[i].defined() || g[i].abs().max().item<double>() == 0.0) << dtype << " input " << i;
   }
 }
 

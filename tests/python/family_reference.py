@@ -502,7 +502,8 @@ def selector_loss(unary, hidden, predecessors, targets, weights, params, mode="i
     num = (weights * m * ce).sum()
     den = {"covered": (weights * m).sum(), "weight": weights.sum(),
            "count": (weights > 0).to(weights.dtype).sum()}[denominator]
-    return num / den
+    # nothing counted (strict with no gold in its top-K: recall@K = 0, the usual first step from scratch): 0, grad 0
+    return num / den if den > 0 else num * 0
 
 
 def dflash2_loss(unary, hidden, labels, predecessors, weights, params, alpha=1.0, **selector_kwargs):

@@ -171,6 +171,53 @@ def test_loss_matches_the_reference(probe, tmp_path, mode, stop_gradient):
     assert 0 < out["recall_hits"][0] < out["rows"][0]
 
 
+LOSS_GRADS = ["grad.hidden", "grad.hidden_projection", "grad.predecessor_codebook", "grad.successor_codebook"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("covered", [False, True])
+def test_strict_rows_without_their_gold_add_nothing_under_the_trainers_scale(probe, tmp_path, dtype, covered):
+    """Strict candidates where no row's gold is in its top-K (recall@K = 0: the usual first step from scratch) give
+    loss 0 and every gradient exactly 0, finite when backpropagated times the trainer's scale (the micro-batch's
+    weight, here 300) in fp32 and bf16. (The divisor used to be clamped to FLT_MIN: 300 / FLT_MIN overflows fp32 and
+    the rows' weight 0 times that inf made every gradient NaN.) With half the rows covered, the loss and gradients
+    are the fp64 reference's over the covered rows, and the uncovered rows' hidden states get exactly 0."""
+    n, scale = 16, 300.0
+    g, params, hidden64, head64 = selector_case(21, n)
+    hidden, head = hidden64.to(dtype), head64.to(dtype)
+    weights_of = (params.hidden_projection, params.predecessor_codebook, params.successor_codebook)
+    sel = fr.SelectorParams(*(t.to(dtype) for t in weights_of), params.top_k)
+    unary0 = hidden.double() @ head.double().T
+    worst, best = unary0.argmin(-1), unary0.argmax(-1)  # never / always in the top-K, whatever the rounding
+    uncovered = torch.arange(n) % 2 == 1 if covered else torch.ones(n, dtype=torch.bool)
+    targets = torch.where(uncovered, worst, best)
+    preds = torch.randint(0, V, (n,), generator=g)
+    weights = torch.rand(n, generator=g, dtype=torch.float32) + 0.5
+    out = run_probe(probe, tmp_path, "loss", {"hidden": hidden, "lm_head": head, "predecessors": preds,
+                                              "targets": targets, "weights": weights, **selector_tensors(sel)},
+                    top_k=sel.top_k, mode="strict", vocab_chunk=9, loss_scale=scale)
+    for name, t in out.items():
+        assert torch.isfinite(t.double()).all(), name
+    assert out["rows"][0] == n and out["recall_hits"][0] == n - uncovered.sum()
+    assert out["grad.hidden"][uncovered].abs().max() == 0
+    if not covered:
+        assert out["covered_weight"][0] == 0 and out["ce_sum"][0] == 0 and out["loss"][0] == 0
+        for name in LOSS_GRADS:
+            assert out[name].abs().max() == 0, name
+        return
+    # the fp64 reference on the same (rounded) inputs
+    h = hidden.double().requires_grad_(True)
+    p = fr.SelectorParams(*(t.double().requires_grad_(True) for t in
+                            (sel.hidden_projection, sel.predecessor_codebook, sel.successor_codebook)), sel.top_k)
+    loss = fr.selector_loss(h @ head.double().T, h, preds, targets, weights.double(), p, mode="strict")
+    (loss * scale).backward()
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    close(out["loss"][0].double(), loss.detach(), tol)
+    for name, ref in zip(LOSS_GRADS, [h.grad, p.hidden_projection.grad, p.predecessor_codebook.grad,
+                                      p.successor_codebook.grad]):
+        close(out[name].double(), ref, tol)
+
+
 def test_block_metrics_match_the_reference(probe, tmp_path):
     """The self-conditioned path's accepted length (the walk fed with its own picks) and the unary top-K oracle's,
     on blocks whose targets follow the unary argmax for a while, so both lengths vary."""

@@ -4,6 +4,7 @@ names in the checkpoint, and an exact resume (docs/DFLASH2.md)."""
 import json
 import math
 
+import pytest
 import torch
 
 from test_train import (TARGET_LAYER_IDS, base_args, final_weights, make_token_samples, metrics,  # noqa: F401
@@ -76,3 +77,24 @@ def test_a_dflash_drafter_is_the_starting_point(dflash_bin, target_dir, offline_
                                     init_from_target_layer=0), check=False)
     assert r.returncode != 0
     assert "'init_from' must be empty with init_from_target_layer set (one starting point)" in r.stderr
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_strict_selector_with_no_gold_in_its_top_k_trains(dflash_bin, target_dir, offline_dir, tmp_path, dtype):
+    """The default strict candidates from scratch: at step 1 no row's gold is in its top-K (recall@K = 0, here
+    with top-K 1), so the selector term is 0 with gradient 0 and the step is DFlash's. It used to diverge at step 1
+    with a NaN gradient norm (the trainer's loss scale over a FLT_MIN divisor overflowed, times the rows' weight 0)."""
+    run = tmp_path / "run"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], run, steps=3, dtype=dtype, drafter_family="dflash2",
+                                conv_group_size=8, selector_rank=4, selector_top_k=1))
+    m = metrics(run)
+    assert json.loads((run / "train_config.json").read_text())["selector_candidates"] == "strict"
+    assert m[0]["unary_recall_at_k"] == 0, "the case needs no gold in the top-K at step 1"
+    assert m[0]["selector_loss"] == 0
+    for x in m:
+        assert math.isfinite(x["loss"]) and math.isfinite(x["grad_norm"]), x
+    # nothing covered: the first step's loss is DFlash's unary loss of the same drafter (selector weight 0)
+    ref = tmp_path / "ref"
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], ref, steps=1, dtype=dtype, drafter_family="dflash2",
+                                conv_group_size=8, selector_rank=4, selector_top_k=1, selector_loss_weight=0.0))
+    assert metrics(ref)[0]["loss"] == m[0]["loss"] and metrics(ref)[0]["grad_norm"] == m[0]["grad_norm"]
