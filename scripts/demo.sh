@@ -135,7 +135,8 @@ else
   rm -f "$OUT/data/.done"
   # Features for other target layers cannot be resumed into: start them again (the answers are kept). The key
   # names what the folder is pinned to, so a folder from before features were pinned to answers is redone too.
-  FEATURES_KEY="layers=$DEMO_TARGET_LAYERS pinned-to=answers$([ "$LAST_HIDDEN" = 1 ] && echo ' last-hidden')"
+  FEATURES_KEY="layers=$DEMO_TARGET_LAYERS pinned-to=answers"
+  [ "$LAST_HIDDEN" = 1 ] && FEATURES_KEY="$FEATURES_KEY last-hidden"
   [ "$(cat "$OUT/data/.features_key" 2>/dev/null)" = "$FEATURES_KEY" ] || rm -rf "$FEATURES"
   echo "$FEATURES_KEY" > "$OUT/data/.features_key"
   # --long starts from the demo's answers and features: regenerate resumes a shard file (the prompt limit may
