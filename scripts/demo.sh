@@ -209,8 +209,12 @@ else
       --draft-vocab "${DEMO_DRAFT_VOCAB:-0}" "${FAMILY_FLAGS[@]}"
   fi
   rm -rf "$DRAFTER"
-  # A draft vocabulary is served by vLLM only: export it for that engine (docs/SERVING.md).
-  if [ "${DEMO_DRAFT_VOCAB:-0}" != 0 ]; then EXPORT_ENGINE=vllm; else EXPORT_ENGINE=all; fi
+  # A draft vocabulary is served by vLLM only: export it for that engine (docs/SERVING.md). DSpark and DFlash2
+  # are exported for the engines that serve them (z-lab and speculators do not serve DSpark, speculators not DFlash2).
+  if [ "${DEMO_DRAFT_VOCAB:-0}" != 0 ]; then EXPORT_ENGINE=vllm
+  elif [ "$FAMILY" = dspark ]; then EXPORT_ENGINE=sglang,vllm,llama.cpp
+  elif [ "$FAMILY" = dflash2 ]; then EXPORT_ENGINE=sglang,vllm,llama.cpp,zlab
+  else EXPORT_ENGINE=all; fi
   "$DFLASH" export "$RUN" --out "$DRAFTER" --engine "$EXPORT_ENGINE"
   echo "$TRAIN_KEY" > "$OUT/.train_done"
 fi
