@@ -2,8 +2,9 @@
 loss (its own family's objective, so levels are not comparable across families, trends are) and its mean
 teacher-forced slot accuracy `acc`, both as a trailing mean over logged steps. `dflash plot` draws one run.
 
-usage: python scripts/plot_families.py OUT.png LABEL=RUN_DIR [LABEL=RUN_DIR ...]
-RUN_DIR is a training run folder (its metrics.jsonl) or a metrics.jsonl file."""
+usage: python scripts/plot_families.py OUT.png LABEL[@STEPS]=RUN_DIR [LABEL[@STEPS]=RUN_DIR ...]
+RUN_DIR is a training run folder (its metrics.jsonl) or a metrics.jsonl file; @STEPS shifts a run that started
+from another one's checkpoint (init_from) to start at that run's step STEPS."""
 import json
 import pathlib
 import sys
@@ -30,6 +31,9 @@ def read_steps(spec):
     label, sep, path = spec.partition("=")
     if not sep or not label or not path:
         sys.exit(f"plot_families: '{spec}' is not LABEL=RUN_DIR")
+    label, at, shift = label.partition("@")
+    if at and not shift.isdigit():
+        sys.exit(f"plot_families: '{spec}': the step shift after '@' must be a whole number of steps, got '{shift}'")
     p = pathlib.Path(path)
     if p.is_dir():
         p = p / "metrics.jsonl"
@@ -44,6 +48,7 @@ def read_steps(spec):
         except json.JSONDecodeError as e:
             sys.exit(f"plot_families: {p}:{n}: not JSON ({e.msg})")
         if "event" not in row and "step" in row and "loss" in row:
+            row["step"] += int(shift or 0)
             rows.append(row)
     if not rows:
         sys.exit(f"plot_families: {p}: no step lines with 'step' and 'loss'")
@@ -52,7 +57,7 @@ def read_steps(spec):
 
 def main(argv):
     if len(argv) < 2 or not argv[0].endswith(".png"):
-        sys.exit("usage: plot_families.py OUT.png LABEL=RUN_DIR [LABEL=RUN_DIR ...]")
+        sys.exit("usage: plot_families.py OUT.png LABEL[@STEPS]=RUN_DIR [LABEL[@STEPS]=RUN_DIR ...]")
     runs = [read_steps(spec) for spec in argv[1:]]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     for label, rows in runs:

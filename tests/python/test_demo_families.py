@@ -40,7 +40,7 @@ def test_plot_families_draws_every_run(tmp_path):
     _metrics(tmp_path / "a", [3.0, 2.5, 2.0])
     _metrics(tmp_path / "b", [1.0, 0.9], {"tau_probabilistic": 1.5})
     out = tmp_path / "plots" / "families.png"
-    r = _plot(out, f"dflash={tmp_path / 'a'}", f"dspark={tmp_path / 'b' / 'metrics.jsonl'}")
+    r = _plot(out, f"dflash={tmp_path / 'a'}", f"dspark@2={tmp_path / 'b' / 'metrics.jsonl'}")
     assert r.returncode == 0, r.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -54,6 +54,7 @@ def test_plot_families_names_what_is_wrong(tmp_path):
     png = tmp_path / "x.png"
     cases = [
         ([png, "dflash"], "plot_families: 'dflash' is not LABEL=RUN_DIR"),
+        ([png, f"x@ten={tmp_path / 'a'}"], "plot_families: 'x@ten="),
         ([png, f"x={tmp_path / 'none'}"], f"plot_families: {tmp_path / 'none'}: no such metrics file"),
         ([png, f"x={tmp_path / 'events'}"], f"plot_families: {tmp_path / 'events' / 'metrics.jsonl'}: no step lines"),
         ([png, f"x={tmp_path / 'bad'}"], f"plot_families: {tmp_path / 'bad' / 'metrics.jsonl'}:2: not JSON"),
