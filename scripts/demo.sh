@@ -8,14 +8,19 @@
 #   4. plots: training loss and acceptance histogram
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
-# usage: bash scripts/demo.sh BUILD_DIR [--long | --full]
+# usage: bash scripts/demo.sh BUILD_DIR [--long | --full] [--family dflash|dspark|dflash2]
+#   --family the drafter family trained and evaluated (default dflash, in demo-out/ as always; dspark and dflash2
+#            in demo-out/dspark and demo-out/dflash2, sharing demo-out/data with dflash). DSpark trains offline on
+#            the target's last hidden state as well (regenerate --last-hidden, one more target forward per answer:
+#            only written when a family needs it, then kept for all). eval does not run dflash2 drafters yet.
 #   --long   the demo's recipe with more answers and 2x the steps (2048 prompts, 12000 steps; 20 more minutes
 #            on 2 cores), in demo-out/long; it takes over the demo's answers and features when they are there
 #   --full   the longer recipe for the best tau: all 7473 GSM8K train prompts, 6 epochs, 512-token answers,
 #            4 drafter layers, block 16, 200/164/80 eval prompts (many hours on 2 cores; minutes on a GPU box)
 # Sizes can also be set one by one: DEMO_PROMPTS, DEMO_MAX_NEW, DEMO_STEPS, DEMO_LAYERS, DEMO_BLOCK, DEMO_OFFLINE,
 # DEMO_TARGET_LAYERS, DEMO_LR, DEMO_FINAL_NORM, DEMO_DTYPE, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_MAX_DRAFT,
-# DEMO_OUT. DEMO_DEVICE=cuda:0 runs every stage on that GPU (target and drafter; default cpu). DEMO_DRAFT_VOCAB=K
+# DEMO_OUT, DEMO_INIT_FROM (a drafter model.safetensors the training starts from; dflash2 takes a DFlash one's).
+# DEMO_DEVICE=cuda:0 runs every stage on that GPU (target and drafter; default cpu). DEMO_DRAFT_VOCAB=K
 # trains with a K-token draft vocabulary (default 0: the target's full vocabulary).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,14 +29,23 @@ BUILD="${1:-build}"
 shift || true
 FULL=0
 LONG=0
-for arg in "$@"; do
-  case "$arg" in
+FAMILY=dflash
+while [ $# -gt 0 ]; do
+  case "$1" in
     --full) FULL=1 ;;
     --long) LONG=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    *) echo "demo: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+    --family) [ $# -ge 2 ] || { echo "demo: --family needs a value: dflash, dspark or dflash2" >&2; exit 2; }
+              FAMILY="$2"; shift ;;
+    --family=*) FAMILY="${1#--family=}" ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "demo: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
+  shift
 done
+case "$FAMILY" in
+  dflash|dspark|dflash2) ;;
+  *) echo "demo: --family '$FAMILY' is not a drafter family, expected dflash, dspark or dflash2" >&2; exit 2 ;;
+esac
 
 DFLASH="$BUILD/dflash"
 MODEL="models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,11 +114,21 @@ TRAIN="$OUT/data/train.jsonl"
 FEATURES="$OUT/data/features"
 REGEN_KEY="prompts=$DEMO_PROMPTS max_new=$DEMO_MAX_NEW"
 FEATURE_FLAGS=()
+# DSpark's offline objective needs the target's final-normed last hidden state. It costs one more target forward
+# per answer, so it is written only when a family needs it (or the folder already has it: features are resumed
+# only with the settings they were written with), and then serves every family.
+LAST_HIDDEN=0
 if [ "$DEMO_OFFLINE" = 1 ]; then
+  [ "$FAMILY" = dspark ] && LAST_HIDDEN=1
+  grep -q "last-hidden" "$OUT/data/.features_key" 2>/dev/null && LAST_HIDDEN=1
   REGEN_KEY="$REGEN_KEY features=$DEMO_TARGET_LAYERS"
   FEATURE_FLAGS=(--hidden-out "$FEATURES" --target-layer-ids "$DEMO_TARGET_LAYERS")
+  if [ "$LAST_HIDDEN" = 1 ]; then
+    REGEN_KEY="$REGEN_KEY last-hidden"
+    FEATURE_FLAGS+=(--last-hidden)
+  fi
 fi
-stage "1/4 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)$([ "$DEMO_OFFLINE" = 1 ] && echo ', with their target features')"
+stage "1/4 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)$([ "$DEMO_OFFLINE" = 1 ] && echo ', with their target features')$([ "$LAST_HIDDEN" = 1 ] && echo ' and last hidden state')"
 if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ]; then
   echo "cached: $TRAIN ($(wc -l < "$TRAIN") samples)"
 else
@@ -112,6 +136,7 @@ else
   # Features for other target layers cannot be resumed into: start them again (the answers are kept). The key
   # names what the folder is pinned to, so a folder from before features were pinned to answers is redone too.
   FEATURES_KEY="layers=$DEMO_TARGET_LAYERS pinned-to=answers"
+  [ "$LAST_HIDDEN" = 1 ] && FEATURES_KEY="$FEATURES_KEY last-hidden"
   [ "$(cat "$OUT/data/.features_key" 2>/dev/null)" = "$FEATURES_KEY" ] || rm -rf "$FEATURES"
   echo "$FEATURES_KEY" > "$OUT/data/.features_key"
   # --long starts from the demo's answers and features: regenerate resumes a shard file (the prompt limit may
@@ -154,12 +179,19 @@ TRAIN_DATA="$TRAIN"
 stage_done
 
 # 2. Train the drafter (2 worker threads), export it as an HF drafter folder, plot the loss.
+# Each family trains in its own folder (dflash in $OUT itself, as before families existed) on the shared data.
+if [ "$FAMILY" != dflash ]; then OUT="$OUT/$FAMILY"; mkdir -p "$OUT"; fi
 RUN="$OUT/run"
 DRAFTER="$OUT/drafter"
+FAMILY_FLAGS=()
+[ "$FAMILY" != dflash ] && FAMILY_FLAGS=(--drafter-family "$FAMILY")
+[ -n "${DEMO_INIT_FROM:-}" ] && FAMILY_FLAGS+=(--init-from "$DEMO_INIT_FROM")
 TRAIN_KEY="$REGEN_KEY steps=$DEMO_STEPS layers=$DEMO_LAYERS block=$DEMO_BLOCK anchors=$DEMO_ANCHORS max_len=$DEMO_MAX_LEN"
 TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$DEMO_FINAL_NORM offline=$DEMO_OFFLINE"
 TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE device=$DEMO_DEVICE${DEMO_DRAFT_VOCAB:+ draft_vocab=$DEMO_DRAFT_VOCAB}"
-stage "2/4 train a $DEMO_LAYERS-layer drafter (block $DEMO_BLOCK) on $DRAFTER_DEVICES, $DEMO_STEPS steps"
+[ "$FAMILY" != dflash ] && TRAIN_KEY="$TRAIN_KEY family=$FAMILY"
+TRAIN_KEY="$TRAIN_KEY${DEMO_INIT_FROM:+ init_from=$DEMO_INIT_FROM}"
+stage "2/4 train a $DEMO_LAYERS-layer $FAMILY drafter (block $DEMO_BLOCK) on $DRAFTER_DEVICES, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
 else
@@ -174,11 +206,15 @@ else
       --target-devices "$DEMO_DEVICE" \
       --max-len "$DEMO_MAX_LEN" --num-anchors "$DEMO_ANCHORS" --dtype "$DEMO_DTYPE" --log-every 10 --checkpoint-every 200 \
       --target-layer-ids "$DEMO_TARGET_LAYERS" --lr "$DEMO_LR" --init-final-norm "$DEMO_FINAL_NORM" \
-      --draft-vocab "${DEMO_DRAFT_VOCAB:-0}"
+      --draft-vocab "${DEMO_DRAFT_VOCAB:-0}" "${FAMILY_FLAGS[@]}"
   fi
   rm -rf "$DRAFTER"
-  # A draft vocabulary is served by vLLM only: export it for that engine (docs/SERVING.md).
-  if [ "${DEMO_DRAFT_VOCAB:-0}" != 0 ]; then EXPORT_ENGINE=vllm; else EXPORT_ENGINE=all; fi
+  # A draft vocabulary is served by vLLM only: export it for that engine (docs/SERVING.md). DSpark and DFlash2
+  # are exported for the engines that serve them (z-lab and speculators do not serve DSpark, speculators not DFlash2).
+  if [ "${DEMO_DRAFT_VOCAB:-0}" != 0 ]; then EXPORT_ENGINE=vllm
+  elif [ "$FAMILY" = dspark ]; then EXPORT_ENGINE=sglang,vllm,llama.cpp
+  elif [ "$FAMILY" = dflash2 ]; then EXPORT_ENGINE=sglang,vllm,llama.cpp,zlab
+  else EXPORT_ENGINE=all; fi
   "$DFLASH" export "$RUN" --out "$DRAFTER" --engine "$EXPORT_ENGINE"
   echo "$TRAIN_KEY" > "$OUT/.train_done"
 fi

@@ -4,12 +4,15 @@
 # a CPU and carried in as a .jsonl.gz: on the GPU the batched regeneration would take most of the budget),
 # training with the target online on the GPU (target and one drafter worker on cuda:0; with
 # GPU_PIPELINE_NCCL=1 the gradients go through c10d NCCL in a group of one), then `dflash eval` on the GPU on
-# held-out GSM8K test, HumanEval and MT-Bench, lossless check on. Everything lands in $OUT (or
-# gpu-pipeline-out/): the demo's logs, eval.json, metrics.jsonl and the PNG plots; commit them under docs/gpu/.
+# held-out GSM8K test, HumanEval and MT-Bench, lossless check on. Three drafter families are trained one after
+# the other on the same answers at equal steps (GPU_PIPELINE_FAMILIES, default "dflash dspark dflash2": demo.sh
+# --family), each under an equal share of the time left. Everything lands in $OUT (or gpu-pipeline-out/):
+# the demo's logs, and per family eval.json, metrics.jsonl, the PNG plots and the drafter's config (dflash in
+# $OUT itself, the others in $OUT/dspark and $OUT/dflash2); commit them under docs/gpu/.
 #
-# Sizes for a ~10 minute device budget (override by environment): GPU_PIPELINE_STEPS (default 4000),
-# GPU_PIPELINE_EVAL (GSM8K prompts, default 200; HumanEval and MT-Bench get a tenth each), GPU_PIPELINE_MAX_NEW
-# (default 128). The regenerated answers: GPU_PIPELINE_ANSWERS (default data/regenerated/smollm2_gsm8k_train.jsonl.gz;
+# Sizes for a ~10 minute device budget (override by environment): GPU_PIPELINE_STEPS (default 4000 shared out
+# among the families: 1333 steps each for three), GPU_PIPELINE_EVAL (GSM8K prompts, default 200 shared out
+# likewise; HumanEval and MT-Bench get a tenth each), GPU_PIPELINE_MAX_NEW (default 128). The regenerated answers: GPU_PIPELINE_ANSWERS (default data/regenerated/smollm2_gsm8k_train.jsonl.gz;
 # made with `bash scripts/gpu_pipeline.sh --regenerate`, hours on 2 CPU cores, resumable).
 # The committed file (2026-12-05) holds 3607 of the 7473 answers (the first ~48% of each of the two shards; an hour
 # of the 2-core machine); the run trains on what is there, and --regenerate on a machine with time completes it.
@@ -48,7 +51,16 @@ fi
 
 OUTDIR=${OUT:-$ROOT/gpu-pipeline-out}
 mkdir -p "$OUTDIR"
-BUDGET=${GPU_PIPELINE_BUDGET_S:-560}
+# The budget is the GPU loan's; the CPU dry run (three families on a possibly shared machine) gets an hour.
+if [[ $MODE == dry ]]; then BUDGET=${GPU_PIPELINE_BUDGET_S:-3600}; else BUDGET=${GPU_PIPELINE_BUDGET_S:-560}; fi
+FAMILIES=(${GPU_PIPELINE_FAMILIES:-dflash dspark dflash2})
+for fam in "${FAMILIES[@]}"; do
+  case "$fam" in
+    dflash|dspark|dflash2) ;;
+    *) echo "gpu_pipeline: GPU_PIPELINE_FAMILIES names '$fam', expected dflash, dspark or dflash2" >&2; exit 2 ;;
+  esac
+done
+NFAM=${#FAMILIES[@]}
 source "$ROOT/scripts/gpu_common.sh"
 note "gpu_pipeline $(date -u +%FT%TZ) mode $MODE python $PY"
 
@@ -73,26 +85,34 @@ else
   else
     note "INFO  $ANSWERS missing: the demo regenerates on the GPU (slow)"
   fi
-  export DEMO_DEVICE=cuda:0 DEMO_STEPS=${GPU_PIPELINE_STEPS:-4000}
-  export DEMO_EVAL_PROMPTS=${GPU_PIPELINE_EVAL:-200} DEMO_EVAL_MAX_NEW=${GPU_PIPELINE_MAX_NEW:-128}
+  export DEMO_DEVICE=cuda:0 DEMO_STEPS=${GPU_PIPELINE_STEPS:-$((4000 / NFAM))}
+  export DEMO_EVAL_PROMPTS=${GPU_PIPELINE_EVAL:-$((200 / NFAM))} DEMO_EVAL_MAX_NEW=${GPU_PIPELINE_MAX_NEW:-128}
   if [[ ${GPU_PIPELINE_NCCL:-0} == 1 ]]; then  # a c10d NCCL group of one around the single CUDA worker
     export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517
   fi
 fi
-step "demo.sh --full on $DEMO_DEVICE" "$BUDGET" "$OUTDIR/demo.log" env DEMO_OUT="$DEMO_OUT" \
-  bash scripts/demo.sh "$BUILD" --full
-for f in eval.json metrics.jsonl; do
-  [[ -f $DEMO_OUT/$f ]] && cp "$DEMO_OUT/$f" "$OUTDIR/" || note "FAIL  $f was not written"
-done
-cp "$DEMO_OUT"/*.png "$OUTDIR/" 2>/dev/null
-[[ -f $DEMO_OUT/drafter/config.json ]] && cp "$DEMO_OUT/drafter/config.json" "$OUTDIR/drafter_config.json"
-"$PY" - "$OUTDIR/eval.json" <<'PYEOF' 2>&1 | tee -a "$SUMMARY"
+# One family after the other on the same answers (demo.sh shares its data stage): each gets an equal share of
+# the time left, so a slow one cannot starve the next.
+for i in "${!FAMILIES[@]}"; do
+  fam=${FAMILIES[$i]}
+  if [[ $fam == dflash ]]; then FAM_RUN=$DEMO_OUT FAM_OUT=$OUTDIR; else FAM_RUN=$DEMO_OUT/$fam FAM_OUT=$OUTDIR/$fam; fi
+  share=$(( (BUDGET - ($(date +%s) - T0)) / (NFAM - i) ))
+  step "demo.sh --full --family $fam on $DEMO_DEVICE" "$share" "$OUTDIR/demo-$fam.log" env DEMO_OUT="$DEMO_OUT" \
+    bash scripts/demo.sh "$BUILD" --full --family "$fam"
+  mkdir -p "$FAM_OUT"
+  for f in eval.json metrics.jsonl; do
+    [[ -f $FAM_RUN/$f ]] && cp "$FAM_RUN/$f" "$FAM_OUT/" || note "FAIL  $fam: $f was not written"
+  done
+  cp "$FAM_RUN"/*.png "$FAM_OUT/" 2>/dev/null
+  [[ -f $FAM_RUN/drafter/config.json ]] && cp "$FAM_RUN/drafter/config.json" "$FAM_OUT/drafter_config.json"
+  [[ -f $FAM_OUT/eval.json ]] && "$PY" - "$fam" "$FAM_OUT/eval.json" <<'PYEOF' 2>&1 | tee -a "$SUMMARY"
 import json, sys
-r = json.load(open(sys.argv[1]))
+r = json.load(open(sys.argv[2]))
 for d in r["datasets"]:
-    print(f'{d["name"]}: tau {d["tau"]:.2f} over {d["prompts"]} prompts, speedup {d["speedup"]:.2f}x, '
+    print(f'{sys.argv[1]} {d["name"]}: tau {d["tau"]:.2f} over {d["prompts"]} prompts, speedup {d["speedup"]:.2f}x, '
           f'lossless {d["lossless"]}, block {r["block_size"]}')
 PYEOF
+done
 note "total $(($(date +%s) - T0)) s, $failures failed step(s)"
 cat "$SUMMARY"
 exit $((failures > 0))

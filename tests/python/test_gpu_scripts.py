@@ -34,26 +34,60 @@ def test_seed_step_dry_run(tmp_path, dflash_bin):
     assert abs(losses["dflash"] - losses["per_block_sdpa"]) < 1e-4 * abs(losses["dflash"])
 
 
-@pytest.mark.slow
-def test_pipeline_dry_run(tmp_path, dflash_bin):
-    """The --full recipe end to end at a tiny scale: regenerate, train online, export, eval on three datasets."""
-    env = dict(os.environ, OUT=str(tmp_path), DFLASH_BUILD_DIR=os.path.dirname(dflash_bin), OMP_WAIT_POLICY="passive")
-    r = subprocess.run(["bash", "scripts/gpu_pipeline.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=1200)
-    summary = (tmp_path / "summary.txt").read_text()
-    assert r.returncode == 0 and "0 failed step(s)" in summary, summary + r.stdout[-3000:]
-    cfg = json.loads((tmp_path / "drafter_config.json").read_text())
-    assert (cfg["num_hidden_layers"], cfg["block_size"]) == (4, 16)  # the --full recipe's drafter
-    ev = json.loads((tmp_path / "eval.json").read_text())
+# eval's one-line refusal of a drafter family it cannot decode yet (eval_command.cpp); dflash2 until eval runs it.
+EVAL_REFUSES = "eval: drafter_family {} is not supported yet"
+ARCHITECTURES = {"dflash": "DFlashDraftModel", "dspark": "Qwen3DSparkModel", "dflash2": "DFlash2DraftModel"}
+
+
+def _check_family_eval(ev):
     assert ev["block_size"] == 16
     assert [d["name"] for d in ev["datasets"]] == ["gsm8k_test", "humaneval", "mt_bench"]
     for d in ev["datasets"]:
         assert d["lossless"] is True and d["prompts"] >= 1 and d["tau"] >= 1.0
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    rows = [row for row in rows if "event" not in row]
-    assert rows and all(row["loss"] > 0 for row in rows)
-    for png in ("loss.png", "acceptance.png"):
-        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_pipeline_dry_run(tmp_path, dflash_bin):
+    """The --full recipe end to end at a tiny scale for each drafter family on the same answers: regenerate once,
+    train online, export, eval on three datasets (dflash in OUT, the others in OUT/<family>)."""
+    env = dict(os.environ, OUT=str(tmp_path), DFLASH_BUILD_DIR=os.path.dirname(dflash_bin), OMP_WAIT_POLICY="passive")
+    r = subprocess.run(["bash", "scripts/gpu_pipeline.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=1800)
+    summary = (tmp_path / "summary.txt").read_text()
+    logs = {fam: (tmp_path / f"demo-{fam}.log").read_text() for fam in ARCHITECTURES}
+    # A family eval cannot decode yet fails its demo step with eval's own refusal, and only that step.
+    refused = [fam for fam in ARCHITECTURES if EVAL_REFUSES.format(fam) in logs[fam]]
+    # Known bug (main f655d41): DFlash2's strict selector term is 0/0 when no row's gold token is in its top-K,
+    # which is every row of an untrained drafter over SmolLM2's 49152 tokens: the gradient is nan at step 1.
+    diverged = [fam for fam in ARCHITECTURES if "training diverged at step 1" in logs[fam]]
+    assert set(refused) <= {"dflash2"} and set(diverged) <= {"dflash2"}, (refused, diverged)
+    stopped = refused + diverged
+    failed = [line for line in summary.splitlines() if line.startswith("FAIL") and "was not written" not in line]
+    assert [line.split(":")[0] for line in failed] == [f"FAIL  demo.sh --full --family {f} on cpu" for f in stopped], summary
+    assert f"{len(stopped)} failed step(s)" in summary and r.returncode == (1 if stopped else 0), summary + r.stdout[-3000:]
+    assert (tmp_path / "full" / "data" / "train.jsonl").exists()  # one data stage, shared
+    for fam, arch in ARCHITECTURES.items():
+        if fam in diverged:
+            continue
+        out = tmp_path if fam == "dflash" else tmp_path / fam
+        cfg = json.loads((out / "drafter_config.json").read_text())
+        assert (cfg["num_hidden_layers"], cfg["block_size"]) == (4, 16)  # the --full recipe's drafter
+        assert cfg["architectures"] == [arch]
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        rows = [row for row in rows if "event" not in row]
+        assert rows and all(row["loss"] > 0 for row in rows)
+        if fam == "dspark":  # DeepSpec's metrics: the probabilistic accepted length and per-slot acceptance
+            assert all(row["tau_probabilistic"] >= 1.0 and 0 <= row["accept_rate@1"] <= 1 for row in rows)
+        if fam == "dflash2":  # the selector's path next to the unary top-K oracle's
+            assert all(row["self_conditioned_path_accepted_length"] >= 0 and row["selector_loss"] >= 0 for row in rows)
+        assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if fam in refused:
+            assert not (out / "eval.json").exists()
+            continue
+        _check_family_eval(json.loads((out / "eval.json").read_text()))
+        assert (out / "acceptance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if diverged:
+        pytest.xfail("dflash2 training diverges at step 1 (strict selector term with no gold token in any top-K)")
 
 
 def test_gpu_scripts_parse_and_build_for_the_gpu_they_find(tmp_path):
