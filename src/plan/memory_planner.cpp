@@ -226,6 +226,17 @@ MemoryPlan plan_memory(const PlanSettings& s) {
           "... + the selector's saved rows x K x r + one chunk's top-K logits");
   phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e + x2.selector_saved,
         "... + d(hidden) and its scaled copy (+ the selector's saved tensors)");
+  if (c.family == drafter::DrafterFamily::DSpark && c.dspark.markov_rank > 0) {
+    // Measured (docs/BENCHMARKS.md): the heads' [V, r] gradients arrive before any layer's backward. The objective's
+    // backward scales its saved dW2 into a new tensor, then W1's embedding backward makes one dense [V, r] gradient
+    // per use of W1 (the Markov features, and the confidence head's input when it takes them) while W2's is held.
+    const double vr = d.V * double(c.dspark.markov_rank) * d.e;
+    const double uses = c.dspark.enable_confidence_head && c.dspark.confidence_head_with_markov ? 2 : 1;
+    const double before = base + saved_sum + final_norm + 2 * d.T * d.H * d.e;
+    phase("backward: dspark objective", before + 2 * vr, "... + d(hidden) and its scaled copy + dW2 and its scaled copy");
+    phase("backward: markov embedding", before + (1 + uses) * vr,
+          "... + W2's gradient + one [V, r] gradient of W1 per use (Markov features, confidence head)");
+  }
   double grads_so_far = d.H * d.e + x2.selector_params * d.e;  // norm.weight (+ DFlash2's selector, from the loss)
   const double dy = d.T * d.H * d.e;
   const double dctx = d.C * d.H * d.e;
