@@ -22,8 +22,9 @@ namespace {
 struct Dims {
   double T, C, H, Q, K, I, V, Vl, D, Hq, Hkv, L, n, e, a, r;  // Vl: LM-head rows of the loss
   bool soft;
-  bool dspark_fused;  // DSpark on the CPU in fp32: the fused kernel's two chunk buffers
+  bool dspark_fused;  // DSpark on the CPU in fp32 / bf16: the fused kernel's chunk buffers in the compute dtype
   double heads;  // DSpark's objective beyond the chunks (dspark_heads.h, dspark_lm_loss_op.cpp); 0 otherwise
+  double dw2_gemm;  // DSpark fused in bf16: one chunk's dW2 GEMM, [V, r] in fp32 (its output) plus the bf16 result
 };
 
 Dims dims_of(const PlanSettings& s) {
@@ -51,9 +52,12 @@ Dims dims_of(const PlanSettings& s) {
     // activations autograd keeps (about 6 x r), plus the confidence logit and its gradient.
     const double r = double(c.dspark.markov_rank);
     d.heads = d.V * r * d.a + 6 * d.T * r * d.e + 2 * d.T * d.a;
-    // fp32 only: in bf16 the CPU GEMMs' own temporaries outweigh the saved buffer (docs/BENCHMARKS.md), so the
-    // generic count (3 fp32 buffers) stays the closer one there.
-    d.dspark_fused = s.device == PlanDevice::Cpu && s.dtype_bytes == 4;
+    // Narrower than fp32: the op also holds W2's fp32 copy [V, r] for the whole pass (dspark_lm_loss_op.cpp).
+    if (d.e < d.a) d.heads += d.V * r * d.a;
+    d.dspark_fused = s.device == PlanDevice::Cpu && (s.dtype_bytes == 4 || s.dtype_bytes == 2);
+    // Measured (docs/BENCHMARKS.md): the bf16 GEMM logits^T u allocates its [V, r] output in fp32 and then the
+    // bf16 result, both while the chunk's logits are alive; at a large vocabulary this is the step's peak.
+    if (d.dspark_fused && d.e == 2) d.dw2_gemm = d.V * r * (d.a + d.e);
   }
   return d;
 }
@@ -72,7 +76,8 @@ double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 // The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
 // DSpark's fused CPU kernel (dspark_lm_loss_op.cpp) holds the logits and the teacher's, both in fp32.
 double loss_chunk_bytes(const Dims& d) {
-  if (d.dspark_fused) return d.r * d.Vl * d.e * 2 + d.r * d.H * d.e + d.heads;
+  // The teacher's chunk is freed before the backward GEMMs, so the dW2 GEMM's buffers replace it at the peak.
+  if (d.dspark_fused) return d.r * d.Vl * d.e + std::max(d.r * d.Vl * d.e, d.dw2_gemm) + d.r * d.H * d.e + d.heads;
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
   return d.r * d.Vl * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e + d.heads;
 }
@@ -221,6 +226,17 @@ MemoryPlan plan_memory(const PlanSettings& s) {
           "... + the selector's saved rows x K x r + one chunk's top-K logits");
   phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e + x2.selector_saved,
         "... + d(hidden) and its scaled copy (+ the selector's saved tensors)");
+  if (c.family == drafter::DrafterFamily::DSpark && c.dspark.markov_rank > 0) {
+    // Measured (docs/BENCHMARKS.md): the heads' [V, r] gradients arrive before any layer's backward. The objective's
+    // backward scales its saved dW2 into a new tensor, then W1's embedding backward makes one dense [V, r] gradient
+    // per use of W1 (the Markov features, and the confidence head's input when it takes them) while W2's is held.
+    const double vr = d.V * double(c.dspark.markov_rank) * d.e;
+    const double uses = c.dspark.enable_confidence_head && c.dspark.confidence_head_with_markov ? 2 : 1;
+    const double before = base + saved_sum + final_norm + 2 * d.T * d.H * d.e;
+    phase("backward: dspark objective", before + 2 * vr, "... + d(hidden) and its scaled copy + dW2 and its scaled copy");
+    phase("backward: markov embedding", before + (1 + uses) * vr,
+          "... + W2's gradient + one [V, r] gradient of W1 per use (Markov features, confidence head)");
+  }
   double grads_so_far = d.H * d.e + x2.selector_params * d.e;  // norm.weight (+ DFlash2's selector, from the loss)
   const double dy = d.T * d.H * d.e;
   const double dctx = d.C * d.H * d.e;
@@ -278,7 +294,10 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   }
   term("loss chunk", loss_chunk,
        std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") +
-           (d.dspark_fused ? "2 fp32 buffers: the fused CPU kernel)" : d.soft ? "3 fp32 buffers)" : "2 fp32 buffers)"));
+           (d.dspark_fused ? (d.dw2_gemm > 0 ? "logits in bf16 + the larger of the teacher's and the dW2 GEMM's "
+                                               "[V, r] fp32 output and bf16 result: the fused CPU kernel)"
+                                             : "2 buffers in the compute dtype: the fused CPU kernel)")
+            : d.soft ? "3 fp32 buffers)" : "2 fp32 buffers)"));
   return p;
 }
 

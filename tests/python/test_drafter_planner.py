@@ -123,3 +123,33 @@ def test_auto_plans_the_larger_attention_backend(drafter_cli):
     for device in ("cuda", "cpu"):
         fused, reference, auto = (attention_term(b, device) for b in ("fused", "reference", "auto"))
         assert fused != reference and auto == max(fused, reference), (device, fused, reference, auto)
+
+
+# One decoder layer at a large vocabulary, so the families' [V, r] heads (DSpark's Markov W1/W2, DFlash2's selector
+# codebooks) and their bf16 temporaries dominate the step, as at the CPU demo's 49152-token target (issue 40).
+LARGE_VOCAB = {"model_type": "qwen3", "block_size": 4, "num_target_layers": 8, "num_hidden_layers": 1,
+               "target_layer_ids": [1, 4, 6], "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+               "vocab_size": 49152, "tie_word_embeddings": True}
+LARGE_VOCAB_FAMILIES = {
+    "dspark": dict(LARGE_VOCAB, architectures=["Qwen3DSparkModel"], mask_token_id=16, markov_rank=256,
+                   markov_head_type="vanilla", enable_confidence_head=True, confidence_head_with_markov=True),
+    "dflash2": dict(LARGE_VOCAB, architectures=["DFlash2DraftModel"],
+                    dflash_config={"mask_token_id": 16, "conv_kernel_size": 2, "conv_group_size": 16,
+                                   "selector_rank": 256, "selector_top_k": 16}),
+}
+
+
+@pytest.mark.parametrize("family", ["dspark", "dflash2"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_planner_within_10_percent_at_a_large_vocabulary(tmp_path, dflash_bin, family, dtype):
+    cfg, out = tmp_path / "drafter.json", tmp_path / "bench.json"
+    cfg.write_text(json.dumps(LARGE_VOCAB_FAMILIES[family]))
+    subprocess.run([dflash_bin, "bench", "step", "--drafter-config", str(cfg), "--seq-len", "96", "--anchors", "16",
+                    "--dtype", dtype, "--kl-weight", "0", "--policies", "none", "--iters", "1", "--threads", "1",
+                    "--reference", "0", "--generic-ce", "0", "--dspark-naive", "0", "--json", str(out)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["loss"] > 0
+    ratio = run["planned_peak_bytes"] / run["measured_peak_bytes"]
+    assert 0.90 <= ratio <= 1.10, f"{family} {dtype}: planned/measured = {ratio:.3f} ({run['planned_peak_phase']})"

@@ -147,8 +147,9 @@ def test_node_drafter_grows_with_the_rank_as_the_formulas_say(dflash_bin, tmp_pa
     if family == "dspark":
         # W1, W2 [V, r] and the confidence head's r inputs from W1[p]
         assert dparams == 2 * V * dr + dr
-        # dW2 [V, r] fp32 and ~6 r per row of Markov features, gradients and head activations
-        assert term(hi, "loss chunk") - term(lo, "loss chunk") == pytest.approx(V * dr * a + 6 * T * dr * e)
+        # dW2 [V, r] fp32, W2's fp32 copy (bf16 weights: the op holds it for the pass) and ~6 r per row of Markov
+        # features, gradients and head activations
+        assert term(hi, "loss chunk") - term(lo, "loss chunk") == pytest.approx(2 * V * dr * a + 6 * T * dr * e)
         # W2 u in the logits GEMM, g W2, dW2 = g^T u; the confidence head's r extra inputs, fwd + bwd
         assert dflops["lm_head"] == pytest.approx(3 * 2 * T * V * dr)
         assert dflops["heads"] == pytest.approx(3 * T * 2 * dr)
