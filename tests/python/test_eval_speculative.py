@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from eval_cli import run_eval, write_prompts
 from hf_greedy import hf_greedy
+from tiny_drafters import TARGET_LAYER_IDS, drafter_backbone
 from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
@@ -90,32 +91,12 @@ def test_random_proposer_tau_near_one_and_lossless(dflash_bin, target, tmp_path)
 
 def _random_drafter(path, target_cfg, B=4, seed=0):
     torch.manual_seed(seed)
-    H, L = target_cfg.hidden_size, 2
-    ids = [0, 3]
-    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": B,
-           "num_target_layers": target_cfg.num_hidden_layers, "num_hidden_layers": L,
-           "hidden_size": H, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "head_dim": 8, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": target_cfg.vocab_size,
-           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 3,
-           "tie_word_embeddings": True,
-           "dflash_config": {"mask_token_id": target_cfg.vocab_size - 1, "target_layer_ids": ids}}
+    backbone, w = drafter_backbone(target_cfg, B)
+    cfg = {"architectures": ["DFlashDraftModel"], **backbone,
+           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 3, "tie_word_embeddings": True,
+           "dflash_config": {"mask_token_id": target_cfg.vocab_size - 1, "target_layer_ids": TARGET_LAYER_IDS}}
     path.mkdir()
     (path / "config.json").write_text(json.dumps(cfg))
-    w = {"fc.weight": torch.randn(H, len(ids) * H) * 0.1, "hidden_norm.weight": torch.ones(H),
-         "norm.weight": torch.ones(H)}
-    for i in range(L):
-        p = f"layers.{i}."
-        w[p + "self_attn.q_proj.weight"] = torch.randn(32, H) * 0.1
-        w[p + "self_attn.k_proj.weight"] = torch.randn(16, H) * 0.1
-        w[p + "self_attn.v_proj.weight"] = torch.randn(16, H) * 0.1
-        w[p + "self_attn.o_proj.weight"] = torch.randn(H, 32) * 0.1
-        w[p + "self_attn.q_norm.weight"] = torch.ones(8)
-        w[p + "self_attn.k_norm.weight"] = torch.ones(8)
-        w[p + "mlp.gate_proj.weight"] = torch.randn(48, H) * 0.1
-        w[p + "mlp.up_proj.weight"] = torch.randn(48, H) * 0.1
-        w[p + "mlp.down_proj.weight"] = torch.randn(H, 48) * 0.1
-        w[p + "input_layernorm.weight"] = torch.ones(H)
-        w[p + "post_attention_layernorm.weight"] = torch.ones(H)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, str(path / "model.safetensors"))
     return path
 
