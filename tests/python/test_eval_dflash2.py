@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 import family_reference as fr
 from eval_cli import run_eval, write_prompts
 from hf_greedy import hf_greedy
-from test_eval_speculative import _chi2_crit
+from joint_chi2 import assert_matches_joint
 from tiny_drafters import TARGET_LAYER_IDS, drafter_backbone
 from tiny_models import tiny_llama
 
@@ -185,25 +185,7 @@ def test_sampled_dflash2_eval_matches_the_target_distribution(dflash_bin, tmp_pa
     assert len(seqs) == N and all(len(s) == 3 for s in seqs)
     ds = res["datasets"][0]
     assert 0.05 < ds["slot_acceptance"][0] < 0.95, ds  # accepts and residual draws both happen often
-    with torch.no_grad():
-        p1 = torch.softmax(m(torch.tensor([prompt])).logits[0, -1].double() / T, -1)
-        p2 = torch.softmax(m(torch.tensor([prompt + [a] for a in range(Vs)])).logits[:, -1].double() / T, -1)
-        pre3 = torch.tensor([prompt + [a, b] for a in range(Vs) for b in range(Vs)])
-        p3 = torch.softmax(m(pre3).logits[:, -1].double() / T, -1).view(Vs, Vs, Vs)
-    joint = p1[:, None, None] * p2[:, :, None] * p3
-    counts = torch.zeros(Vs, Vs, Vs, dtype=torch.float64)
-    for a, b, c in seqs:
-        counts[a, b, c] += 1
-    exp, obs = (joint * N).flatten(), counts.flatten()
-    order = torch.argsort(exp, descending=True)
-    exp, obs = exp[order], obs[order]
-    big = exp >= 5
-    e = torch.cat([exp[big], exp[~big].sum().view(1)])
-    o = torch.cat([obs[big], obs[~big].sum().view(1)])
-    chi2 = float(((o - e) ** 2 / e).sum())
-    df = int(big.sum())
-    assert df >= 10
-    assert chi2 < _chi2_crit(df), (chi2, df)
+    assert_matches_joint(m, prompt, seqs, Vs, T)
 
 
 def test_refusals_are_one_line(dflash_bin, target, tmp_path):

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from eval_cli import run_eval, write_prompts
 from hf_greedy import hf_greedy
+from joint_chi2 import assert_matches_joint
 from tiny_drafters import TARGET_LAYER_IDS, drafter_backbone
 from tiny_models import tiny_llama
 
@@ -119,10 +120,6 @@ def test_dflash_drafter_path_is_lossless(dflash_bin, target, tmp_path):
     assert r.returncode != 0 and "config.json + model.safetensors" in r.stderr
 
 
-def _chi2_crit(df, z=3.29):  # Wilson-Hilferty, upper tail p ~ 5e-4
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-
-
 def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     V, T, N = 8, 1.0, 4000
     m = _tiny(V, seed=4, scale=3.0)
@@ -140,28 +137,7 @@ def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     assert len(seqs) == N and all(len(s) == 3 for s in seqs)
     acc = res["datasets"][0]["slot_acceptance"]
     assert 0.05 < acc[0] < 0.95  # both paths taken often
-    # Exact joint distribution of the first three sampled tokens under the target alone.
-    with torch.no_grad():
-        p1 = torch.softmax(m(torch.tensor([prompt])).logits[0, -1].double() / T, -1)
-        pre2 = torch.tensor([prompt + [a] for a in range(V)])
-        p2 = torch.softmax(m(pre2).logits[:, -1].double() / T, -1)  # [V, V]
-        pre3 = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
-        p3 = torch.softmax(m(pre3).logits[:, -1].double() / T, -1).view(V, V, V)
-    joint = p1[:, None, None] * p2[:, :, None] * p3
-    counts = torch.zeros(V, V, V, dtype=torch.float64)
-    for a, b, c in seqs:
-        counts[a, b, c] += 1
-    exp = (joint * N).flatten()
-    obs = counts.flatten()
-    order = torch.argsort(exp, descending=True)
-    exp, obs = exp[order], obs[order]
-    big = exp >= 5
-    e = torch.cat([exp[big], exp[~big].sum().view(1)])
-    o = torch.cat([obs[big], obs[~big].sum().view(1)])
-    chi2 = float(((o - e) ** 2 / e).sum())
-    df = int(big.sum())
-    assert df >= 10
-    assert chi2 < _chi2_crit(df), (chi2, df)
+    assert_matches_joint(m, prompt, seqs, V, T)
 
 
 def test_bench_decode_runs_both_and_agrees(dflash_bin, target, tmp_path):
