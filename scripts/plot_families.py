@@ -9,21 +9,11 @@ import json
 import pathlib
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
+# `dflash plot`'s own script (python/cli_scripts/plot_metrics.py): its trailing mean, and importing it selects
+# matplotlib's file-only Agg backend before pyplot loads.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python" / "cli_scripts"))
+from plot_metrics import trailing_mean  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-
-
-def trailing_mean(values, window):
-    """Mean of each value and the window - 1 before it (fewer at the start)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def read_steps(spec):

@@ -17,7 +17,8 @@ from safetensors.torch import load_file, save_file
 import family_reference as fr
 from eval_cli import run_eval, write_prompts
 from hf_greedy import hf_greedy
-from test_eval_speculative import _chi2_crit
+from joint_chi2 import assert_matches_joint
+from tiny_drafters import TARGET_LAYER_IDS, drafter_backbone
 from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
@@ -36,33 +37,21 @@ def dflash2_drafter(path, target_cfg, B=4, top_k=4, rank=8, conv_kernel=2, group
     """A random DFlash2 export in z-lab's contract (dflash_config's conv/selector keys, bare codebook names) with
     non-identity convs and a selector strong enough to re-rank the candidates."""
     torch.manual_seed(seed)
-    H, L, Vt = target_cfg.hidden_size, 2, target_cfg.vocab_size
-    ids = [0, 3]
-    cfg = {"architectures": ["DFlash2DraftModel"], "model_type": "qwen3", "block_size": B, "is_causal": False,
-           "num_target_layers": target_cfg.num_hidden_layers, "num_hidden_layers": L,
-           "hidden_size": H, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "head_dim": 8, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": Vt,
-           "tie_word_embeddings": True,
-           "dflash_config": {"mask_token_id": Vt - 1, "target_layer_ids": ids, "conv_kernel_size": conv_kernel,
-                             "conv_group_size": group, "selector_rank": rank, "selector_top_k": top_k}}
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps(cfg))
-    w = {"fc.weight": torch.randn(H, len(ids) * H) * 0.1, "hidden_norm.weight": torch.ones(H),
-         "norm.weight": torch.ones(H)}
-    for i in range(L):
-        p = f"layers.{i}."
-        for name, shape in [("self_attn.q_proj", (32, H)), ("self_attn.k_proj", (16, H)), ("self_attn.v_proj", (16, H)),
-                            ("self_attn.o_proj", (H, 32)), ("mlp.gate_proj", (48, H)), ("mlp.up_proj", (48, H)),
-                            ("mlp.down_proj", (H, 48))]:
-            w[p + name + ".weight"] = torch.randn(*shape) * 0.1
-        for name, n in [("self_attn.q_norm", 8), ("self_attn.k_norm", 8), ("input_layernorm", H),
-                        ("post_attention_layernorm", H)]:
-            w[p + name + ".weight"] = torch.ones(n)
+    H, Vt = target_cfg.hidden_size, target_cfg.vocab_size
+
+    def convs(w, p):
         for conv in ("attention_conv", "mlp_conv"):
             base = torch.zeros(2, conv_kernel, H)
             base[:, 0] = 1
             w[p + conv + ".base_kernel"] = base + 0.3 * torch.randn(2, conv_kernel, H)
             w[p + conv + ".kernel_projection.weight"] = 0.1 * torch.randn(2 * conv_kernel * (H // group), H)
+    backbone, w = drafter_backbone(target_cfg, B, per_layer=convs)
+    cfg = {"architectures": ["DFlash2DraftModel"], **backbone, "is_causal": False, "tie_word_embeddings": True,
+           "dflash_config": {"mask_token_id": Vt - 1, "target_layer_ids": TARGET_LAYER_IDS,
+                             "conv_kernel_size": conv_kernel, "conv_group_size": group, "selector_rank": rank,
+                             "selector_top_k": top_k}}
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg))
     w["candidate_selector.hidden_projection.weight"] = selector_scale * torch.randn(rank, H) / H ** 0.5
     w["candidate_selector.predecessor_codebook"] = selector_scale * torch.randn(Vt, rank)
     w["candidate_selector.successor_codebook"] = selector_scale * torch.randn(Vt, rank)
@@ -196,25 +185,7 @@ def test_sampled_dflash2_eval_matches_the_target_distribution(dflash_bin, tmp_pa
     assert len(seqs) == N and all(len(s) == 3 for s in seqs)
     ds = res["datasets"][0]
     assert 0.05 < ds["slot_acceptance"][0] < 0.95, ds  # accepts and residual draws both happen often
-    with torch.no_grad():
-        p1 = torch.softmax(m(torch.tensor([prompt])).logits[0, -1].double() / T, -1)
-        p2 = torch.softmax(m(torch.tensor([prompt + [a] for a in range(Vs)])).logits[:, -1].double() / T, -1)
-        pre3 = torch.tensor([prompt + [a, b] for a in range(Vs) for b in range(Vs)])
-        p3 = torch.softmax(m(pre3).logits[:, -1].double() / T, -1).view(Vs, Vs, Vs)
-    joint = p1[:, None, None] * p2[:, :, None] * p3
-    counts = torch.zeros(Vs, Vs, Vs, dtype=torch.float64)
-    for a, b, c in seqs:
-        counts[a, b, c] += 1
-    exp, obs = (joint * N).flatten(), counts.flatten()
-    order = torch.argsort(exp, descending=True)
-    exp, obs = exp[order], obs[order]
-    big = exp >= 5
-    e = torch.cat([exp[big], exp[~big].sum().view(1)])
-    o = torch.cat([obs[big], obs[~big].sum().view(1)])
-    chi2 = float(((o - e) ** 2 / e).sum())
-    df = int(big.sum())
-    assert df >= 10
-    assert chi2 < _chi2_crit(df), (chi2, df)
+    assert_matches_joint(m, prompt, seqs, Vs, T)
 
 
 def test_refusals_are_one_line(dflash_bin, target, tmp_path):

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from eval_cli import run_eval, write_prompts
 from hf_greedy import hf_greedy
+from tiny_drafters import TARGET_LAYER_IDS, drafter_backbone
 from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
@@ -43,28 +44,13 @@ def dspark_drafter(path, target_cfg, B=4, rank=8, head_type="vanilla", confidenc
     """A random DSpark export (DeepSpec's flat config keys and tensor names). markov: (w1, w2) to use instead of
     random ones; conf_bias: the confidence head's bias (its weight is 0 when given, so every slot has that logit)."""
     torch.manual_seed(seed)
-    H, L = target_cfg.hidden_size, 2
-    ids = [0, 3]
-    cfg = {"architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", "block_size": B,
-           "num_target_layers": target_cfg.num_hidden_layers, "num_hidden_layers": L,
-           "hidden_size": H, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "head_dim": 8, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": target_cfg.vocab_size,
-           "mask_token_id": target_cfg.vocab_size - 1, "target_layer_ids": ids, "markov_rank": rank,
-           "markov_head_type": head_type, "enable_confidence_head": confidence,
-           "confidence_head_with_markov": with_markov}
+    H = target_cfg.hidden_size
+    backbone, w = drafter_backbone(target_cfg, B)
+    cfg = {"architectures": ["Qwen3DSparkModel"], **backbone, "mask_token_id": target_cfg.vocab_size - 1,
+           "target_layer_ids": TARGET_LAYER_IDS, "markov_rank": rank, "markov_head_type": head_type,
+           "enable_confidence_head": confidence, "confidence_head_with_markov": with_markov}
     path.mkdir()
     (path / "config.json").write_text(json.dumps(cfg))
-    w = {"fc.weight": torch.randn(H, len(ids) * H) * 0.1, "hidden_norm.weight": torch.ones(H),
-         "norm.weight": torch.ones(H)}
-    for i in range(L):
-        p = f"layers.{i}."
-        for name, shape in [("self_attn.q_proj", (32, H)), ("self_attn.k_proj", (16, H)), ("self_attn.v_proj", (16, H)),
-                            ("self_attn.o_proj", (H, 32)), ("mlp.gate_proj", (48, H)), ("mlp.up_proj", (48, H)),
-                            ("mlp.down_proj", (H, 48))]:
-            w[p + name + ".weight"] = torch.randn(*shape) * 0.1
-        for name, n in [("self_attn.q_norm", 8), ("self_attn.k_norm", 8), ("input_layernorm", H),
-                        ("post_attention_layernorm", H)]:
-            w[p + name + ".weight"] = torch.ones(n)
     Vt = target_cfg.vocab_size
     if rank > 0:
         w1, w2 = markov if markov is not None else (torch.randn(Vt, rank), torch.randn(Vt, rank))

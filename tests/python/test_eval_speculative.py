@@ -14,6 +14,8 @@ from safetensors.torch import save_file
 
 from eval_cli import run_eval, write_prompts
 from hf_greedy import hf_greedy
+from joint_chi2 import assert_matches_joint
+from tiny_drafters import TARGET_LAYER_IDS, drafter_backbone
 from tiny_models import tiny_llama
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
@@ -90,32 +92,12 @@ def test_random_proposer_tau_near_one_and_lossless(dflash_bin, target, tmp_path)
 
 def _random_drafter(path, target_cfg, B=4, seed=0):
     torch.manual_seed(seed)
-    H, L = target_cfg.hidden_size, 2
-    ids = [0, 3]
-    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": B,
-           "num_target_layers": target_cfg.num_hidden_layers, "num_hidden_layers": L,
-           "hidden_size": H, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "head_dim": 8, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": target_cfg.vocab_size,
-           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 3,
-           "tie_word_embeddings": True,
-           "dflash_config": {"mask_token_id": target_cfg.vocab_size - 1, "target_layer_ids": ids}}
+    backbone, w = drafter_backbone(target_cfg, B)
+    cfg = {"architectures": ["DFlashDraftModel"], **backbone,
+           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 3, "tie_word_embeddings": True,
+           "dflash_config": {"mask_token_id": target_cfg.vocab_size - 1, "target_layer_ids": TARGET_LAYER_IDS}}
     path.mkdir()
     (path / "config.json").write_text(json.dumps(cfg))
-    w = {"fc.weight": torch.randn(H, len(ids) * H) * 0.1, "hidden_norm.weight": torch.ones(H),
-         "norm.weight": torch.ones(H)}
-    for i in range(L):
-        p = f"layers.{i}."
-        w[p + "self_attn.q_proj.weight"] = torch.randn(32, H) * 0.1
-        w[p + "self_attn.k_proj.weight"] = torch.randn(16, H) * 0.1
-        w[p + "self_attn.v_proj.weight"] = torch.randn(16, H) * 0.1
-        w[p + "self_attn.o_proj.weight"] = torch.randn(H, 32) * 0.1
-        w[p + "self_attn.q_norm.weight"] = torch.ones(8)
-        w[p + "self_attn.k_norm.weight"] = torch.ones(8)
-        w[p + "mlp.gate_proj.weight"] = torch.randn(48, H) * 0.1
-        w[p + "mlp.up_proj.weight"] = torch.randn(48, H) * 0.1
-        w[p + "mlp.down_proj.weight"] = torch.randn(H, 48) * 0.1
-        w[p + "input_layernorm.weight"] = torch.ones(H)
-        w[p + "post_attention_layernorm.weight"] = torch.ones(H)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, str(path / "model.safetensors"))
     return path
 
@@ -138,10 +120,6 @@ def test_dflash_drafter_path_is_lossless(dflash_bin, target, tmp_path):
     assert r.returncode != 0 and "config.json + model.safetensors" in r.stderr
 
 
-def _chi2_crit(df, z=3.29):  # Wilson-Hilferty, upper tail p ~ 5e-4
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-
-
 def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     V, T, N = 8, 1.0, 4000
     m = _tiny(V, seed=4, scale=3.0)
@@ -159,28 +137,7 @@ def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     assert len(seqs) == N and all(len(s) == 3 for s in seqs)
     acc = res["datasets"][0]["slot_acceptance"]
     assert 0.05 < acc[0] < 0.95  # both paths taken often
-    # Exact joint distribution of the first three sampled tokens under the target alone.
-    with torch.no_grad():
-        p1 = torch.softmax(m(torch.tensor([prompt])).logits[0, -1].double() / T, -1)
-        pre2 = torch.tensor([prompt + [a] for a in range(V)])
-        p2 = torch.softmax(m(pre2).logits[:, -1].double() / T, -1)  # [V, V]
-        pre3 = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
-        p3 = torch.softmax(m(pre3).logits[:, -1].double() / T, -1).view(V, V, V)
-    joint = p1[:, None, None] * p2[:, :, None] * p3
-    counts = torch.zeros(V, V, V, dtype=torch.float64)
-    for a, b, c in seqs:
-        counts[a, b, c] += 1
-    exp = (joint * N).flatten()
-    obs = counts.flatten()
-    order = torch.argsort(exp, descending=True)
-    exp, obs = exp[order], obs[order]
-    big = exp >= 5
-    e = torch.cat([exp[big], exp[~big].sum().view(1)])
-    o = torch.cat([obs[big], obs[~big].sum().view(1)])
-    chi2 = float(((o - e) ** 2 / e).sum())
-    df = int(big.sum())
-    assert df >= 10
-    assert chi2 < _chi2_crit(df), (chi2, df)
+    assert_matches_joint(m, prompt, seqs, V, T)
 
 
 def test_bench_decode_runs_both_and_agrees(dflash_bin, target, tmp_path):

@@ -23,6 +23,7 @@ from transformers import (Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForCondition
 from hf_greedy import hf_greedy
 from eval_cli import run_eval, write_prompts
 from hidden_format import read_folder
+from joint_chi2 import assert_matches_joint
 from target_run import ENV, TIMEOUT, hf_forward, run_target
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -334,10 +335,6 @@ def test_eval_random_proposer_is_lossless_with_partial_acceptance(dflash_bin, sm
         assert rec["tokens"] == rec["baseline"]
 
 
-def _chi2_crit(df, z=3.29):  # Wilson-Hilferty, upper tail p ~ 5e-4
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-
-
 @pytest.mark.slow
 def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     V, N = 8, 2000
@@ -356,23 +353,7 @@ def test_speculative_sampling_matches_target_distribution(dflash_bin, tmp_path):
     seqs = [tuple(r["tokens"]) for r in toks]
     assert len(seqs) == N and all(len(s) == 3 for s in seqs)
     assert 0.05 < res["datasets"][0]["slot_acceptance"][0] < 0.95
-    with torch.no_grad():
-        p1 = torch.softmax(m(torch.tensor([prompt])).logits[0, -1].double(), -1)
-        p2 = torch.softmax(m(torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1].double(), -1)
-        pre3 = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
-        p3 = torch.softmax(m(pre3).logits[:, -1].double(), -1).view(V, V, V)
-    joint = (p1[:, None, None] * p2[:, :, None] * p3).flatten()
-    counts = torch.zeros(V ** 3, dtype=torch.float64)
-    for a, b, c in seqs:
-        counts[(a * V + b) * V + c] += 1
-    order = torch.argsort(joint, descending=True)
-    exp, obs = joint[order] * N, counts[order]
-    big = exp >= 5
-    e = torch.cat([exp[big], exp[~big].sum().view(1)])
-    o = torch.cat([obs[big], obs[~big].sum().view(1)])
-    df = int(big.sum())
-    assert df >= 8
-    assert float(((o - e) ** 2 / e).sum()) < _chi2_crit(df)
+    assert_matches_joint(m, prompt, seqs, V, min_df=8)
 
 
 def test_regenerate_batched_equals_hf_greedy(dflash_bin, small_vocab, tmp_path):
