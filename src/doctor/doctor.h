@@ -5,7 +5,7 @@
 //   attention         the fused attention against the reference at standard shapes (ops/attention_selfcheck.h)
 //   timing            the same check at one realistic shape, timed: fused vs reference
 //   gemm              torch.mm's rate (ops/gemm_rate.h)
-//   loss              the CPU cross-entropy kernel's self-check (ops/loss_selfcheck.h)
+//   loss              the CPU loss kernels' self-check: CE rows and DSpark's objective rows (ops/loss_selfcheck.h)
 //   collective        an all-reduce through c10d Gloo and NCCL, ranks as threads of this process
 //   config, config_attention, config_memory
 //                     with --config: the run's drafter config as `dflash train` resolves it, the self-check at its
@@ -64,7 +64,7 @@ ops::AttentionCheckSpec timing_attention_spec(at::Device d, bool quick);
 CheckRow attention_row(const std::string& section, const ops::AttentionCheckSpec& spec);
 
 // Section 3 on one device: the attention at the standard shapes, the timing, the GEMM rate and, on the CPU, the
-// cross-entropy kernel.
+// loss kernels (cross-entropy rows, DSpark's objective rows).
 void check_kernels(at::Device d, bool quick, const RowSink& sink);
 
 // Section 4: Gloo (2 ranks on the CPU) always; NCCL over the CUDA devices among `devices` (one rank per GPU, a

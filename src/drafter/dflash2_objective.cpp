@@ -1,7 +1,6 @@
 #include "dflash2_objective.h"
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
