@@ -83,7 +83,8 @@ TEST(DFlash2TrainSettings, RangesAndFamily) {
             "set drafter_family dflash2), got 'inject'");
   EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"draft_vocab", 100}})),
             "train config: 'draft_vocab' must be 0 with drafter_family dflash2 (the selector spans the full "
-            "vocabulary), got 100");
+            "vocabulary: its codebooks and top-K index the target's vocabulary, and no source defines a draft "
+            "vocabulary for it), got 100");
   EXPECT_NE(validate_error(with({{"selector_stop_gradient", true}})).find("'selector_stop_gradient' must be its default"),
             std::string::npos);
 }
