@@ -61,11 +61,6 @@ const char* family_draft_vocab_refusal(DrafterFamily f) {
   return "";
 }
 
-void refuse_unsupported_family(const std::string& command, DrafterFamily f) {
-  if (f != DrafterFamily::DFlash)
-    throw std::invalid_argument(command + ": drafter_family " + drafter_family_name(f) + " is not supported yet");
-}
-
 std::optional<MarkovHeadType> markov_head_type_from_text(const std::string& s) {
   if (s == "vanilla") return MarkovHeadType::Vanilla;
   if (s == "gated") return MarkovHeadType::Gated;

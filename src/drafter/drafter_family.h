@@ -26,10 +26,6 @@ std::optional<DrafterFamily> drafter_family_of_architecture(const std::string& a
 DrafterFamily family_for_command(const std::string& command, const std::string& flag,
                                  std::optional<DrafterFamily> from_config, const std::string& config_where);
 
-// Throws std::invalid_argument("<command>: drafter_family <name> is not supported yet") unless `f` is dflash:
-// what each command that cannot yet run a family says, in one line.
-void refuse_unsupported_family(const std::string& command, DrafterFamily f);
-
 // Why `draft_vocab` must be 0 with family `f` (dspark, dflash2), in the words train, plan and bench step refuse it
 // with (docs/DSPARK.md "Draft vocabulary", docs/DFLASH2.md). Empty for dflash, which has one.
 const char* family_draft_vocab_refusal(DrafterFamily f);

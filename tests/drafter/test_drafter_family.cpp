@@ -52,11 +52,6 @@ TEST(DrafterFamily, CommandFlagAgreesWithTheConfigOrIsRefused) {
             "eval: --drafter-family dspark disagrees with c.json (dflash, by its architectures)");
   EXPECT_EQ(error_of<std::invalid_argument>([] { family_for_command("plan", "spark", std::nullopt, ""); }),
             "plan: --drafter-family must be dflash, dspark or dflash2, got 'spark'");
-  EXPECT_EQ(error_of<std::invalid_argument>([] { refuse_unsupported_family("eval", DrafterFamily::DSpark); }),
-            "eval: drafter_family dspark is not supported yet");
-  EXPECT_EQ(error_of<std::invalid_argument>([] { refuse_unsupported_family("export", DrafterFamily::DFlash2); }),
-            "export: drafter_family dflash2 is not supported yet");
-  EXPECT_EQ(error_of<std::invalid_argument>([] { refuse_unsupported_family("eval", DrafterFamily::DFlash); }), "");
 }
 
 TEST(DrafterFamily, DSparkConfigReadsFlatKeysAndWritesThemBack) {
