@@ -39,6 +39,20 @@ def exported(dflash_bin, run, tmp_path_factory):
     return out
 
 
+def cpp_selector_walk(build, tmp_path, hidden, lm_head, anchor_tokens, w, top_k):
+    """Our selector walk (dflash2_probe, the C++ candidate selector) over the drafted slots of `hidden` with the
+    selector weights of `w` (a run's or an export's tensors): the probe's outputs (path, scores, ...)."""
+    walk_in = {"hidden": hidden[:, 1:].contiguous(), "lm_head": lm_head, "anchors": anchor_tokens,
+               "hidden_projection": w["candidate_selector.hidden_projection.weight"].double(),
+               "predecessor_codebook": w["candidate_selector.predecessor_codebook"].double(),
+               "successor_codebook": w["candidate_selector.successor_codebook"].double()}
+    save_file(walk_in, str(tmp_path / "walk_in.safetensors"))
+    r = subprocess.run([str(build / "dflash2_probe"), "walk", str(tmp_path / "walk_in.safetensors"),
+                        str(tmp_path / "walk_out.safetensors"), f"top_k={top_k}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return load_file(str(tmp_path / "walk_out.safetensors"))
+
 def test_the_export_is_in_zlab_contract(exported, run):
     cfg = json.loads((exported / "config.json").read_text())
     assert cfg["architectures"] == ["DFlash2DraftModel"] and cfg["is_causal"] is False
@@ -119,17 +133,8 @@ def test_zlab_block_logits_equal_the_cpp_drafter_in_fp64(dflash_bin, run, export
 
     # our selector walk (dflash2_probe, the C++ candidate selector) on our hidden states, with the run's own weights
     w = final_weights(run, STEPS)
-    walk_in = {"hidden": hidden[:, 1:].contiguous(), "lm_head": batch["lm_head"],
-               "anchors": ids[0, anchors].contiguous(),
-               "hidden_projection": w["candidate_selector.hidden_projection.weight"].double(),
-               "predecessor_codebook": w["candidate_selector.predecessor_codebook"].double(),
-               "successor_codebook": w["candidate_selector.successor_codebook"].double()}
-    save_file(walk_in, str(tmp_path / "walk_in.safetensors"))
-    r = subprocess.run([str(build / "dflash2_probe"), "walk", str(tmp_path / "walk_in.safetensors"),
-                        str(tmp_path / "walk_out.safetensors"), f"top_k={SETTINGS['selector_top_k']}"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    walk = load_file(str(tmp_path / "walk_out.safetensors"))
+    walk = cpp_selector_walk(build, tmp_path, hidden, batch["lm_head"], ids[0, anchors].contiguous(), w,
+                             SETTINGS["selector_top_k"])
 
     for n, a in enumerate(anchors):
         h, u = er.zlab_dflash2_block(config, W, batch["embed"], batch["lm_head"], batch["target_features"][0, :a],

@@ -21,7 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from test_export_dflash2 import STEPS, exported, run  # noqa: F401 (fixtures)
+from test_export_dflash2 import STEPS, cpp_selector_walk, exported, run  # noqa: F401 (fixtures)
 from test_export_engines import export
 from test_train import (MASK_ID, TARGET_LAYER_IDS, base_args, final_weights, offline_dir,  # noqa: F401 (fixtures)
                         target_dir, train)
@@ -178,16 +178,8 @@ def test_a_dflash2_export_loads_with_its_remote_code_and_walks_like_the_cpp_draf
     assert_close("hidden", hf["hidden"], hidden)
     assert_close("unary", hf["unary"], unary)
     anchor_tokens = batch["input_ids"][0, batch["anchors"][0]]
-    walk_in = {"hidden": hidden[:, 1:].contiguous(), "lm_head": batch["lm_head"], "anchors": anchor_tokens,
-               "hidden_projection": w["candidate_selector.hidden_projection.weight"].double(),
-               "predecessor_codebook": w["candidate_selector.predecessor_codebook"].double(),
-               "successor_codebook": w["candidate_selector.successor_codebook"].double()}
-    save_file(walk_in, str(tmp_path / "walk_in.safetensors"))
-    r = subprocess.run([str(build / "dflash2_probe"), "walk", str(tmp_path / "walk_in.safetensors"),
-                        str(tmp_path / "walk_out.safetensors"), f"top_k={cfg['dflash_config']['selector_top_k']}"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    walk = load_file(str(tmp_path / "walk_out.safetensors"))
+    walk = cpp_selector_walk(build, tmp_path, hidden, batch["lm_head"], anchor_tokens, w,
+                             cfg["dflash_config"]["selector_top_k"])
     assert torch.equal(hf["path"], walk["path"]) and torch.equal(hf["drafts"], walk["path"])
     assert_close("scores", hf["scores"], walk["scores"])
 
