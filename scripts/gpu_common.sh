@@ -1,7 +1,9 @@
 # Shared by the one-shot GPU scripts (gpu_check.sh, gpu_seed_step.sh, gpu_pipeline.sh): a time budget for the whole run and
 # `step`, which runs one command under what is left of it, logs it, and records PASS/FAIL in the summary
 # without stopping the script (every step runs even when an earlier one failed). Source it after setting
-# OUTDIR, BUDGET and ROOT. PY is the checkout's .venv Python, else the machine's python3.
+# OUTDIR, BUDGET and ROOT. BUDGET=0: no time limits at all (the CPU dry runs: the limits are sized for a GPU
+# loan, and a dry run on a busy machine must not fail by the clock). PY is the checkout's .venv Python, else the
+# machine's python3.
 SUMMARY=$OUTDIR/summary.txt
 : >"$SUMMARY"
 failures=0
@@ -13,6 +15,13 @@ step() {  # step NAME TIMEOUT_S LOGFILE CMD...: runs, records pass/FAIL and the 
   local name=$1 limit=$2 log=$3; shift 3
   local t=$(date +%s)
   local left=$((BUDGET - (t - T0)))
+  if ((BUDGET == 0)); then
+    echo "===== $name (no time limit) ====="
+    echo "===== $name =====" >>"$log"
+    "$@" >>"$log" 2>&1
+    step_result "$name" $? "$t" "$log"
+    return 0
+  fi
   if ((left < 20)); then
     failures=$((failures + 1))
     note "FAIL  $name: skipped, the ${BUDGET}s budget is spent"
@@ -22,7 +31,11 @@ step() {  # step NAME TIMEOUT_S LOGFILE CMD...: runs, records pass/FAIL and the 
   echo "===== $name (limit ${limit}s) ====="
   echo "===== $name =====" >>"$log"
   timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
+  step_result "$name" $? "$t" "$log"
+  return 0
+}
+step_result() {  # step_result NAME RC START_S LOGFILE: the log's tail and the PASS/FAIL line
+  local name=$1 rc=$2 t=$3 log=$4
   tail -n 40 "$log"
   if ((rc == 0)); then
     note "PASS  $name ($(($(date +%s) - t)) s)"
@@ -31,7 +44,6 @@ step() {  # step NAME TIMEOUT_S LOGFILE CMD...: runs, records pass/FAIL and the 
     note "FAIL  $name: exit $rc$( ((rc == 124)) && echo ' (timed out)') after $(($(date +%s) - t)) s, log $(basename "$log")"
     echo "!!!!! $name FAILED (exit $rc) -- continuing with the next step !!!!!"
   fi
-  return 0
 }
 # The carried Debian dev packages (gpu_check.sh --prepare) unpacked into a private prefix, for CMake.
 gpu_prefix_path() {

@@ -26,7 +26,8 @@ DRY=0
 
 OUTDIR=${OUT:-$ROOT/gpu-seed-step-out}
 mkdir -p "$OUTDIR"
-BUDGET=${GPU_SEED_STEP_BUDGET_S:-520}
+# The GPU loan's budget; the CPU dry run has no time limit (gpu_common.sh: BUDGET=0).
+if ((DRY)); then BUDGET=${GPU_SEED_STEP_BUDGET_S:-0}; else BUDGET=${GPU_SEED_STEP_BUDGET_S:-520}; fi
 source "$ROOT/scripts/gpu_common.sh"
 
 note "gpu_seed_step $(date -u +%FT%TZ) python $PY dry_run $DRY"

@@ -202,23 +202,28 @@ SelectorWeights random_selector(int64_t V, int64_t d, int64_t r, double scale = 
 }  // namespace
 
 TEST(Selector, ChunkedTopKIsTheFullSortWithTiesToTheLowerId) {
+  // Small integers in fp64: every logit is an exact integer whatever order a GEMM sums in and whichever chunk a
+  // head row falls in, so equal head rows give equal logits on every CPU and BLAS (a GEMM of random values need
+  // not: an AVX2 GEMM rounded equal rows apart). The tie rule is then tested on ties that are ties by construction.
   at::manual_seed(8);
   const int64_t V = 23, d = 5;
-  at::Tensor head = randn({V, d});
+  const auto small_ints = [](std::vector<int64_t> shape) { return at::randint(-3, 4, shape, at::kDouble); };
+  at::Tensor head = small_ints({V, d});
   head[17] = head[3];  // exact ties across chunks
   head[9] = head[3];
   head[12] = head[11];  // and inside one
-  const at::Tensor h = randn({4, 3, d});
+  const at::Tensor h = small_ints({4, 3, d});
+  const at::Tensor full = at::matmul(h, head.t());
+  ASSERT_TRUE(at::equal(full, at::round(full)));  // exact: the reference below sorts the true logits
+  const auto [v, i] = at::sort(full, true, -1, true);
   for (int64_t chunk : {1, 4, 7, 23, 100})
     for (int64_t K : {1, 5, 23}) {
       const Candidates c = top_candidates(h, head, K, {}, chunk);
-      const at::Tensor full = at::matmul(h, head.t());
-      const auto [v, i] = at::sort(full, true, -1, true);
       EXPECT_TRUE(at::equal(c.ids, i.narrow(-1, 0, K))) << "chunk " << chunk << " K " << K;
-      EXPECT_TRUE(at::allclose(c.logits, v.narrow(-1, 0, K), 0, 1e-12));
+      EXPECT_TRUE(at::equal(c.logits, v.narrow(-1, 0, K))) << "chunk " << chunk << " K " << K;
     }
   // Every logit equal: ties at every boundary, the lowest ids win whatever the chunking.
-  const at::Tensor flat_head = randn({1, d}).expand({V, d}).contiguous();
+  const at::Tensor flat_head = small_ints({1, d}).expand({V, d}).contiguous();
   for (int64_t chunk : {1, 4, 7, 100})
     EXPECT_TRUE(at::equal(top_candidates(h, flat_head, 5, {}, chunk).ids,
                           at::arange(5, at::kLong).expand({4, 3, 5})))
@@ -226,7 +231,7 @@ TEST(Selector, ChunkedTopKIsTheFullSortWithTiesToTheLowerId) {
   // The unary transform: output multiplier and softcap.
   const UnaryLogitOptions opt{0.5, 2.0};
   const Candidates c = top_candidates(h, head, 4, opt, 5);
-  EXPECT_TRUE(at::allclose(c.logits, at::tanh(std::get<0>(at::sort(at::matmul(h, head.t()), true, -1, true)).narrow(-1, 0, 4) * 0.25) * 2.0,
+  EXPECT_TRUE(at::allclose(c.logits, at::tanh(v.narrow(-1, 0, 4) * 0.25) * 2.0,
                            0, 1e-12));
   EXPECT_NE(error_of([&] { top_candidates(h, head, 24); }).find("selector_top_k must be in [1, 23], got 24"),
             std::string::npos);
