@@ -29,6 +29,7 @@
 #include "target_loader.h"
 #include "target_options.h"
 #include "token_records.h"
+#include "output_folder.h"
 
 namespace fs = std::filesystem;
 
@@ -55,7 +56,7 @@ int dump_hidden_main(const std::vector<std::string>& args) {
   a.require("data");
   if (!a.given("out")) a.require("out");  // given empty: the output-folder check names it, as for any folder
   // Before any work; the folder itself appears with the first shard (a refused start leaves none).
-  io::check_output_folder(a.str("out"), "data dump-hidden: --out");
+  util::check_output_folder_use(a.str("out"), "data dump-hidden: --out", util::OutputFolderUse::Dataset);
   const models::TargetOptions topt = models::read_target_options(a, target_set);
   const int64_t max_len = a.i64("max-len"), per_shard = a.i64("samples-per-shard");
   if (max_len < 2) throw std::invalid_argument("--max-len must be >= 2");

@@ -31,6 +31,7 @@
 #include "settings_file.h"
 #include "target_io.h"
 #include "target_options.h"
+#include "output_folder.h"
 
 namespace dflash::data {
 
@@ -177,7 +178,8 @@ void run_regenerate(const RegenerateOptions& o) {
   // settings record and no feature folder behind.
   io::check_resumable_output_path(o.output, "data regenerate: --output");
   io::check_output_path(o.output + ".meta.json", "data regenerate: --output's settings record");
-  if (!o.hidden_out.empty()) io::check_output_folder(o.hidden_out, "data regenerate: --hidden-out");
+  if (!o.hidden_out.empty())
+    util::check_output_folder_use(o.hidden_out, "data regenerate: --hidden-out", util::OutputFolderUse::Dataset);
   check_split_allowed(o.input, o.split);
   if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (o.max_new < 1) throw std::invalid_argument("--max-new must be >= 1");

@@ -8,6 +8,7 @@
 #include "drafter_family.h"
 #include "export_commands.h"
 #include "export_run.h"
+#include "output_folder.h"
 
 namespace dflash::exporting {
 
@@ -22,10 +23,13 @@ int export_main(const std::vector<std::string>& argv) {
   a.option("max-position-embeddings", "N", "0",
            "the target's context length, for a run that does not know it (a GGUF target without context_length)");
   a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the run's drafter_config.json)");
+  a.flag("force", "write into an existing folder export did not make (only the export's files are replaced; a "
+                  "model, run or dataset folder is refused even then)");
   a.range("max-position-embeddings", 0, 2147483647, " (0: the target's)");
   if (!a.parse(argv)) return 0;
   if (!a.given("out")) a.require("out");  // given empty: the output-folder check names it, as for any folder
-  io::check_output_folder(a.str("out"), "export: --out");  // before the checkpoint is read
+  // Before the checkpoint is read: never into a model, run or dataset, nor a folder it did not make unless --force.
+  util::check_output_folder_use(a.str("out"), "export: --out", util::OutputFolderUse::Export, a.on("force"));
   // The run's family, before its checkpoint: a --drafter-family that is not the run's is refused in one line.
   // Every family exports (dflash and dflash2 in z-lab's contract, dspark in DeepSpec's: docs/SERVING.md).
   const std::string config = a.str("RUN_DIR") + "/drafter_config.json";
@@ -34,6 +38,7 @@ int export_main(const std::vector<std::string>& argv) {
   o.dtype = a.str("dtype");
   o.engines = a.str("engine");
   o.max_position_embeddings = a.i64("max-position-embeddings");
+  o.force = a.on("force");
   export_run(a.str("RUN_DIR"), a.str("out"), o);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "drafter_config.h"
 #include "drafter_weights.h"
 #include "hf_export.h"
+#include "output_folder.h"
 #include "serving_engines.h"
 
 namespace fs = std::filesystem;
@@ -53,6 +54,7 @@ void check_engines(const drafter::DrafterConfig& c, const std::string& engine_fl
 }  // namespace
 
 void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& o) {
+  util::check_output_folder_use(out_dir, "export: --out", util::OutputFolderUse::Export, o.force);
   const std::string config_path = (fs::path(run_dir) / "drafter_config.json").string();
   auto dcfg = drafter::load_drafter_config(config_path);
   check_engines(dcfg, o.engines, config_path);

@@ -11,8 +11,11 @@ struct ExportOptions {
   std::string dtype;                    // any name of util/dtype_names.h; "" = the drafter config's torch_dtype
   std::string engines = "all";          // --engine: all | a comma list of serving_engines.h's engine_names()
   int64_t max_position_embeddings = 0;  // --max-position-embeddings: the target's context length when the run has none
+  bool force = false;                   // --force: write into an existing folder export did not make (output_folder.h)
 };
 
+// Refuses an out_dir the output-folder rule refuses (util/output_folder.h: never a model, run or dataset; a folder
+// export did not make only with o.force) before reading anything.
 void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& o);
 
 }  // namespace dflash::exporting

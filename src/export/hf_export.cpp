@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atomic_file.h"
+#include "output_folder.h"
 #include "safetensors.h"
 
 namespace dflash::exporting {
@@ -94,10 +95,13 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
     data::write_file_atomic((stage / "config.json").string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
     if (!fs::exists(out)) {
       fs::rename(stage, out);  // the whole folder appears at once
-    } else {  // replacing an earlier export: file by file, each rename atomic, the config last
+    } else {  // into an existing folder: file by file, each rename atomic, the config last
+      // Another family's modelling file goes only from an earlier export; a folder written with --force keeps
+      // every file the export does not write.
+      const bool earlier_export = util::survey_folder(out.string()).content == util::FolderContent::DrafterExport;
       for (const char* f : files)
         if (fs::exists(stage / f)) fs::rename(stage / f, out / f);
-        else fs::remove(out / f);  // another family's modelling file
+        else if (earlier_export) fs::remove(out / f);
       fs::remove(stage);
     }
     data::fsync_dir(out.string());

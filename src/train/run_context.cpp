@@ -11,6 +11,7 @@
 #include "atomic_output.h"
 #include "compute_settings.h"
 #include "run_settings.h"
+#include "output_folder.h"
 
 namespace dflash::train {
 
@@ -94,7 +95,7 @@ RunContext open_run(const TrainConfig& cfg) {
   run.coll = collective_from_env(cfg.dist_backend, run.grad_device);
   run.lead = run.coll->rank() == 0;
   // Checked now, created by run_training once every check has passed (a refused start leaves no folder).
-  io::check_output_folder(cfg.out, "train config: 'out'");
+  util::check_output_folder_use(cfg.out, "train config: 'out'", util::OutputFolderUse::Run);
   if (cfg.resume) {
     std::string path;
     run.resume = std::make_unique<TrainState>(load_latest_checkpoint(cfg.out, &path));

@@ -15,6 +15,7 @@
 #include "train_config.h"
 #include "train_hooks_env.h"
 #include "trainer.h"
+#include "output_folder.h"
 
 namespace fs = std::filesystem;
 
@@ -38,7 +39,7 @@ int plot_main(const std::vector<std::string>& argv) {
   a.option("json", "FILE", "", "also write every plotted series (steps and values per PNG) to FILE");
   if (!a.parse(argv)) return 0;
   const std::string run_dir = a.str("RUN_DIR");
-  if (a.given("out")) util::check_output_folder(a.str("out"), "plot: --out");  // before the script runs
+  if (a.given("out")) util::check_output_folder_use(a.str("out"), "plot: --out", util::OutputFolderUse::Plots);  // before the script runs
   if (a.given("json")) util::check_output_path(a.str("json"), "plot: --json");
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics)) throw std::invalid_argument("plot: " + metrics + " not found");
