@@ -23,13 +23,13 @@
 #include "hidden_shard_writer.h"
 #include "hidden_shards.h"
 #include "ordered_lanes.h"
+#include "output_folder.h"
 #include "progress.h"
 #include "prompt_sources.h"
 #include "settings_file.h"
 #include "target_loader.h"
 #include "target_options.h"
 #include "token_records.h"
-#include "output_folder.h"
 
 namespace fs = std::filesystem;
 

@@ -14,14 +14,15 @@
 #include <thread>
 
 #include "args.h"
-#include "atomic_output.h"
 #include "atomic_file.h"
+#include "atomic_output.h"
 #include "batched_generator.h"
 #include "compute_settings.h"
 #include "data_commands.h"
-#include "hidden_shard_writer.h"
 #include "held_out.h"
 #include "hidden_features.h"
+#include "hidden_shard_writer.h"
+#include "output_folder.h"
 #include "progress.h"
 #include "prompt_sources.h"
 #include "regenerate.h"
@@ -31,7 +32,6 @@
 #include "settings_file.h"
 #include "target_io.h"
 #include "target_options.h"
-#include "output_folder.h"
 
 namespace dflash::data {
 

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "args.h"
-#include "atomic_output.h"
 #include "drafter_config.h"
 #include "drafter_family.h"
 #include "export_commands.h"

@@ -10,8 +10,8 @@
 
 #include "atomic_output.h"
 #include "compute_settings.h"
-#include "run_settings.h"
 #include "output_folder.h"
+#include "run_settings.h"
 
 namespace dflash::train {
 

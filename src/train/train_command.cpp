@@ -8,14 +8,15 @@
 #include "args.h"
 #include "checkpoint.h"
 #include "drafter_family_setting.h"
+#include "input_file.h"
 #include "output_file.h"
+#include "output_folder.h"
 #include "python_driver.h"
 #include "run_settings.h"
 #include "train_commands.h"
 #include "train_config.h"
 #include "train_hooks_env.h"
 #include "trainer.h"
-#include "output_folder.h"
 
 namespace fs = std::filesystem;
 
@@ -43,6 +44,7 @@ int plot_main(const std::vector<std::string>& argv) {
   if (a.given("json")) util::check_output_path(a.str("json"), "plot: --json");
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(metrics)) throw std::invalid_argument("plot: " + metrics + " not found");
+  io::require_regular_file(metrics);  // a folder or FIFO: one line here; its lines are checked by the script
   std::vector<std::string> script_args = {metrics, a.str("out").empty() ? run_dir : a.str("out")};
   if (a.given("json")) script_args.push_back(a.str("json"));
   const auto r = util::run_python("plot_metrics.py", script_args);
