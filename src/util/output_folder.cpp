@@ -127,10 +127,9 @@ void check_output_folder_use(const std::string& path, const std::string& what, O
       if (s.content == C::Dataset || s.content == C::Other) return;
       throw std::invalid_argument(holds + ": features go to a new or empty folder, or one of feature shards; give "
                                   "another folder");
-    case OutputFolderUse::Plots:
-      if (s.content == C::Run || s.content == C::Other) return;
-      throw std::invalid_argument(holds + ": plots go to a run folder, a new or empty folder, or one of other files; "
-                                  "give another folder");
+    case OutputFolderUse::Plots:  // PNGs beside a run, a demo's outputs or samples; not into what gets served
+      if (s.content != C::Model && s.content != C::DrafterExport) return;
+      throw std::invalid_argument(holds + ": plots never go into a model or an export; give another folder");
   }
 }
 

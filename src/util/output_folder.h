@@ -40,7 +40,7 @@ enum class OutputFolderUse {
   Run,      // `train` 'out': a run is resumed or restarted; a model, dataset or export is refused
   Dataset,  // `data dump-hidden --out`, `data regenerate --hidden-out`: shards are added; a model, run or export
             // is refused
-  Plots,    // `plot --out`: PNGs beside a run's files or anywhere else; a model, dataset or export is refused
+  Plots,    // `plot --out`: PNGs beside a run, samples or other files; a model or an export is refused
 };
 
 // check_output_folder (the path itself), then the rule above. `force` only matters for Export. Throws

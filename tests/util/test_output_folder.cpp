@@ -99,6 +99,8 @@ TEST(OutputFolder, EachUseReusesItsOwnKindAndRefusesTheRest) {
   EXPECT_NE(err(model, U::Dataset).find("holds a model"), std::string::npos);
   EXPECT_EQ(err(run, U::Plots), "");
   EXPECT_NE(err(model, U::Plots).find("holds a model"), std::string::npos);
+  EXPECT_EQ(err(data, U::Plots), "");
+  EXPECT_NE(err(exp, U::Plots).find("holds an exported drafter"), std::string::npos);
   // The path checks still come first.
   EXPECT_NE(err(model / "config.json", U::Export).find("is a file"), std::string::npos);
 }
