@@ -298,6 +298,26 @@ void model_settings_seeds() {
                              R"( "loss_decay": "exp", "attention_backend": "auto", "loss_chunk_rows": 512, "block_size": 16})");
   seed("model_settings", "train_no_decay",
        "\x03target: t\ndata: d\nout: o\nloss_decay: none\nattention_backend: reference\nlr: 1.0e-4\neps: 1.0e-8\n");
+  // The families' settings (issue 49): DSpark's heads and loss weights, DFlash2's convs, selector and its weight.
+  const std::string backbone =
+      R"("model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,)"
+      R"( "num_key_value_heads": 2, "head_dim": 8, "num_hidden_layers": 2, "num_target_layers": 8, "vocab_size": 64,)"
+      R"( "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "block_size": 16)";
+  seed("model_settings", "drafter_dspark",
+       std::string("\x01") + R"({"architectures": ["Qwen3DSparkModel"], )" + backbone +
+           R"(, "mask_token_id": 3, "target_layer_ids": [1, 4], "markov_rank": 8, "markov_head_type": "gated",)"
+           R"( "enable_confidence_head": true, "confidence_head_with_markov": false})");
+  seed("model_settings", "drafter_dflash2",
+       std::string("\x01") + R"({"architectures": ["DFlash2DraftModel"], )" + backbone +
+           R"(, "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 4], "conv_kernel_size": 2,)"
+           R"( "conv_group_size": 16, "selector_rank": 8, "selector_top_k": 4}})");
+  seed("model_settings", "train_dspark",
+       std::string("\x02") + R"({"target": "t", "data": "d", "out": "o", "drafter_family": "dspark", "gamma": 4.0,)"
+                             R"( "markov_rank": 16, "markov_head_type": "rnn", "ce_loss_weight": 0.1,)"
+                             R"( "l1_loss_weight": 0.9, "confidence_loss_weight": 1.0})");
+  seed("model_settings", "train_dflash2",
+       "\x03target: t\ndata: d\nout: o\ndrafter_family: dflash2\nconv_kernel_size: 3\nconv_group_size: 8\n"
+       "selector_rank: 32\nselector_top_k: 8\nselector_candidates: inject\nselector_loss_weight: 2.5\n");
 }
 
 }  // namespace
