@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -289,6 +290,16 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
     c.rope = models::parse_rope_config(j, DrafterConfig{}.rope.theta, c.max_position_embeddings, true);
   } catch (const models::RopeConfigError& e) {
     throw std::invalid_argument(where + ": " + e.what());
+  }
+  // Causal drafter layers are not implemented (every family's block attends both ways here), and the engines read
+  // `is_causal: true` (vLLM: then `dflash_config.causal`) as every layer causal: such a config is refused where it is
+  // read rather than trained or evaluated as a different model.
+  for (const auto& [obj, key, field] : {std::tuple<const nlohmann::json*, const char*, const char*>{&j, "is_causal", "is_causal"},
+                                        {&dc, "causal", "dflash_config.causal"}}) {
+    if (!obj->contains(key) || obj->at(key).is_null()) continue;
+    if (!obj->at(key).is_boolean() || obj->at(key).get<bool>())
+      fail(where, field, "false or absent (causal drafter layers are not implemented: the block attends both ways)",
+           shown(obj->at(key)));
   }
   if (j.contains("tie_word_embeddings")) {
     if (!j.at("tie_word_embeddings").is_boolean())

@@ -6,7 +6,7 @@
 //     yarn attention scaling finite and positive (a factor of 1e-39 or a subnormal rope_theta used to give NaN
 //     tables with exit 0);
 //   - rms_norm_eps finite and positive; the drafter's attention windows non-negative;
-//   - train config: the loss weight of every block slot finite in (0, 1], kl_weight in [0, 1], the optimizer's
+//   - train config: the loss weight of every block slot finite in [0, 1] and the first slot's 1, kl_weight in [0, 1], the optimizer's
 //     numbers finite (lr > 0, betas in [0, 1), eps > 0);
 //   - the families (issue 49): a drafter config names one family, a DSpark or DFlash2 one has no draft vocabulary,
 //     its heads / convs / selector within their documented ranges; a train config's family loss weights finite in
@@ -165,7 +165,9 @@ void train_case(const std::string& text, bool yaml) {
   const double gamma = dflash::drafter::loss_gamma(c.gamma, c.loss_decay, c.block_size);
   for (int64_t k = 1; k < c.block_size; ++k) {
     const double w = std::exp(-double(k - 1) / gamma);
-    if (!std::isfinite(w) || !(w > 0) || w > 1)
+    // Far slots may underflow to 0 with a small gamma (they then do not train); slot 1 always weighs 1, so the
+    // weights' sum, which divides the loss, is positive.
+    if (!std::isfinite(w) || !(w >= 0) || w > 1 || (k == 1 && w != 1))
       violated("train config: loss weight " + std::to_string(w) + " of slot " + std::to_string(k));
   }
   if (!(c.kl_weight >= 0 && c.kl_weight <= 1)) violated("train config: kl_weight " + std::to_string(c.kl_weight));

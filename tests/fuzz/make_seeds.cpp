@@ -222,6 +222,13 @@ void train_config_seeds() {
        std::string("\x02") + R"({"target": "t.gguf", "data": "d.jsonl", "out": "o", "num_anchors": 64, "max_len": 256,)"
                              R"( "threads": 2, "lr": 3e-4, "clip": 1.0, "drafter_devices": ["cpu"], "target_layer_ids": [1, 9]})");
   seed("train_config", "yaml_two_docs", "\x03lr: 1e-3\n---\nsteps: 5\n");
+  seed("train_config", "family_settings",  // issue 49: every family setting, each with its own range
+       std::string("\x02") + R"({"drafter_family": "dflash2", "conv_kernel_size": 2, "conv_group_size": 16,)"
+                             R"( "selector_rank": 256, "selector_top_k": 16, "selector_candidates": "strict",)"
+                             R"( "selector_stop_gradient": true, "selector_loss_weight": 1e300})");
+  seed("train_config", "dspark_settings",
+       "\x01drafter_family: dspark\nmarkov_rank: 65537\nmarkov_head_type: gated\nce_loss_weight: 0.1\n"
+       "l1_loss_weight: 0.9\nconfidence_loss_weight: 1.0\nenable_confidence_head: false\ngamma: 4\ndraft_vocab: 8\n");
   // Inputs the fuzzer found once (kept as seeds so every run retries them):
   seed("train_config", "found_yaml_cpp_loadall_hang", "\x03,r\n");  // yaml-cpp 0.7 LoadAll looped forever
   seed("train_config", "found_invalid_utf8_value", "\x03lr: li=udata \xb5\x35\n5\n");  // json dump threw type_error

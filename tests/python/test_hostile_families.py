@@ -68,6 +68,17 @@ def test_architectures_must_name_one_family(dflash_bin, tmp_path, archs):
                    json.dumps(archs, separators=(",", ":")))
 
 
+@pytest.mark.parametrize("extra,field,got", [({"is_causal": True}, "is_causal", "true"),
+                                             ({"is_causal": "no"}, "is_causal", '"no"'),
+                                             ({"dflash_config": {"mask_token_id": 31, "causal": True}},
+                                              "dflash_config.causal", "true")])
+def test_causal_drafter_layers_are_refused(dflash_bin, tmp_path, extra, field, got):
+    """Engines read is_causal true as every layer causal; no family here implements it, so it is not read as false."""
+    path = write(tmp_path / "d.json", dflash_config(**extra))
+    one_line_error(run(dflash_bin, "plan", "--config", path), f"d.json: field '{field}': expected false or absent "
+                   f"(causal drafter layers are not implemented: the block attends both ways), got {got}")
+
+
 def test_a_dflash_config_draft_vocabulary_is_the_runs(dflash_bin, target_dir, offline_dir, tmp_path):
     """A DFlash drafter config's draft_vocab_size is what the run trains (draft_vocab unset takes it); a different
     draft_vocab is refused naming both. It used to train the full vocabulary and save draft_vocab_size anyway."""
