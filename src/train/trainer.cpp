@@ -240,6 +240,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   // Every rank, as before (the test hook dumps each rank's weights there). A run that fails before its first
   // checkpoint (a step that diverged, a worker error) takes the folder it made away again: nothing to resume.
   util::CreatedFolder made(cfg.out);
+  if (!run.lead) made.keep();  // ranks may share the folder: only the lead, which writes its checkpoints, removes it
   if (run.lead) {
     write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(cfg).dump(2) + "\n");
     drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
