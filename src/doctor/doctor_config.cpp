@@ -8,6 +8,7 @@
 #include "compute_settings.h"
 #include "doctor.h"
 #include "drafter_family_setting.h"
+#include "memory_fit.h"
 #include "memory_planner.h"
 #include "run_settings.h"
 #include "step_runner.h"
@@ -31,16 +32,12 @@ CheckRow memory_row(const TrainConfig& cfg, const drafter::DrafterConfig& d, at:
   return run_check("config_memory", device.str(), "memory plan", [&](CheckRow& row) {
     const plan::MemoryPlan plan =
         plan::plan_memory(run_plan_settings(cfg, d, compute, device.is_cuda() ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu));
-    const double need = plan.peak_bytes * double(workers);
-    const double free = double(ops::device_free_memory_bytes(device));
-    const bool fits = need <= free;
-    row.status = fits ? CheckStatus::Pass : CheckStatus::Fail;
-    row.detail = "planned peak " + util::human_bytes(plan.peak_bytes) + " per worker (at " + plan.peak_phase + ")" +
-                 (workers > 1 ? " x " + std::to_string(workers) + " workers = " + util::human_bytes(need) : "") +
-                 (fits ? " fits in " : " exceeds ") + util::human_bytes(free) + (device.is_cpu() ? " available" : " free") +
-                 (fits ? "" : "; `dflash plan --budget` finds settings that fit (activation_checkpoint, loss_chunk_rows)");
+    const plan::DeviceFit fit = plan::device_fit(plan, device, workers);  // the comparison train refuses by
+    row.status = fit.fits ? CheckStatus::Pass : CheckStatus::Fail;
+    row.detail = fit.text +
+                 (fit.fits ? "" : "; `dflash plan --budget` finds settings that fit (activation_checkpoint, loss_chunk_rows)");
     row.data = {{"peak_bytes", plan.peak_bytes}, {"peak_phase", plan.peak_phase}, {"workers", workers},
-                {"need_bytes", need},           {"free_bytes", free}};
+                {"need_bytes", fit.need_bytes},  {"free_bytes", fit.available_bytes}};
   });
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -173,13 +174,14 @@ void DrafterConfig::validate(const std::string& where) const {
     fail(where, "sliding_window", "a positive integer (layer_types has sliding_attention layers)",
          std::to_string(sliding_window));
   if (family == DrafterFamily::DSpark) dspark.validate(where);
-  if (family == DrafterFamily::DFlash2) {
-    dflash2.validate(where, "dflash_config.", hidden_size, vocab_size);
-    // The selector's codebooks and candidates index the target's vocabulary, not a draft vocabulary.
-    if (draft_vocab_size != 0)
-      fail(where, "draft_vocab_size", "absent with architectures [\"DFlash2DraftModel\"] (the selector spans the "
-           "full vocabulary)", std::to_string(draft_vocab_size));
-  }
+  if (family == DrafterFamily::DFlash2) dflash2.validate(where, "dflash_config.", hidden_size, vocab_size);
+  // Only DFlash has a draft vocabulary here: a family config that names one is refused where it is read, not
+  // trained as a full-vocabulary drafter whose saved config still says draft_vocab_size (export then refused it).
+  if (family != DrafterFamily::DFlash && draft_vocab_size != 0)
+    fail(where, "draft_vocab_size",
+         std::string("absent with architectures [\"") + drafter_family_architecture(family) + "\"] (" +
+             family_draft_vocab_refusal(family) + ")",
+         std::to_string(draft_vocab_size));
   if (target_layer_ids.empty()) fail(where, "dflash_config.target_layer_ids", "a non-empty list", "[]");
   for (size_t i = 0; i < target_layer_ids.size(); ++i) {
     if (target_layer_ids[i] < 0 || target_layer_ids[i] >= num_target_layers)
@@ -238,8 +240,9 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   if (!j.is_object()) fail(where, "(top level)", "a JSON object", j.type_name());
   DrafterConfig c;
   if (j.contains("architectures")) {
+    // Exactly one entry: a list naming two families (or a family and something else) used to be read as its first.
     const auto& a = j.at("architectures");
-    const auto f = a.is_array() && !a.empty() && a[0].is_string()
+    const auto f = a.is_array() && a.size() == 1 && a[0].is_string()
                        ? drafter_family_of_architecture(a[0].get<std::string>())
                        : std::nullopt;
     if (!f) fail(where, "architectures", "[\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"] or [\"DFlash2DraftModel\"]", shown(a));
@@ -287,6 +290,16 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
     c.rope = models::parse_rope_config(j, DrafterConfig{}.rope.theta, c.max_position_embeddings, true);
   } catch (const models::RopeConfigError& e) {
     throw std::invalid_argument(where + ": " + e.what());
+  }
+  // Causal drafter layers are not implemented (every family's block attends both ways here), and the engines read
+  // `is_causal: true` (vLLM: then `dflash_config.causal`) as every layer causal: such a config is refused where it is
+  // read rather than trained or evaluated as a different model.
+  for (const auto& [obj, key, field] : {std::tuple<const nlohmann::json*, const char*, const char*>{&j, "is_causal", "is_causal"},
+                                        {&dc, "causal", "dflash_config.causal"}}) {
+    if (!obj->contains(key) || obj->at(key).is_null()) continue;
+    if (!obj->at(key).is_boolean() || obj->at(key).get<bool>())
+      fail(where, field, "false or absent (causal drafter layers are not implemented: the block attends both ways)",
+           shown(obj->at(key)));
   }
   if (j.contains("tie_word_embeddings")) {
     if (!j.at("tie_word_embeddings").is_boolean())

@@ -31,6 +31,17 @@ at::Tensor mxfp4_dequantize(const at::Tensor& blocks_in, const at::Tensor& scale
   const uint8_t* s = scales.data_ptr<uint8_t>();
   float* o = out.data_ptr<float>();
   for (int64_t g = 0; g < groups; ++g) {
+    // E8M0 has no zero and one NaN: the byte 255. transformers reads it as 2^128 = inf (weights inf and nan), which
+    // generated token 0 forever with exit 0.
+    if (s[g] == 255) {
+      std::string where = "[";
+      int64_t rest = g;
+      std::vector<int64_t> idx(size_t(scales.dim()));
+      for (int64_t d = scales.dim() - 1; d >= 0; --d) idx[size_t(d)] = rest % scales.size(d), rest /= scales.size(d);
+      for (size_t d = 0; d < idx.size(); ++d) where += (d ? ", " : "") + std::to_string(idx[d]);
+      throw std::runtime_error("target weights: MXFP4 tensor '" + name + "_scales' holds the byte 255 at " + where +
+                               "] (NaN in E8M0, the scales' format): the checkpoint is damaged");
+    }
     // 2^(s - 127) as a float32 (2^-127 is subnormal, 2^128 overflows to inf), then one rounding per product,
     // as torch.ldexp computes it
     const float scale = std::ldexp(1.0f, int(s[g]) - 127);

@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <regex>
 #include <stdexcept>
 #include <vector>
+
+#include "finite_weights.h"
 
 namespace dflash::models {
 namespace {
@@ -30,6 +33,11 @@ void check_weight_type(const io::GGUFFile& f, const io::GGUFTensorInfo& t) {
                              ", expected float or quantised weights");
   if (!ti->dequantizable)
     throw std::runtime_error(f.path() + ": tensor '" + t.name + "': dequantising " + ti->name + " is not implemented");
+}
+
+// " in GGUF 'm.gguf' after dequantising Q8_0", for the finite check's message.
+std::string dequantised(const io::GGUFFile& f, const io::GGUFTensorInfo& t) {
+  return " in " + what(f) + " after dequantising " + io::ggml_type_info(static_cast<uint32_t>(t.type))->name;
 }
 
 const io::GGUFTensorInfo& expert_tensor(const io::GGUFFile& f, int64_t layer, const char* kind) {
@@ -78,6 +86,18 @@ void read_gguf_moe_config(const io::GGUFFile& f, const std::string& arch, Target
 
 void check_gguf_moe_tensors(const io::GGUFFile& f, const TargetConfig& c) {
   const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
+  // A routed layer's experts come from the stacked tensors only: per-expert ('blk.N.ffn_gate.E.weight', the older
+  // converters' layout) or dense ('blk.N.ffn_gate.weight') tensors beside them would be dropped without a word.
+  static const std::regex other(R"(blk\.(\d+)\.ffn_(gate|up|down)(\.\d+)?\.weight)");
+  for (const auto& t : f.tensors()) {
+    std::smatch m;
+    if (!std::regex_match(t.name, m, other)) continue;
+    const int64_t layer = std::stoll(m[1].str());
+    if (layer < c.num_hidden_layers && c.is_moe_layer(layer))
+      throw std::runtime_error(what(f) + ": tensor '" + t.name + "' sits beside the stacked experts '" +
+                               expert_name(layer, (m[2].str() + "_exps").c_str()) +
+                               "' of routed layer " + m[1].str() + " (two encodings of the same weights; keep one)");
+  }
   struct Want { const char* kind; std::vector<int64_t> shape; const char* dims; };
   const Want wants[] = {
       {"gate_inp", {E, H}, "[expert_count, embedding_length]"},
@@ -110,6 +130,8 @@ at::Tensor gguf_expert_gate_up(const io::GGUFFile& f, int64_t layer) {
     dequantize_expert(f, gate, e, dst + e * 2 * IH);
     dequantize_expert(f, up, e, dst + e * 2 * IH + IH);
   }
+  check_finite_weight(out.narrow(1, 0, s[1]), at::Tensor(), gate.name, dequantised(f, gate));
+  check_finite_weight(out.narrow(1, s[1], s[1]), at::Tensor(), up.name, dequantised(f, up));
   return out;
 }
 
@@ -121,6 +143,7 @@ at::Tensor gguf_float_tensor(const io::GGUFFile& f, const io::GGUFTensorInfo& t)
   check_weight_type(f, t);
   at::Tensor out = at::empty(t.shape(), at::kFloat);
   io::ggml_dequantize(t.type, f.tensor_data(t), out.data_ptr<float>(), t.numel());
+  check_finite_weight(out, at::Tensor(), t.name, dequantised(f, t));  // named as the file names it
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include "batched_decode_attention.h"
 #include "few_rows_linear.h"
+#include "finite_weights.h"
 #include "gated_deltanet.h"
 #include "gpt_oss_weights.h"
 #include "hybrid_norms.h"
@@ -81,7 +82,9 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
     if (!at::isFloatingType(t.scalar_type()))  // integer or bool data must not become weights silently
       throw std::runtime_error("target weights: tensor '" + name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
                                ", expected floating-point weights");
-    return t.to(dev, m.dtype_).contiguous();
+    at::Tensor held = t.to(dev, m.dtype_).contiguous();
+    check_finite_weight(held, t, name);  // NaN/Inf as stored, dequantised or converted: refused, not generated from
+    return held;
   };
   auto load_opt = [&](const std::string& name, std::vector<int64_t> shape, at::Device dev, bool want) {
     return want ? load(name, std::move(shape), dev) : at::Tensor();
@@ -167,7 +170,7 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
         l.moe_layer = true;
         l.moe = load_moe_weights(config, [&](const std::string& n, std::vector<int64_t> shape) {
           return load(name(n), std::move(shape), d);
-        }, [&](const std::string& n) { return has(name(n)); });
+        }, [&](const std::string& n) { return has(name(n)); }, name);
         continue;
       }
       const bool mb = config.mlp_bias;

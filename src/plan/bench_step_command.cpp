@@ -3,6 +3,7 @@
 // by side. DFLASH_BENCH_TRACE=1 prints live/peak memory after forward and backward.
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -39,6 +40,7 @@
 #include "drafter_presets.h"
 #include "dspark_block_batch.h"
 #include "dtype_names.h"
+#include "memory_fit.h"
 #include "memory_planner.h"
 #include "plan_commands.h"
 #include "python_driver.h"
@@ -411,6 +413,30 @@ void compare_pytorch_reference(const BenchStepOptions& o, nlohmann::json& out) {
   }
 }
 
+// Shapes the step cannot mean, and shapes this machine cannot hold, refused before anything is allocated: every
+// run below (the warm-up at policy none, each policy at each worker count, the draft-vocabulary row) is planned, and
+// the largest must fit the device's available memory (plan/memory_fit.h). Out of memory used to end in an
+// allocator failure with a C++ stack trace.
+void check_bench_shapes(const BenchStepOptions& o) {
+  check_step_shape(o.seq_len, o.anchors, "bench step: --anchors", "--seq-len");
+  const at::Device dev = o.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  int64_t most_workers = 1;
+  for (int64_t w : o.workers) most_workers = std::max(most_workers, w);
+  const DrafterConfig& c = o.drafter;
+  const double frozen = double(c.vocab_size) * double(c.hidden_size) * double(c10::elementSize(o.dtype)) *
+                        (c.tie_word_embeddings ? 1.0 : 2.0);  // shared by the workers on the device (time_policies)
+  std::optional<DeviceFit> worst;
+  auto consider = [&](const MemoryPlan& p, int64_t workers) {
+    const DeviceFit f = device_fit(p, dev, workers, frozen);
+    if (!worst || f.need_bytes > worst->need_bytes) worst = f;
+  };
+  consider(plan_memory(plan_of(o, CheckpointPolicy{0}, o.attention_backend)), 1);  // the warm-up
+  for (const CheckpointPolicy& pol : o.policies) consider(plan_memory(plan_of(o, pol, o.attention_backend)), most_workers);
+  if (worst && !worst->fits)
+    throw std::invalid_argument("bench step: " + worst->text + " (refused before allocating); give a smaller " +
+                                "--seq-len, --anchors, --workers or drafter (--model, --drafter-config)");
+}
+
 }  // namespace
 
 bool plan_within_tolerance(double planned, double measured) {
@@ -432,6 +458,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
 #ifndef DFLASH_BENCH_CUDA
   if (o.cuda) throw std::invalid_argument("bench step: this build has no CUDA support");
 #endif
+  check_bench_shapes(o);  // before the warm-up allocates anything at these shapes
   // Buffers of 64 KiB and more come from mmap and go back to the OS when freed, so RSS follows live tensors
   // (with a 1 MiB threshold, sub-MiB activations fragment the heap and RSS overstates live memory).
   mallopt(M_MMAP_THRESHOLD, 64 << 10);

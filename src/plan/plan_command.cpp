@@ -16,6 +16,7 @@
 #include "drafter_presets.h"
 #include "dtype_names.h"
 #include "input_file.h"
+#include "memory_fit.h"
 #include "memory_planner.h"
 #include "number_range.h"
 #include "node_planner.h"
@@ -137,6 +138,7 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family) {
   }
   if (a.given("seq-len")) ns.drafter.seq_len = a.i64("seq-len");
   if (a.given("anchors")) ns.drafter.num_anchors = a.i64("anchors");
+  check_step_shape(ns.drafter.seq_len, ns.drafter.num_anchors, "plan --node: --anchors", "--seq-len");
   if (a.given("batch")) ns.drafter.batch = a.i64("batch");
   if (a.given("block-size")) ns.drafter.cfg.block_size = a.i64("block-size");
   if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
@@ -244,6 +246,7 @@ int plan_main(const std::vector<std::string>& argv) {
   auto pick = [&](const char* name) { return !preset || a.given(name); };
   if (pick("seq-len")) s.seq_len = a.i64("seq-len");
   if (pick("anchors")) s.num_anchors = a.i64("anchors");
+  check_step_shape(s.seq_len, s.num_anchors, "plan: --anchors", "--seq-len");
   if (pick("batch")) s.batch = a.i64("batch");
   if (a.given("block-size")) s.cfg.block_size = a.i64("block-size");
   if (pick("dtype")) s.dtype_bytes = dtype_bytes_of(a.str("dtype"));

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "number_range.h"
+
 namespace dflash::train {
 namespace {
 
@@ -14,12 +16,16 @@ std::string shown(double v) {
   return nlohmann::json(v).dump();
 }
 
+// alpha, as DSpark's loss weights (train_config.cpp): [0, 1000] keeps alpha x a selector CE finite in fp32 and bf16.
+const util::NumberRange kSelectorLossWeightRange = util::closed(0, 1e3);
+
 }  // namespace
 
 void validate_dflash2_settings(const TrainConfig& c) {
   using drafter::DrafterFamily;
-  if (!std::isfinite(c.selector_loss_weight) || c.selector_loss_weight < 0)
-    throw std::invalid_argument("train config: 'selector_loss_weight' must be a finite number >= 0, got " +
+  // Bounded as DSpark's loss weights are: 1e300 trained, overflowed the loss at step 1 and was blamed on RoPE.
+  if (const auto e = util::out_of_range(c.selector_loss_weight, kSelectorLossWeightRange))
+    throw std::invalid_argument("train config: 'selector_loss_weight' must be " + *e + ", got " +
                                 shown(c.selector_loss_weight));
   try {
     c.dflash2_settings().validate("train config", "", 0, 0);  // hidden and vocab sizes: checked with the drafter

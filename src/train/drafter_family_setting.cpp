@@ -47,6 +47,16 @@ void resolve_drafter_family(TrainConfig& c, const std::string& command) {
     c.confidence_head_with_markov = file.confidence_head_with_markov;
   }
   if (d.family == DrafterFamily::DFlash2) take_dflash2_settings_from(c, d, command);
+  // A DFlash drafter config's draft vocabulary is the run's (the families' configs refuse one when read):
+  // draft_vocab left at 0 takes it, another K is refused. It used to train the full vocabulary while the saved
+  // drafter config kept draft_vocab_size, which export then refused as a draft-vocabulary run.
+  if (d.draft_vocab_size > 0) {
+    if (c.draft_vocab != 0 && c.draft_vocab != d.draft_vocab_size)
+      throw std::invalid_argument(command + ": 'draft_vocab' is " + std::to_string(c.draft_vocab) + " but " +
+                                  c.drafter_config + " says draft_vocab_size " + std::to_string(d.draft_vocab_size) +
+                                  " (leave it unset to take the drafter config's)");
+    c.draft_vocab = d.draft_vocab_size;
+  }
   c.validate_family_settings();
 }
 

@@ -1,5 +1,6 @@
 #include "target_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 #include "drafter_from_target.h"
 #include "hidden_shards.h"
 #include "index_list.h"
+#include "memory_fit.h"
 #include "memory_planner.h"
 #include "run_settings.h"
 #include "serving_engines.h"
@@ -130,6 +132,31 @@ void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::S
                               " (at " + plan.peak_phase + "), over the budget of " + util::human_bytes(budget) + hint);
 }
 
+void check_memory(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
+  check_budget(cfg, d, compute);
+  std::vector<std::pair<at::Device, int64_t>> devices;  // each drafter device once, with its worker count
+  for (const std::string& name : cfg.drafter_device_list()) {
+    const at::Device dev = ops::parse_device_name(name, "train config: 'drafter_devices'");
+    const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
+    if (it == devices.end()) devices.emplace_back(dev, 1);
+    else ++it->second;
+  }
+  for (const auto& [dev, workers] : devices) {
+    const plan::PlanSettings ps =
+        run_plan_settings(cfg, d, compute, dev.is_cuda() ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
+    const plan::MemoryPlan p = plan::plan_memory(ps);
+    const plan::DeviceFit fit = plan::device_fit(p, dev, workers);
+    if (fit.fits) continue;
+    const auto choice = plan::plan_for_budget(ps, fit.available_bytes / double(workers));
+    const std::string hint =
+        choice.fits ? "it fits with activation_checkpoint " + choice.plan.settings.checkpoint.name() +
+                          " and loss_chunk_rows " + std::to_string(choice.plan.settings.loss_chunk_rows)
+                    : "a smaller max_len, num_anchors or batch_size, or a smaller drafter (nothing else fits: " +
+                          choice.why + ")";
+    throw std::invalid_argument("train: " + fit.text + " (refused before allocating); " + hint);
+  }
+}
+
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d) {
   models::TargetConfig t;
   t.vocab_size = d.vocab_size;
@@ -189,6 +216,9 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
   drafter::DrafterConfig d;
   if (!cfg.drafter_config.empty()) {
     d = drafter::load_drafter_config(cfg.drafter_config);
+    // The run's draft vocabulary is set_up_draft_vocab's alone (draft_vocab, which resolve_drafter_family took from
+    // this file): the file's own count must not outlive a full-vocabulary run in its saved drafter config.
+    d.draft_vocab_size = 0;
     if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
     // The drafter config sets these: a different value given beside it is refused, not dropped.
     const TrainConfig defaults;
@@ -242,7 +272,7 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   if (frozen_only) {
     const drafter::DrafterConfig file_cfg = drafter::load_drafter_config(cfg.drafter_config);
     models::TargetConfig tcfg = target_shapes_of(file_cfg);  // what resolve_drafter_config checks: its own shapes first
-    check_budget(cfg, resolve_drafter_config(cfg, tcfg), compute);  // before the embedding is read
+    check_memory(cfg, resolve_drafter_config(cfg, tcfg), compute);  // before the embedding is read
     t.frozen = frozen_from_folder(cfg.target, file_cfg.tie_word_embeddings);
     tcfg.vocab_size = t.frozen.embed.size(0);  // then checked against the weights themselves
     tcfg.hidden_size = t.frozen.embed.size(1);
@@ -250,7 +280,7 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   } else {
     const models::TargetConfig tcfg = models::read_target_config(cfg.target);
     t.dcfg = resolve_drafter_config(cfg, tcfg);
-    check_budget(cfg, t.dcfg, compute);
+    check_memory(cfg, t.dcfg, compute);
     models::TargetLoadOptions topt;
     topt.dtype = ops::scalar_type(cfg.target_dtype);
     const bool online = !t.samples->has_features();

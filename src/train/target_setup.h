@@ -68,6 +68,10 @@ plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::Draf
 // `budget` (when set): the planned peak of one worker's micro-batch must fit it, else an std::invalid_argument
 // naming both and the settings that would fit. Checked before any weight is read.
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);
+// check_budget, then each drafter device: the planned peak of its workers must fit what it has available
+// (plan/memory_fit.h, the comparison `doctor --config` reports), else an std::invalid_argument naming the peak, the
+// memory available and the settings that would fit. Checked before any weight is read.
+void check_memory(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);
 
 // Drafter layer i <- target layer first + i, tensor by tensor (init_from_target_layer).
 void copy_target_layers(const models::TargetModel& target, int64_t first, drafter::DrafterWeights& w);

@@ -12,6 +12,7 @@
 
 #include "attention_selfcheck.h"
 #include "checkpoint.h"
+#include "created_folder.h"
 #include "draft_vocab.h"
 #include "master_state.h"
 #include "run_context.h"
@@ -111,6 +112,7 @@ class Checkpointer {
       : cfg_(cfg), run_(run), side_(side), master_(master), log_(log), hooks_(hooks),
         saved_step_(run.resume ? run.resume->step : -1) {}
 
+  bool saved_any() const { return saved_step_ >= 0; }
   void save(int64_t step, int64_t pos) {
     if (!run_.lead) return;
     if (!master_.finite())  // the step checks loss and gradient norm; this guards the file itself
@@ -176,19 +178,33 @@ void log_run_summary(const TrainConfig& cfg, const RunContext& run, const Target
   log.finish(stopped ? "interrupted: checkpoint written, exiting" : "done");
 }
 
+// The settings that scale the loss, the family's own included (each is bounded by TrainConfig::validate, but the
+// bounds leave room to overflow bf16): "kl_weight (now 0), gamma (now 0), selector_loss_weight (now 1000)".
+std::string loss_settings(const TrainConfig& cfg) {
+  std::ostringstream s;
+  s << "kl_weight (now " << cfg.kl_weight << "), gamma (now " << cfg.gamma << ")";
+  if (cfg.family() == drafter::DrafterFamily::DSpark)
+    s << ", ce_loss_weight (now " << cfg.ce_loss_weight << "), l1_loss_weight (now " << cfg.l1_loss_weight
+      << "), confidence_loss_weight (now " << cfg.confidence_loss_weight << ")";
+  if (cfg.family() == drafter::DrafterFamily::DFlash2)
+    s << ", selector_loss_weight (now " << cfg.selector_loss_weight << ")";
+  return s.str();
+}
+
 std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, const std::string& kept, bool first_update) {
   std::ostringstream s;
   if (first_update) {  // no optimizer step has run: the learning rate cannot be the cause
-    s << e.what() << " (the first step of the run, before any update: not the learning rate); the initial drafter or "
-      << "its inputs give non-finite numbers: check the target's features and its config (rope_theta, rope_scaling, "
-      << "rms_norm_eps), init_std (now " << cfg.init_std << "), init_final_norm (now " << cfg.init_final_norm
-      << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype) << ")";
+    s << e.what() << " (the first step of the run, before any update: not the learning rate); the initial drafter, "
+      << "its inputs or its loss give non-finite numbers: check the loss settings (" << loss_settings(cfg)
+      << "), the target's features and its config (rope_theta, rope_scaling, rms_norm_eps), init_std (now "
+      << cfg.init_std << "), init_final_norm (now " << cfg.init_final_norm << ") or bf16 -> fp32 (dtype, now "
+      << util::dtype_name(cfg.dtype) << ")";
     return s.str();
   }
   s << e.what() << "; the weights were not updated and " << kept
     << ". Try a lower lr (now " << cfg.lr << "), gradient clipping (clip, now " << cfg.clip
-    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype)
-    << "), then --resume";
+    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << "), smaller loss settings (" << loss_settings(cfg)
+    << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype) << "), then --resume";
   return s.str();
 }
 
@@ -221,7 +237,10 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
 
   // Every check has passed: only now does the run folder appear and get its files (issue 36: a refused start
   // leaves no folder behind; a resumed run's files are not rewritten by a start that is then refused).
-  fs::create_directories(cfg.out);  // every rank, as before (the test hook dumps each rank's weights there)
+  // Every rank, as before (the test hook dumps each rank's weights there). A run that fails before its first
+  // checkpoint (a step that diverged, a worker error) takes the folder it made away again: nothing to resume.
+  util::CreatedFolder made(cfg.out);
+  if (!run.lead) made.keep();  // ranks may share the folder: only the lead, which writes its checkpoints, removes it
   if (run.lead) {
     write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(cfg).dump(2) + "\n");
     drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
@@ -262,8 +281,13 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
     }
   } catch (const DivergedError& e) {
     producer.stop();
+    if (checkpoints.saved_any()) made.keep();
     throw std::runtime_error(diverged_advice(cfg, e, checkpoints.kept(), start_step == 0 && e.step == 1));
+  } catch (...) {
+    if (checkpoints.saved_any()) made.keep();
+    throw;
   }
+  made.keep();
   producer.stop();
   log_run_summary(cfg, run, side, master, rows, hooks, log, stopped);
   return stopped ? 130 : 0;

@@ -102,6 +102,19 @@ TEST(DrafterFamily, DSparkConfigErrorsNameFileFieldAndValue) {
   EXPECT_NE(err(d).find("d.json: field 'markov_rank': expected absent for architectures [\"DFlashDraftModel\"]"),
             std::string::npos)
       << err(d);
+  // Issue 49: a family that has no draft vocabulary refuses one where it is read (DSpark used to train the full
+  // vocabulary while its saved config kept draft_vocab_size); a list naming two families was read as its first.
+  j = tiny_dspark_json();
+  j["draft_vocab_size"] = 8;
+  EXPECT_EQ(err(j), std::string("d.json: field 'draft_vocab_size': expected absent with architectures "
+                                "[\"Qwen3DSparkModel\"] (") + family_draft_vocab_refusal(DrafterFamily::DSpark) +
+                        "), got 8");
+  j = tiny_dspark_json();
+  j["architectures"] = {"Qwen3DSparkModel", "DFlashDraftModel"};
+  EXPECT_NE(err(j).find("d.json: field 'architectures': expected [\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"] or "
+                        "[\"DFlash2DraftModel\"], got [\"Qwen3DSparkModel\",\"DFlashDraftModel\"]"),
+            std::string::npos)
+      << err(j);
   d = tiny_drafter_config_json();
   d["architectures"] = {"DSparkDraftModel"};
   EXPECT_NE(err(d).find("d.json: field 'architectures': expected [\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"] or "

@@ -6,8 +6,11 @@
 //     yarn attention scaling finite and positive (a factor of 1e-39 or a subnormal rope_theta used to give NaN
 //     tables with exit 0);
 //   - rms_norm_eps finite and positive; the drafter's attention windows non-negative;
-//   - train config: the loss weight of every block slot finite in (0, 1], kl_weight in [0, 1], the optimizer's
-//     numbers finite (lr > 0, betas in [0, 1), eps > 0).
+//   - train config: the loss weight of every block slot finite in [0, 1] and the first slot's 1, kl_weight in [0, 1], the optimizer's
+//     numbers finite (lr > 0, betas in [0, 1), eps > 0);
+//   - the families (issue 49): a drafter config names one family, a DSpark or DFlash2 one has no draft vocabulary,
+//     its heads / convs / selector within their documented ranges; a train config's family loss weights finite in
+//     [0, 1000], so that weight x a loss term of float32's scale stays finite.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -98,6 +101,21 @@ void check_eps(double eps, const std::string& what) {
   if (!finite_positive_float(eps)) violated(what + ": rms_norm_eps " + std::to_string(eps));
 }
 
+// What a family does not implement never parses, and its shapes stay in the documented ranges.
+void check_family(const dflash::drafter::DrafterConfig& d, const std::string& what) {
+  using dflash::drafter::DrafterFamily;
+  if (d.family != DrafterFamily::DFlash && d.draft_vocab_size != 0)
+    violated(what + ": a " + dflash::drafter::drafter_family_name(d.family) + " drafter with a draft vocabulary");
+  if (d.family == DrafterFamily::DSpark && (d.dspark.markov_rank < 0 || d.dspark.markov_rank > 65536))
+    violated(what + ": markov_rank " + std::to_string(d.dspark.markov_rank));
+  const auto& f = d.dflash2;
+  if (d.family == DrafterFamily::DFlash2 &&
+      (f.conv_kernel_size < 1 || f.conv_kernel_size > 64 || f.conv_group_size < 1 || f.conv_group_size > 65536 ||
+       d.hidden_size % f.conv_group_size != 0 || f.selector_rank < 1 || f.selector_rank > 65536 ||
+       f.selector_top_k < 1 || f.selector_top_k > std::min<int64_t>(1024, d.vocab_size)))
+    violated(what + ": DFlash2 settings out of range");
+}
+
 void target_case(const std::string& text) {
   const char* name = "fuzz-target.json";
   dflash::models::TargetConfig t;
@@ -132,6 +150,7 @@ void drafter_case(const std::string& text) {
   check_rope(d.rope, d.head_dim, d.max_position_embeddings, name);
   for (int64_t i = 0; i < std::min<int64_t>(d.num_hidden_layers, 4096); ++i)
     if (d.window_for_layer(i) < 0) violated(std::string(name) + ": negative attention window");
+  check_family(d, name);
 }
 
 void train_case(const std::string& text, bool yaml) {
@@ -146,7 +165,9 @@ void train_case(const std::string& text, bool yaml) {
   const double gamma = dflash::drafter::loss_gamma(c.gamma, c.loss_decay, c.block_size);
   for (int64_t k = 1; k < c.block_size; ++k) {
     const double w = std::exp(-double(k - 1) / gamma);
-    if (!std::isfinite(w) || !(w > 0) || w > 1)
+    // Far slots may underflow to 0 with a small gamma (they then do not train); slot 1 always weighs 1, so the
+    // weights' sum, which divides the loss, is positive.
+    if (!std::isfinite(w) || !(w >= 0) || w > 1 || (k == 1 && w != 1))
       violated("train config: loss weight " + std::to_string(w) + " of slot " + std::to_string(k));
   }
   if (!(c.kl_weight >= 0 && c.kl_weight <= 1)) violated("train config: kl_weight " + std::to_string(c.kl_weight));
@@ -154,6 +175,16 @@ void train_case(const std::string& text, bool yaml) {
       !finite_positive_float(c.eps) || !std::isfinite(c.clip) || !finite_positive_float(c.init_std) ||
       !finite_positive_float(c.init_final_norm))
     violated("train config: an optimizer or init number out of its range");
+  // The family loss weights scale loss terms of float32's scale (a CE of at most ~100): the products stay finite.
+  for (const double w : {c.ce_loss_weight, c.l1_loss_weight, c.confidence_loss_weight, c.selector_loss_weight})
+    if (!(w >= 0 && w <= 1000) || !std::isfinite(static_cast<float>(w * 100.0)))
+      violated("train config: a family loss weight " + std::to_string(w));
+  if (c.family() == dflash::drafter::DrafterFamily::DSpark &&
+      !(c.ce_loss_weight + c.l1_loss_weight + c.confidence_loss_weight > 0))
+    violated("train config: dspark with every loss weight 0");
+  if (c.family() != dflash::drafter::DrafterFamily::DFlash && c.draft_vocab != 0)
+    violated("train config: a draft vocabulary with drafter_family " +
+             std::string(dflash::drafter::drafter_family_name(c.family())));
 }
 
 }  // namespace

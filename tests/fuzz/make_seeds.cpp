@@ -222,6 +222,13 @@ void train_config_seeds() {
        std::string("\x02") + R"({"target": "t.gguf", "data": "d.jsonl", "out": "o", "num_anchors": 64, "max_len": 256,)"
                              R"( "threads": 2, "lr": 3e-4, "clip": 1.0, "drafter_devices": ["cpu"], "target_layer_ids": [1, 9]})");
   seed("train_config", "yaml_two_docs", "\x03lr: 1e-3\n---\nsteps: 5\n");
+  seed("train_config", "family_settings",  // issue 49: every family setting, each with its own range
+       std::string("\x02") + R"({"drafter_family": "dflash2", "conv_kernel_size": 2, "conv_group_size": 16,)"
+                             R"( "selector_rank": 256, "selector_top_k": 16, "selector_candidates": "strict",)"
+                             R"( "selector_stop_gradient": true, "selector_loss_weight": 1e300})");
+  seed("train_config", "dspark_settings",
+       "\x01drafter_family: dspark\nmarkov_rank: 65537\nmarkov_head_type: gated\nce_loss_weight: 0.1\n"
+       "l1_loss_weight: 0.9\nconfidence_loss_weight: 1.0\nenable_confidence_head: false\ngamma: 4\ndraft_vocab: 8\n");
   // Inputs the fuzzer found once (kept as seeds so every run retries them):
   seed("train_config", "found_yaml_cpp_loadall_hang", "\x03,r\n");  // yaml-cpp 0.7 LoadAll looped forever
   seed("train_config", "found_invalid_utf8_value", "\x03lr: li=udata \xb5\x35\n5\n");  // json dump threw type_error
@@ -298,6 +305,26 @@ void model_settings_seeds() {
                              R"( "loss_decay": "exp", "attention_backend": "auto", "loss_chunk_rows": 512, "block_size": 16})");
   seed("model_settings", "train_no_decay",
        "\x03target: t\ndata: d\nout: o\nloss_decay: none\nattention_backend: reference\nlr: 1.0e-4\neps: 1.0e-8\n");
+  // The families' settings (issue 49): DSpark's heads and loss weights, DFlash2's convs, selector and its weight.
+  const std::string backbone =
+      R"("model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,)"
+      R"( "num_key_value_heads": 2, "head_dim": 8, "num_hidden_layers": 2, "num_target_layers": 8, "vocab_size": 64,)"
+      R"( "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "block_size": 16)";
+  seed("model_settings", "drafter_dspark",
+       std::string("\x01") + R"({"architectures": ["Qwen3DSparkModel"], )" + backbone +
+           R"(, "mask_token_id": 3, "target_layer_ids": [1, 4], "markov_rank": 8, "markov_head_type": "gated",)"
+           R"( "enable_confidence_head": true, "confidence_head_with_markov": false})");
+  seed("model_settings", "drafter_dflash2",
+       std::string("\x01") + R"({"architectures": ["DFlash2DraftModel"], )" + backbone +
+           R"(, "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 4], "conv_kernel_size": 2,)"
+           R"( "conv_group_size": 16, "selector_rank": 8, "selector_top_k": 4}})");
+  seed("model_settings", "train_dspark",
+       std::string("\x02") + R"({"target": "t", "data": "d", "out": "o", "drafter_family": "dspark", "gamma": 4.0,)"
+                             R"( "markov_rank": 16, "markov_head_type": "rnn", "ce_loss_weight": 0.1,)"
+                             R"( "l1_loss_weight": 0.9, "confidence_loss_weight": 1.0})");
+  seed("model_settings", "train_dflash2",
+       "\x03target: t\ndata: d\nout: o\ndrafter_family: dflash2\nconv_kernel_size: 3\nconv_group_size: 8\n"
+       "selector_rank: 32\nselector_top_k: 8\nselector_candidates: inject\nselector_loss_weight: 2.5\n");
 }
 
 }  // namespace

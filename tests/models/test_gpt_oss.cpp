@@ -33,6 +33,16 @@ TEST(Mxfp4, DequantisesCodesTimesPowersOfTwo) {
         ASSERT_EQ(g[r][grp * 32 + j], float(v)) << r << " " << grp << " " << j;
       }
   EXPECT_THROW(mxfp4_dequantize(blocks, scales.narrow(1, 0, 2), "w"), std::runtime_error);
+  // 255 is E8M0's NaN: refused, naming the scales tensor and the byte's index (it used to dequantise to nan/inf)
+  at::Tensor nan_scales = scales.clone();
+  nan_scales[1][2] = 255;
+  try {
+    mxfp4_dequantize(blocks, nan_scales, "w");
+    ADD_FAILURE() << "a scale byte of 255 was dequantised";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "target weights: MXFP4 tensor 'w_scales' holds the byte 255 at [1, 2] (NaN in "
+                                     "E8M0, the scales' format): the checkpoint is damaged");
+  }
   EXPECT_THROW(mxfp4_dequantize(blocks.to(at::kFloat), scales, "w"), std::runtime_error);
 }
 

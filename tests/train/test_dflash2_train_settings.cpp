@@ -70,7 +70,9 @@ TEST(DFlash2TrainSettings, ReadIntoTypesWithTheSourcesDefaults) {
 
 TEST(DFlash2TrainSettings, RangesAndFamily) {
   EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"selector_loss_weight", -1.0}})),
-            "train config: 'selector_loss_weight' must be a finite number >= 0, got -1.0");
+            "train config: 'selector_loss_weight' must be a finite number in [0, 1000], got -1.0");
+  EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"selector_loss_weight", 1e300}})),
+            "train config: 'selector_loss_weight' must be a finite number in [0, 1000], got 1e+300");
   EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"conv_kernel_size", 0}})),
             "train config: 'conv_kernel_size': expected an integer in [1, 64], got 0");
   EXPECT_EQ(validate_error(with({{"drafter_family", "dflash2"}, {"selector_top_k", 5000}})),
