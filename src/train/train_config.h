@@ -18,6 +18,7 @@
 #include "drafter_family.h"
 #include "dtype_names.h"
 #include "loss_weighting.h"
+#include "report_to.h"
 #include "sample_format.h"
 
 namespace dflash::train {
@@ -72,6 +73,16 @@ struct TrainConfig {
   drafter::SelectorCandidates selector_candidates = drafter::kDefaultSelectorCandidates;
   bool selector_stop_gradient = false;
   double selector_loss_weight = drafter::kDefaultSelectorLossWeight;  // alpha
+
+  // Experiment trackers fed while the run trains (report_to.h; python/dflash/report): the project and run names
+  // they file it under (run name "": the run folder's name) and each tracker's own local/offline setting. The
+  // folders default ("") to RUN_DIR/report/<tracker>.
+  ReportTo report_to;
+  std::string report_project = "dflash", report_run_name;
+  std::string tensorboard_dir;
+  std::string wandb_mode = "offline", wandb_dir;
+  std::string mlflow_tracking_uri;
+  std::string swanlab_mode = "local", swanlab_logdir;
 
   drafter::DFlash2Settings dflash2_settings() const {
     return {conv_kernel_size, conv_group_size, selector_rank, selector_top_k};
