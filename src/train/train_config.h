@@ -95,6 +95,7 @@ struct TrainConfig {
   // Throws std::invalid_argument naming the key and the expected value.
   void validate() const;
   void validate_family_settings() const;  // drafter_family and DSpark's settings (part of validate())
+  void validate_report_settings() const;  // report_to's trackers' modes (part of validate(); `dflash report` too)
   // Each device as its canonical name (cpu, cuda:N), in order; target: every stage of every replica.
   std::vector<std::string> drafter_device_list() const;
   std::vector<std::string> target_device_list() const;

@@ -37,12 +37,13 @@ def _libraries_to_log(report_dir: pathlib.Path):
 
 
 def _plots(reporter: Reporter, plot_script, step: int) -> None:
+    """The checkpoint's plots to the trackers; drawn or not, the step counts as done (no retry every poll)."""
     settings = reporter.settings
     try:
         pngs = draw(plot_script, settings.run_dir, settings.report_dir / "plots") if reporter.live else {}
     except Exception as e:  # noqa: BLE001 -- no plots this time; the metrics still go
         reporter.say(f"report: the plots of step {step} could not be drawn ({e})")
-        return
+        pngs = {}
     reporter.images(step, pngs)
 
 
@@ -53,13 +54,11 @@ def follow(run_dir: pathlib.Path, plot_script) -> int:
     reporter = Reporter(settings, _libraries_to_log(settings.report_dir))
     reporter.start()
     tail = MetricsTail(run_dir / "metrics.jsonl")
-    plotted = checkpoint_step(run_dir)  # a resumed run's checkpoint had its plots before
     how = "killed"
     lifeline = sys.stdin.fileno()
     while True:
         reporter.forward(tail.read())
-        if (ck := checkpoint_step(run_dir)) > plotted:
-            plotted = ck
+        if (ck := checkpoint_step(run_dir)) > reporter.plotted_step:
             _plots(reporter, plot_script, ck)
         ready, _, _ = select.select([lifeline], [], [], POLL_SECONDS)
         if ready:
@@ -68,7 +67,7 @@ def follow(run_dir: pathlib.Path, plot_script) -> int:
                 break
             how = data.split()[0].decode(errors="replace") if data.split() else how
     reporter.forward(tail.read())
-    if (ck := checkpoint_step(run_dir)) > plotted:
+    if (ck := checkpoint_step(run_dir)) > reporter.plotted_step:
         _plots(reporter, plot_script, ck)
     reporter.close(how)
     return 0
@@ -80,7 +79,7 @@ def replay(run_dir: pathlib.Path, overrides: dict, plot_script) -> int:
     reporter.start()
     tail = MetricsTail(run_dir / "metrics.jsonl")
     last = reporter.forward(tail.read())
-    if last:
+    if last > reporter.plotted_step:
         _plots(reporter, plot_script, last)
     reporter.close("done")
     return 0

@@ -73,9 +73,17 @@ class Reporter:
         self.state.save()
         return steps[-1][0]
 
+    @property
+    def plotted_step(self) -> int:
+        """The last checkpoint step whose plots were sent (kept in state.json, so a resume does not send them
+        again)."""
+        return self.state.data.get("plots", {}).get("step", 0)
+
     def images(self, step: int, pngs: dict) -> None:
         if pngs:
             self._each("logging plots", lambda t: t.log_images(step, pngs))
+        self.state.data["plots"] = {"step": step}
+        self.state.save()
 
     def close(self, how: str) -> None:
         self._each("closing", lambda t: t.close(how))

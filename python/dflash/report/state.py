@@ -1,5 +1,6 @@
 """RUN_DIR/report/state.json: per tracker, its run id and the last step it was sent, so that a resumed run (or a
-second `dflash report`) continues the same tracker run and sends no step twice. Replaced whole on each save."""
+second `dflash report`) continues the same tracker run and sends no step twice; under "plots", the checkpoint step
+whose plots were sent last. Replaced whole on each save."""
 from __future__ import annotations
 
 import json
