@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang + libclang-rt-dev: the libFuzzer/ASan/UBSan runtime of the fuzz targets (tests/fuzz; `make test` runs them).
+# chromium: headless, loads `tensorboard --logdir` in tests/python/test_train_report.py (the `--report-to` page).
 APT_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev python3-venv nlohmann-json3-dev libgloo-dev libyaml-cpp-dev
-              clang libclang-rt-dev)
+              clang libclang-rt-dev chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
