@@ -3,14 +3,20 @@ TensorBoard, W&B, MLflow or SwanLab") on test_train.py's tiny offline run, with 
 network: every scalar of metrics.jsonl read back from each tracker with that tracker's own reader
 (tracker_readers.py) equals metrics.jsonl; the settings and the plots are there; a tracker that fails does not stop
 training and is said once; kill -9 + --resume continues the same tracker runs without a step twice; `dflash report`
-replays a run made without trackers, and a second replay sends nothing twice."""
+replays a run made without trackers, and a second replay sends nothing twice; `tensorboard --logdir` on 127.0.0.1,
+loaded in headless Chromium, shows the loss chart."""
 import json
+import re
+import shutil
 import subprocess
+import time
 
 import numpy as np
+import pytest
 
 import tracker_readers as tr
-from test_train import TIMEOUT, base_args, metrics, offline_dir, target_dir, train  # noqa: F401 (fixtures)
+from eval_cli import run_eval, write_prompts
+from test_train import TIMEOUT, VOCAB, base_args, metrics, offline_dir, target_dir, train  # noqa: F401 (fixtures)
 
 ALL = "tensorboard,wandb,mlflow,swanlab"
 # What an exact resume reproduces (timings and memory differ between runs).
@@ -36,9 +42,15 @@ def report_args(target, data, run, **kw):
     return base_args(target, data, run, checkpoint_every=kw.pop("checkpoint_every", 100), **kw)
 
 
-def test_every_scalar_settings_and_plots_reach_every_tracker(dflash_bin, target_dir, offline_dir, tmp_path):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def all_trackers_run(dflash_bin, target_dir, offline_dir, tmp_path_factory):  # noqa: F811
+    run = tmp_path_factory.mktemp("all") / "run"
     r = train(dflash_bin, report_args(target_dir[0], offline_dir[0], run, steps=4) + ["--report-to", ALL])
+    return run, r
+
+
+def test_every_scalar_settings_and_plots_reach_every_tracker(all_trackers_run):
+    run, r = all_trackers_run
     assert "report:" not in r.stderr, r.stderr  # nothing failed
     want = tr.expected_scalars(run)
     for name in ("train/loss", "train/acc", "train/slot_acc/3", "train/lr", "train/grad_norm", "train/tokens_per_s",
@@ -66,6 +78,22 @@ def test_every_scalar_settings_and_plots_reach_every_tracker(dflash_bin, target_
     starts = [x.start for x in tr.swanlab_records(report / "swanlog") if x.HasField("start")]
     assert [(s.project, s.name) for s in starts] == [("dflash", "run")]
     assert any(x.media.key == "plots/loss" for x in tr.swanlab_records(report / "swanlog") if x.HasField("media"))
+
+
+def test_eval_of_the_run_reaches_its_trackers(dflash_bin, all_trackers_run, target_dir, tmp_path):  # noqa: F811
+    """`dflash eval --drafter RUN_DIR` of a run with trackers: its results at the run's last checkpoint step."""
+    run, _ = all_trackers_run
+    r = subprocess.run([dflash_bin, "export", str(run), "--out", str(run / "export"), "--dtype", "fp32", "--engine",
+                        "vllm"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    prompts = write_prompts(tmp_path / "p.jsonl", 2, VOCAB)
+    results, _, _ = run_eval(dflash_bin, target_dir[0], prompts, tmp_path, "--drafter", str(run), "--max-new", "8",
+                             env=None, timeout=TIMEOUT)
+    (ds,) = results["datasets"]
+    for name, got in (("tensorboard", tr.tensorboard_scalars(run / "report" / "tensorboard")),
+                      ("mlflow", tr.mlflow_scalars(run / "report" / "mlruns"))):
+        assert got["eval/tiny/tau"] == [(4, np.float32(ds["tau"]) if name == "tensorboard" else ds["tau"])], name
+        assert got["eval/tiny/speedup"][0][0] == 4 and "eval/tiny/slot_acceptance/0" in got, name
 
 
 def test_a_failing_tracker_is_said_once_and_training_goes_on(dflash_bin, target_dir, offline_dir, tmp_path):
@@ -135,3 +163,33 @@ def test_report_replays_a_finished_run_once(dflash_bin, target_dir, offline_dir,
     assert r.returncode != 0 and "'report_to' must be none or a comma list of tensorboard, wandb, mlflow, swanlab" \
         in r.stderr, r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_tensorboard_page_shows_the_loss_chart(all_trackers_run, tmp_path):
+    """`tensorboard --logdir` on 127.0.0.1, its Time Series page rendered by headless Chromium (tall enough that
+    every card is drawn): the train/loss card holds a line chart, and its table the last step."""
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium not found: scripts/setup.sh installs the Debian package"
+    run, _ = all_trackers_run
+    tb = subprocess.Popen([str(tr.VENV_BIN / "tensorboard"), "--logdir", str(run / "report" / "tensorboard"),
+                           "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    try:
+        url, deadline = None, time.monotonic() + TIMEOUT
+        while url is None and time.monotonic() < deadline:
+            line = tb.stderr.readline()
+            assert line or tb.poll() is None, "tensorboard exited"
+            if m := re.search(r"(http://127\.0\.0\.1:\d+/)", line):
+                url = m.group(1)
+        assert url, "tensorboard did not say where it serves"
+        page = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}",
+                               "--virtual-time-budget=15000", "--window-size=1400,5000", "--dump-dom",
+                               url + "#timeseries"], capture_output=True, text=True, timeout=TIMEOUT).stdout
+    finally:
+        tb.terminate()
+        tb.wait(timeout=30)
+    cards = [c for c in page.split("<scalar-card ") if 'title="train/loss"' in c]
+    assert len(cards) == 1, f"no train/loss card in the page ({len(page)} bytes)"
+    assert "<line-chart" in cards[0] and "<canvas" in cards[0]
+    cells = re.findall(r'class="cell[^"]*">\s*([^<]*?)\s*</div>', cards[0])
+    assert "4" in cells, cells  # the step column of the data table: the last step

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+VENV_BIN = pathlib.Path(sys.executable).parent  # the trackers' command-line tools (wandb, tensorboard)
 sys.path.insert(0, str(ROOT / "python"))
 from dflash.report.metrics import is_step_line, step_scalars  # noqa: E402
 
@@ -47,7 +48,7 @@ def wandb_records(wandb_dir) -> list:
     """Every record of every offline run under wandb_dir/wandb, oldest run first."""
     records = []
     for log in sorted(pathlib.Path(wandb_dir).glob("wandb/offline-run-*/run-*.wandb")):
-        r = subprocess.run([str(pathlib.Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(log)],
+        r = subprocess.run([str(VENV_BIN / "wandb"), "leet", "inspect", "--json", str(log)],
                            capture_output=True, text=True, timeout=60, env=dict(os.environ, WANDB_SILENT="true"))
         assert r.returncode == 0, r.stderr
         records += [json.loads(line) for line in r.stdout.splitlines() if line.strip()]

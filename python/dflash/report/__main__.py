@@ -1,10 +1,12 @@
 """python -m dflash.report follow RUN_DIR [--plot-script FILE]
 python -m dflash.report replay RUN_DIR --settings JSON [--plot-script FILE]
+python -m dflash.report eval RUN_DIR --results JSON
 
 follow: what `dflash train --report-to` runs beside the trainer. Standard input is the trainer's lifeline: a word
 ("done", "interrupted", "failed") and then its end; its end without a word means the trainer died (kill -9). Until
 then metrics.jsonl and the checkpoints are polled once a second, niced, so the trainer never waits on us.
 replay: `dflash report RUN_DIR --to ...`: the whole metrics.jsonl and the final plots, once.
+eval: `dflash eval --drafter RUN_DIR` of a run with trackers: its results at the latest checkpoint's step.
 Exit status 0 unless the reporter itself could not run (a tracker's failure is said and left out)."""
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import select
 import signal
 import sys
 
-from .metrics import MetricsTail
+from .metrics import MetricsTail, eval_scalars
 from .plots import checkpoint_step, draw
 from .reporter import Reporter
 from .settings import load_settings
@@ -85,15 +87,28 @@ def replay(run_dir: pathlib.Path, overrides: dict, plot_script) -> int:
     return 0
 
 
+def eval_results(run_dir: pathlib.Path, results: dict) -> int:
+    settings = load_settings(run_dir)
+    reporter = Reporter(settings, _libraries_to_log(settings.report_dir))
+    reporter.start()
+    step = checkpoint_step(run_dir) or max([t.entry.get("last_step", 0) for t in reporter.live], default=0)
+    reporter.extra(step, eval_scalars(results), "logging eval results")
+    reporter.close("done")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="dflash.report", description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=("follow", "replay"))
+    p.add_argument("mode", choices=("follow", "replay", "eval"))
     p.add_argument("run_dir", type=pathlib.Path)
     p.add_argument("--settings", default="{}", help="replay: report settings over the run's (JSON object)")
+    p.add_argument("--results", default="{}", help="eval: dflash eval's results (its --json, as text)")
     p.add_argument("--plot-script", type=pathlib.Path, default=None, help="plot_metrics.py, for the image panels")
     a = p.parse_args(argv)
     if a.mode == "follow":
         return follow(a.run_dir, a.plot_script)
+    if a.mode == "eval":
+        return eval_results(a.run_dir, json.loads(a.results))
     return replay(a.run_dir, json.loads(a.settings), a.plot_script)
 
 

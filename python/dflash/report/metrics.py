@@ -75,3 +75,21 @@ class MetricsTail:
             except ValueError:
                 self.skipped += 1
         return rows
+
+
+def eval_scalars(results: dict) -> dict[str, float]:
+    """`dflash eval`'s results (its --json) as eval/<dataset>/<metric>: every number of each dataset (lists item by
+    item, cycle_ms by phase)."""
+    out = {}
+    for ds in results.get("datasets", []):
+        prefix = "eval/" + _UNSAFE.sub("_", str(ds.get("name", "data")))
+        for key, value in ds.items():
+            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
+            if items is None:
+                if (x := _number(value)) is not None:
+                    out[f"{prefix}/{key}"] = x
+                continue
+            for sub, item in items:
+                if (x := _number(item)) is not None:
+                    out[f"{prefix}/{key}/{sub}"] = x
+    return out

@@ -73,6 +73,11 @@ class Reporter:
         self.state.save()
         return steps[-1][0]
 
+    def extra(self, step: int, scalars: dict, what: str) -> None:
+        """Scalars that are not a training step's (eval results): sent to every tracker at `step`."""
+        if scalars:
+            self._each(what, lambda t: t.log_scalars(step, scalars))
+
     @property
     def plotted_step(self) -> int:
         """The last checkpoint step whose plots were sent (kept in state.json, so a resume does not send them
