@@ -33,6 +33,10 @@ PythonChild::PythonChild(const std::string& script, const std::vector<std::strin
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, sv[1], STDIN_FILENO);  // dup2 clears CLOEXEC on the child's stdin
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  // Nothing of ours beyond stdin/stdout/stderr (data files, Gloo sockets) stays open in the helper.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
   pid_t pid = -1;
   const int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
