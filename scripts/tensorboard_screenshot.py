@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
@@ -17,7 +18,7 @@ DRAWN = """(() => {
   const card = t && t.closest('scalar-card');
   return !!(card && card.querySelector('line-chart canvas, line-chart svg path'));
 })()"""
-CLOSE_SETTINGS = "document.querySelector('button[aria-label=\"Close settings\"]')?.click(); true"
+CLOSE_SETTINGS = "document.querySelector('button[aria-label=\"Close side pane\"]')?.click(); true"
 
 
 def main(run_dir, out):
@@ -39,7 +40,7 @@ def main(run_dir, out):
                 if not page.wait_for(DRAWN, 120):
                     sys.exit("the loss chart was not drawn")
                 page.evaluate(CLOSE_SETTINGS)
-                page.wait_for(DRAWN, 10)
+                time.sleep(3)  # the canvas exists before its lines are drawn
                 pathlib.Path(out).write_bytes(page.screenshot())
             finally:
                 page.close()

@@ -58,7 +58,7 @@ def follow(run_dir: pathlib.Path, plot_script) -> int:
     tail = MetricsTail(run_dir / "metrics.jsonl")
     how = "killed"
     lifeline = sys.stdin.fileno()
-    while True:
+    while reporter.live:  # every tracker failed: nothing left to do (said already)
         reporter.forward(tail.read())
         if (ck := checkpoint_step(run_dir)) > reporter.plotted_step:
             _plots(reporter, plot_script, ck)
