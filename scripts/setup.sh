@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang + libclang-rt-dev: the libFuzzer/ASan/UBSan runtime of the fuzz targets (tests/fuzz; `make test` runs them).
+# chromium: headless, loads `tensorboard --logdir` in tests/python/test_train_report.py (the `--report-to` page).
 APT_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev python3-venv nlohmann-json3-dev libgloo-dev libyaml-cpp-dev
-              clang libclang-rt-dev)
+              clang libclang-rt-dev chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -30,6 +31,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] pip: installing requirements.txt (first time pulls the CUDA-enabled torch wheel, several GB)"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+# The experiment trackers of `dflash train --report-to` (requirements-tracking.txt: TensorBoard, W&B, MLflow,
+# SwanLab), with a stamp of their own so that changing their pins reinstalls only them.
+stamp=.venv/.dflash-requirements-tracking.sha256
+want=$(sha256sum requirements-tracking.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] pip: installing requirements-tracking.txt"
+  .venv/bin/pip install -q -r requirements-tracking.txt
   echo "$want" > "$stamp"
 fi
 

@@ -23,6 +23,7 @@
 #include "eval_commands.h"
 #include "eval_report.h"
 #include "eval_run.h"
+#include "eval_tracking.h"
 #include "progress.h"
 #include "prompt_sources.h"
 #include "response_generator.h"
@@ -121,8 +122,8 @@ DatasetReport evaluate_dataset(const EvalOptions& o, const EvalDataset& ds, cons
   return rep;
 }
 
-void write_eval_json(const EvalOptions& o, const ProposerSide& side, const data::GenerationOptions& gen,
-                     const std::vector<DatasetReport>& reports) {
+nlohmann::json eval_json(const EvalOptions& o, const ProposerSide& side, const data::GenerationOptions& gen,
+                         const std::vector<DatasetReport>& reports) {
   // block_size: the drafter's B (DSpark drafts all B and verifies B + 1 tokens: verified_per_cycle).
   nlohmann::json j = {{"target", o.target.path},
                       {"drafter", side.drafter ? side.drafter->dir : o.proposer},
@@ -140,7 +141,7 @@ void write_eval_json(const EvalOptions& o, const ProposerSide& side, const data:
                               {"backend", ops::attention_backend_name(side.attention->backend)},
                               {"device", side.attention->device}, {"line", side.attention->line}};
   for (const auto& r : reports) j["datasets"].push_back(r.to_json());
-  io::write_file_atomically(o.json, j.dump(2) + "\n");
+  return j;
 }
 
 }  // namespace
@@ -190,7 +191,9 @@ int run_eval(const EvalOptions& o) {
   if (tokens_out) tokens_out->commit();
   print_table(reports);
   print_cycle_breakdown(reports);
-  if (!o.json.empty()) write_eval_json(o, side, gen, reports);
+  const nlohmann::json results = eval_json(o, side, gen, reports);
+  if (!o.json.empty()) io::write_file_atomically(o.json, results.dump(2) + "\n");
+  if (o.proposer == "dflash") report_eval_to_trackers(o.drafter, results);
   bool all_lossless = true;
   for (const auto& r : reports) all_lossless = all_lossless && r.mismatches.empty();
   return all_lossless ? 0 : 3;

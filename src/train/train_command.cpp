@@ -12,6 +12,7 @@
 #include "output_file.h"
 #include "output_folder.h"
 #include "python_driver.h"
+#include "report_to.h"
 #include "run_settings.h"
 #include "train_commands.h"
 #include "train_config.h"
@@ -48,6 +49,41 @@ int plot_main(const std::vector<std::string>& argv) {
   std::vector<std::string> script_args = {metrics, a.str("out").empty() ? run_dir : a.str("out")};
   if (a.given("json")) script_args.push_back(a.str("json"));
   const auto r = util::run_python("plot_metrics.py", script_args);
+  std::fputs(r.stdout_text.c_str(), stdout);
+  return r.exit_code;
+}
+
+int report_main(const std::vector<std::string>& argv) {
+  Args a("report", "replay a training run's metrics.jsonl, settings and plots into experiment trackers");
+  a.positional("RUN_DIR", "the training run folder (train's --out)");
+  a.option("to", "LIST", "", std::string("the trackers: ") + kReportToSpellings + " (required)");
+  // The train settings that say where and under which names the trackers file the run, spelt as for train;
+  // not given: the run's own (its train_config.json), else their defaults.
+  const std::vector<std::string> keys = {"report_project", "report_run_name", "tensorboard_dir", "wandb_mode",
+                                         "wandb_dir", "mlflow_tracking_uri", "swanlab_mode", "swanlab_logdir"};
+  auto flag = [](std::string key) {
+    for (char& ch : key)
+      if (ch == '_') ch = '-';
+    return key;
+  };
+  for (const auto& key : keys)
+    for (const auto& f : train_fields())
+      if (f.key == key) a.option(flag(key), "VALUE", "", f.help + " [the run's]");
+  if (!a.parse(argv)) return 0;
+  const std::string run_dir = a.str("RUN_DIR");
+  const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
+  if (!fs::exists(metrics)) throw std::invalid_argument("report: " + metrics + " not found");
+  const auto to = report_to_from_text(a.str("to"));
+  if (!to || !to->any())
+    throw util::UsageError(std::string("report: --to must be a comma list of tensorboard, wandb, mlflow, swanlab ") +
+                           "(each once), got '" + a.str("to") + "'");
+  nlohmann::json settings = {{"report_to", to->text()}};
+  for (const auto& key : keys)
+    if (a.given(flag(key))) settings[key] = a.str(flag(key));
+  TrainConfig checked;
+  apply_json(checked, settings, "report: command line");
+  checked.validate_report_settings();
+  const auto r = util::run_python("report.py", {"replay", run_dir, "--settings", settings.dump()});
   std::fputs(r.stdout_text.c_str(), stdout);
   return r.exit_code;
 }

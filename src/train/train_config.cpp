@@ -29,7 +29,8 @@ using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, 
                             drafter::LossDecay TrainConfig::*, ops::AttentionBackend TrainConfig::*,
                             util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
                             data::SampleFormat TrainConfig::*, std::optional<drafter::DrafterFamily> TrainConfig::*,
-                            drafter::MarkovHeadType TrainConfig::*, drafter::SelectorCandidates TrainConfig::*>;
+                            drafter::MarkovHeadType TrainConfig::*, drafter::SelectorCandidates TrainConfig::*,
+                            ReportTo TrainConfig::*>;
 struct Field {
   FieldInfo info;
   Member member;
@@ -127,6 +128,17 @@ const std::vector<Field>& fields() {
       {{"selector_stop_gradient", "bool", "dflash2: the selector loss trains only the selector (U and h detached)"},
        &C::selector_stop_gradient},
       {{"selector_loss_weight", "float", "dflash2: alpha in L = L_unary + alpha L_selector"}, &C::selector_loss_weight},
+      {{"report_to", "str", "experiment trackers fed while training: none | a comma list of tensorboard, wandb, mlflow, "
+                            "swanlab"}, &C::report_to},
+      {{"report_project", "str", "the trackers' project (MLflow: experiment)"}, &C::report_project},
+      {{"report_run_name", "str", "the trackers' run name (empty: the run folder's name)"}, &C::report_run_name},
+      {{"tensorboard_dir", "str", "TensorBoard event folder (empty: RUN_DIR/report/tensorboard)"}, &C::tensorboard_dir},
+      {{"wandb_mode", "str", "W&B: offline (files only; wandb sync uploads them) | online"}, &C::wandb_mode},
+      {{"wandb_dir", "str", "W&B: folder that gets wandb/ (empty: RUN_DIR/report)"}, &C::wandb_dir},
+      {{"mlflow_tracking_uri", "str", "MLflow: a folder, file:, sqlite: or http(s): URI (empty: RUN_DIR/report/mlruns)"},
+       &C::mlflow_tracking_uri},
+      {{"swanlab_mode", "str", "SwanLab: local | offline | online"}, &C::swanlab_mode},
+      {{"swanlab_logdir", "str", "SwanLab: log folder (empty: RUN_DIR/report/swanlog)"}, &C::swanlab_logdir},
   };
   return f;
 }
@@ -259,6 +271,17 @@ struct TextKind<drafter::SelectorCandidates> {
   static std::string write(drafter::SelectorCandidates m) { return drafter::selector_candidates_name(m); }
 };
 
+template <>
+struct TextKind<ReportTo> {
+  static std::optional<TextError> read(const std::string& s, ReportTo& out) {
+    const auto r = report_to_from_text(s);
+    if (!r) return TextError{std::string(kReportToSpellings) + " (each once)", ""};
+    out = *r;
+    return std::nullopt;
+  }
+  static std::string write(const ReportTo& r) { return r.text(); }
+};
+
 // budget: empty text = no budget.
 template <>
 struct TextKind<util::ByteSize> {
@@ -388,7 +411,14 @@ void TrainConfig::validate() const {
           "empty with init_from_target_layer set (one starting point)", "'" + init_from + "'");
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "auto, gloo or nccl", "'" + dist_backend + "'");
+  validate_report_settings();
   validate_family_settings();
+}
+
+void TrainConfig::validate_report_settings() const {
+  require(wandb_mode == "offline" || wandb_mode == "online", "wandb_mode", "offline or online", "'" + wandb_mode + "'");
+  require(swanlab_mode == "local" || swanlab_mode == "offline" || swanlab_mode == "online", "swanlab_mode",
+          "local, offline or online", "'" + swanlab_mode + "'");
 }
 
 // DSpark's settings are checked for every run, and refused unless the family is dspark when they differ from

@@ -18,6 +18,7 @@
 #include "drafter_family.h"
 #include "dtype_names.h"
 #include "loss_weighting.h"
+#include "report_to.h"
 #include "sample_format.h"
 
 namespace dflash::train {
@@ -73,6 +74,16 @@ struct TrainConfig {
   bool selector_stop_gradient = false;
   double selector_loss_weight = drafter::kDefaultSelectorLossWeight;  // alpha
 
+  // Experiment trackers fed while the run trains (report_to.h; python/dflash/report): the project and run names
+  // they file it under (run name "": the run folder's name) and each tracker's own local/offline setting. The
+  // folders default ("") to RUN_DIR/report/<tracker>.
+  ReportTo report_to;
+  std::string report_project = "dflash", report_run_name;
+  std::string tensorboard_dir;
+  std::string wandb_mode = "offline", wandb_dir;
+  std::string mlflow_tracking_uri;
+  std::string swanlab_mode = "local", swanlab_logdir;
+
   drafter::DFlash2Settings dflash2_settings() const {
     return {conv_kernel_size, conv_group_size, selector_rank, selector_top_k};
   }
@@ -84,6 +95,7 @@ struct TrainConfig {
   // Throws std::invalid_argument naming the key and the expected value.
   void validate() const;
   void validate_family_settings() const;  // drafter_family and DSpark's settings (part of validate())
+  void validate_report_settings() const;  // report_to's trackers' modes (part of validate(); `dflash report` too)
   // Each device as its canonical name (cpu, cuda:N), in order; target: every stage of every replica.
   std::vector<std::string> drafter_device_list() const;
   std::vector<std::string> target_device_list() const;

@@ -16,6 +16,7 @@
 #include "draft_vocab.h"
 #include "master_state.h"
 #include "run_context.h"
+#include "run_reporter.h"
 #include "safetensors.h"
 #include "selfcheck_json.h"
 #include "step_producer.h"
@@ -251,6 +252,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   TrainLog log(cfg.out, run.lead, start_step, total_steps, cfg.log_every);
   log_kernels(kernels, run, log, start_step);
   log.set_producer_name(online ? "target" : "data");
+  RunReporter reporter(cfg, run.lead, log);  // report_to: follows metrics.jsonl from here, never waited on
   Checkpointer checkpoints(cfg, run, side, master, log, hooks);
   int64_t step = start_step, pos = start_pos;
   bool stopped = false;
@@ -289,6 +291,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   }
   made.keep();
   producer.stop();
+  reporter.finish(stopped ? "interrupted" : "done");
   log_run_summary(cfg, run, side, master, rows, hooks, log, stopped);
   return stopped ? 130 : 0;
 }

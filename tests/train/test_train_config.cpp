@@ -99,6 +99,15 @@ TrainConfig all_fields_changed() {
   c.selector_candidates = dflash::drafter::SelectorCandidates::Inject;
   c.selector_stop_gradient = true;
   c.selector_loss_weight = 0.5;
+  c.report_to = *report_to_from_text("tensorboard,wandb");
+  c.report_project = "drafters";
+  c.report_run_name = "lr-3e-4";
+  c.tensorboard_dir = "tb";
+  c.wandb_mode = "online";
+  c.wandb_dir = "wb";
+  c.mlflow_tracking_uri = "runs/mlflow";
+  c.swanlab_mode = "offline";
+  c.swanlab_logdir = "sl";
   return c;
 }
 
@@ -208,6 +217,35 @@ TEST(DistBackend, ChoiceAndErrors) {
   EXPECT_NE(error_of<std::invalid_argument>([] { resolve_backend("nccl", at::kCPU); }).find("needs every drafter device to be CUDA"),
             std::string::npos);
   if (have_nccl()) EXPECT_EQ(resolve_backend("nccl", at::Device("cuda:1")), "nccl");
+}
+
+// report_to: none or each tracker once; a flag, a JSON list and the saved text read the same; the trackers' modes.
+TEST(ReportTo, SpellingsAndErrors) {
+  EXPECT_FALSE(report_to_from_text("")->any());
+  EXPECT_FALSE(report_to_from_text("none")->any());
+  EXPECT_EQ(report_to_from_text("mlflow,tensorboard")->trackers, (std::vector<std::string>{"mlflow", "tensorboard"}));
+  for (const char* bad : {"comet", "wandb,wandb", "wandb,", ",wandb", "none,wandb", "TensorBoard"})
+    EXPECT_FALSE(report_to_from_text(bad).has_value()) << bad;
+  TrainConfig flags, file;
+  ASSERT_TRUE(parse_train_args({"--report-to", "tensorboard,swanlab"}, flags));
+  apply_json(file, {{"report_to", {"tensorboard", "swanlab"}}}, "c.json");
+  EXPECT_EQ(flags.report_to, file.report_to);
+  EXPECT_EQ(to_json(flags)["report_to"], "tensorboard,swanlab");
+  EXPECT_EQ(to_json(TrainConfig{})["report_to"], "none");
+  TrainConfig c;
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { apply_json(c, {{"report_to", "wandb,comet"}}, "c.json"); }),
+            "c.json: 'report_to' must be none or a comma list of tensorboard, wandb, mlflow, swanlab (each once), got "
+            "'wandb,comet'");
+  c.target = "t";
+  c.data = "d";
+  c.out = "o";
+  c.wandb_mode = "disabled";
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { c.validate(); }),
+            "train config: 'wandb_mode' must be offline or online, got 'disabled'");
+  c.wandb_mode = "online";
+  c.swanlab_mode = "cloud";
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { c.validate(); }),
+            "train config: 'swanlab_mode' must be local, offline or online, got 'cloud'");
 }
 
 // Hostile settings files (issue 19): what JSON and YAML used to accept silently is now an error naming the key.
