@@ -9,8 +9,11 @@ namespace dflash::exporting {
 
 struct ExportOptions {
   std::string dtype;                    // any name of util/dtype_names.h; "" = the drafter config's torch_dtype
-  std::string engines = "all";          // --engine: all | a comma list of serving_engines.h's engine_names()
+  // --engine: "" (the engines that serve the run's family) | all | a comma list of serving_engines.h's engine_names()
+  std::string engines;
   int64_t max_position_embeddings = 0;  // --max-position-embeddings: the target's context length when the run has none
+  bool gguf = false;                    // --gguf: also draft.gguf by llama.cpp's converter (llama_cpp_convert.h)
+  std::string target;                   // --target: the converter's target ("": the run's train_config.json target)
 };
 
 void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& o);
