@@ -166,7 +166,7 @@ std::vector<LlamaCppDatasetReport> evaluate_llama_cpp(const EvalOptions& o, cons
           data::prompt_token_ids(p, &tokenizer, chat, ds.path + ": prompt " + std::to_string(p.index), tcfg);
       // llama.cpp tokenizes the text again, special tokens included: the chat template's text, not its ids.
       const std::string text = tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()), false);
-      run_llama_cpp_prompt(s, p.index, text, rep);
+      run_llama_cpp_prompt(s, p.index, text, static_cast<int64_t>(ids.size()), rep);
       bar.update(++done, rep.n_predict);
       if (!rep.differing.empty() && rep.differing.back() == p.index)
         std::fprintf(stderr, "\nllama.cpp %s: prompt %lld: the speculative output differs from the target alone\n",
@@ -244,7 +244,8 @@ int run_eval(const EvalOptions& o) {
   std::optional<LlamaCppSettings> llama;
   if (has_engine(o, "llama.cpp")) {
     llama = llama_cpp_settings(o);
-    (void)util::llama_cpp_program("llama-speculative-simple", "eval --engine llama.cpp");  // before any decode
+    for (const char* program : {"llama-speculative-simple", "llama-completion"})  // before any decode
+      (void)util::llama_cpp_program(program, "eval --engine llama.cpp");
   }
   std::optional<models::TargetModel> target;
   if (ours) target.emplace(models::load_target(o.target));

@@ -1,5 +1,6 @@
 #include "llama_cpp_eval.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -35,49 +36,88 @@ std::pair<int64_t, double> decoded(const std::string& log) {
 }
 
 struct Run {
-  std::string text;  // stdout: the prompt and the generated text, as llama.cpp detokenizes them
+  std::string text;  // the prompt and the generated text as llama.cpp detokenizes them, the program's decorations off
   std::string log;   // stderr
 };
 
-// llama-speculative-simple greedy on one prompt; with a draft GGUF it speculates, without one (--spec-type none)
-// it is the target alone through the same program: the same tokenization, sampler, threads and timing.
-Run speculative_simple(const LlamaCppSettings& s, const std::string& prompt, bool with_draft) {
-  const std::string bin = util::llama_cpp_program("llama-speculative-simple", kWhat);
+std::string strip_suffix(std::string s, const std::string& suffix) {
+  if (s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+    s.resize(s.size() - suffix.size());
+  return s;
+}
+
+// The generated text of both programs comparable: speculative-simple prints "\n\n" + prompt + text + "\n\n",
+// llama-completion prompt + text (+ " [end of text]" at the end-of-generation token) + newlines; trailing newlines
+// of the text itself are dropped on both sides alike.
+std::string normalized(std::string s) {
+  if (s.rfind("\n\n", 0) == 0) s.erase(0, 2);
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  s = strip_suffix(s, " [end of text]");
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+std::vector<std::string> common_argv(const std::string& bin, const LlamaCppSettings& s, const std::string& prompt,
+                                     int64_t n_predict, int64_t context) {
   const std::string threads = std::to_string(s.threads);
-  std::vector<std::string> argv = {bin, "-m", s.target_gguf, "-p", prompt, "-n", std::to_string(s.max_new),
-                                   "--temp", "0", "--top-k", "1", "--seed", "0", "-t", threads, "-tb", threads,
-                                   "--no-warmup", "-ngl", "0"};
-  if (with_draft) {
-    for (const std::string& a : {std::string("-md"), s.draft_gguf, std::string("--spec-draft-n-max"),
-                                 std::to_string(s.draft_max), std::string("--spec-draft-n-min"), std::string("0"),
-                                 std::string("--spec-draft-p-min"), std::string("0"), std::string("-td"), threads,
-                                 std::string("-tbd"), threads})
-      argv.push_back(a);
-  } else {
-    argv.push_back("--spec-type");
-    argv.push_back("none");
-  }
-  util::ProcessResult r = util::run_process(argv);
+  return {bin, "-m", s.target_gguf, "-p", prompt, "-n", std::to_string(n_predict), "-c", std::to_string(context),
+          "--temp", "0", "--top-k", "1", "--seed", "0", "-t", threads, "-tb", threads, "-ngl", "0"};
+}
+
+Run finish(util::ProcessResult r, const std::string& what) {
   if (r.exit_code != 0)
-    throw std::runtime_error(std::string(kWhat) + ": llama-speculative-simple " +
-                             (with_draft ? "with " + s.draft_gguf : std::string("(target alone)")) + " exited " +
-                             std::to_string(r.exit_code) + ": " + util::last_line(r.err));
-  return {std::move(r.out), std::move(r.err)};
+    throw std::runtime_error(std::string(kWhat) + ": " + what + " exited " + std::to_string(r.exit_code) + ": " +
+                             util::last_line(r.err));
+  return {normalized(r.out), std::move(r.err)};
+}
+
+// Speculative decoding: llama-speculative-simple, greedy, with the draft GGUF.
+Run speculative(const LlamaCppSettings& s, const std::string& prompt, int64_t context) {
+  auto argv = common_argv(util::llama_cpp_program("llama-speculative-simple", kWhat), s, prompt, s.max_new, context);
+  const std::string threads = std::to_string(s.threads);
+  for (const std::string& a : {std::string("-md"), s.draft_gguf, std::string("--spec-draft-n-max"),
+                               std::to_string(s.draft_max), std::string("--spec-draft-n-min"), std::string("0"),
+                               std::string("--spec-draft-p-min"), std::string("0"), std::string("-td"), threads,
+                               std::string("-tbd"), threads})
+    argv.push_back(a);
+  return finish(util::run_process(argv), "llama-speculative-simple with " + s.draft_gguf);
+}
+
+// The target alone: llama-completion, greedy, the same threads. speculative-simple stops after n_predict + 1
+// tokens (its last cycle commits one more), so this decodes n_predict + 1 too.
+Run target_alone(const LlamaCppSettings& s, const std::string& prompt, int64_t context) {
+  auto argv = common_argv(util::llama_cpp_program("llama-completion", kWhat), s, prompt, s.max_new + 1, context);
+  argv.push_back("-no-cnv");
+  return finish(util::run_process(argv), "llama-completion (the target alone)");
+}
+
+// llama-completion's decode: "eval time = X ms / N runs" (prompt evaluation excluded).
+std::pair<int64_t, double> completion_decoded(const std::string& log) {
+  const size_t at = log.rfind("eval time =");
+  double ms = 0;
+  long long n = 0;
+  if (at == std::string::npos || (at > 0 && log[at - 1] != ' ') ||
+      std::sscanf(log.c_str() + at, "eval time = %lf ms / %lld runs", &ms, &n) != 2)
+    throw std::runtime_error(std::string(kWhat) + ": llama-completion printed no eval time; its last line: " +
+                             util::last_line(log));
+  return {n, ms / 1e3};
 }
 
 }  // namespace
 
 void run_llama_cpp_prompt(const LlamaCppSettings& s, int64_t prompt_index, const std::string& prompt_text,
-                          LlamaCppDatasetReport& rep) {
-  const Run base = speculative_simple(s, prompt_text, false);
-  const Run spec = speculative_simple(s, prompt_text, true);
+                          int64_t prompt_tokens, LlamaCppDatasetReport& rep) {
+  // Room for the prompt, the tokens and one cycle's drafts beyond them.
+  const int64_t context = std::max<int64_t>(256, prompt_tokens + s.max_new + s.draft_max + 16);
+  const Run base = target_alone(s, prompt_text, context);
+  const Run spec = speculative(s, prompt_text, context);
   const int64_t n_predict = counter(spec.log, "n_predict"), n_accept = counter(spec.log, "n_accept");
   ++rep.prompts;
   rep.n_predict += n_predict;
   rep.n_drafted += counter(spec.log, "n_drafted");
   rep.n_accept += n_accept;
   const auto [spec_tokens, spec_s] = decoded(spec.log);
-  const auto [base_tokens, base_s] = decoded(base.log);
+  const auto [base_tokens, base_s] = completion_decoded(base.log);
   rep.spec_tokens += spec_tokens;
   rep.spec_seconds += spec_s;
   rep.target_tokens += base_tokens;

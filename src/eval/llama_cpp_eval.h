@@ -1,7 +1,7 @@
 // `dflash eval --engine llama.cpp`: the real serving engine on the same prompts as our eval. llama.cpp's
 // llama-speculative-simple decodes each prompt with the target GGUF and the drafter GGUF that `dflash export --gguf`
-// wrote (greedy, the same chat-templated prompt text, the same drafts per cycle and threads), and the target alone
-// decodes it too; reported are llama.cpp's own counters (tokens predicted, drafted, accepted: accepted per cycle
+// wrote (greedy, the same chat-templated prompt text, the same drafts per cycle and threads), and llama-completion
+// decodes it with the target alone (same threads, greedy); reported are llama.cpp's own counters (tokens predicted, drafted, accepted: accepted per cycle
 // = n_predict / (n_predict - n_accept), tau as llama.cpp measures it), both speeds and whether the speculative output
 // equals the target-alone output (docs/EVAL.md).
 #pragma once
@@ -38,9 +38,9 @@ struct LlamaCppDatasetReport {
   nlohmann::json to_json() const;
 };
 
-// Runs one prompt (its chat-templated text) both ways and adds it to `rep`.
+// Runs one prompt (its chat-templated text, `prompt_tokens` long) both ways and adds it to `rep`.
 void run_llama_cpp_prompt(const LlamaCppSettings& s, int64_t prompt_index, const std::string& prompt_text,
-                          LlamaCppDatasetReport& rep);
+                          int64_t prompt_tokens, LlamaCppDatasetReport& rep);
 
 // The two engines side by side: our tau (when `our_tau` has the dataset) next to llama.cpp's.
 void print_llama_cpp_table(const std::vector<LlamaCppDatasetReport>& reports,

@@ -39,6 +39,7 @@ void check_engines(const drafter::DrafterConfig& c, const std::string& engine_fl
     t.confidence_head = c.dspark.enable_confidence_head;
     t.confidence_with_markov = c.dspark.confidence_head_with_markov;
   }
+  for (const auto& lt : c.layer_types) t.sliding_layers |= lt == "sliding_attention";
   if (c.family == drafter::DrafterFamily::DFlash2) {
     t.hidden_size = c.hidden_size;
     t.selector_top_k = c.dflash2.selector_top_k;
