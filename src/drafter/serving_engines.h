@@ -20,6 +20,11 @@ struct ExportTraits {
   std::string markov_head_type = "vanilla";
   int64_t markov_rank = 256;
   bool confidence_head = true;
+  bool confidence_with_markov = true;  // the confidence head reads [h; W1[prev]] (confidence_head_with_markov)
+  bool sliding_layers = false;  // some layer_types entry is sliding_attention
+  // dflash2 only:
+  int64_t hidden_size = 0;
+  int64_t selector_top_k = 0;
 };
 
 struct EngineRule {
@@ -31,7 +36,18 @@ struct EngineRule {
   const char* markov_variant = nullptr;  // a gated or rnn Markov head
   const char* rank_zero = nullptr;       // markov_rank 0 (no Markov head)
   const char* no_confidence = nullptr;   // enable_confidence_head false
+  const char* confidence_without_markov = nullptr;  // a confidence head with confidence_head_with_markov false
+  // dflash2 rows: nullptr = any selector_top_k is read as trained; else what happens when
+  // hidden_size < selector_top_k * (selector_top_k + 1)
+  const char* small_selector_lattice = nullptr;
+  const char* sliding = nullptr;  // any family: nullptr = sliding_attention layers are read as trained
 };
+
+// llama.cpp's drafter context has one causal flag (dflash.attention.causal, from is_causal; absent: non-causal):
+// every layer gets it, while our sliding layers are causal inside the block and full layers bidirectional.
+inline constexpr const char* kLlamaCppSliding =
+    "it has one causal flag for every layer (is_causal; absent: non-causal), so sliding_attention layers, trained "
+    "causal inside the block, attend both ways there";
 
 // The engines `--engine all` names, in the order errors list them.
 inline const std::vector<std::string>& engine_names() {
@@ -51,7 +67,8 @@ inline const std::vector<EngineRule>& engine_rules() {
        "no capture point at index L: fewer features than fc expects"},
       {"vllm", "dflash", nullptr, "the aux layer L is never captured: fewer features than fc expects"},
       {"llama.cpp", "dflash", "a drafter GGUF shares the target's vocabulary: the draft head does not fit, d2t is dropped",
-       "it captures the layer output before the final norm, not the final-normed state trained on"},
+       "it captures the layer output before the final norm, not the final-normed state trained on", nullptr, nullptr,
+       nullptr, nullptr, nullptr, kLlamaCppSliding},
       {"zlab", "dflash", "drafts with the target's embedding and LM head: lm_head/d2t/t2d unused", nullptr},
       {"speculators", "dflash", "the converter fails on the draft head's shape",
        "the converter drops the verifier's last layer, then fc no longer fits"},
@@ -62,9 +79,14 @@ inline const std::vector<EngineRule>& engine_rules() {
        "DSpark requires markov_rank > 0", "builds the confidence head anyway and requires its weights"},
       {"vllm", "dspark", nullptr, "the aux layer L is never captured: fewer features than fc expects",
        "builds the vanilla Markov head only", "builds W1/W2 of rank markov_rank: nothing to load at rank 0", nullptr},
+      // llama.cpp: what its converter (conversion/qwen.py DSparkModel) and loader (src/models/dflash.cpp) do,
+      // found by running them (tests/python/test_llama_cpp_engine.py).
       {"llama.cpp", "dspark", "a drafter GGUF shares the target's vocabulary: the draft head does not fit, d2t is dropped",
        "it captures the layer output before the final norm, not the final-normed state trained on",
-       "runs the vanilla Markov head only", "needs markov_w1/markov_w2", nullptr},
+       "its converter refuses every Markov head but vanilla",
+       "without markov_w1/markov_w2 it loads the drafter as DFlash, drafting from the slot after the anchor", nullptr,
+       "its loader wants conf_proj over [h; W1[prev]] (hidden + markov_rank inputs) and fails on the shape", nullptr,
+       kLlamaCppSliding},
       // DFlash2 in z-lab's contract (DFlash2DraftModel; conv and selector settings in dflash_config, is_causal false).
       // Speculators has no DFlash2 converter. train refuses a draft vocabulary with dflash2, and every family refuses
       // the target's last layer, so these columns describe the engines but are not reached by a run. What the
@@ -75,10 +97,26 @@ inline const std::vector<EngineRule>& engine_rules() {
       {"vllm", "dflash2", nullptr, "the aux layer L is never captured: fewer features than fc expects"},
       {"llama.cpp", "dflash2",
        "a drafter GGUF shares the target's vocabulary: the draft head does not fit, d2t is dropped",
-       "it captures the layer output before the final norm, not the final-normed state trained on"},
+       "it captures the layer output before the final norm, not the final-normed state trained on", nullptr, nullptr,
+       nullptr, nullptr,
+       "its loader stores each slot's top-k x top-k selector lattice in a hidden-size row and throws unless "
+       "hidden_size >= selector_top_k * (selector_top_k + 1)",
+       kLlamaCppSliding},
       {"zlab", "dflash2", "drafts with the target's embedding and LM head: lm_head/d2t/t2d unused", nullptr},
   };
   return rules;
+}
+
+// The engines that serve `family` (those with a row for it), in engine_names() order.
+inline std::vector<std::string> engines_for_family(const std::string& family) {
+  std::vector<std::string> out;
+  for (const auto& e : engine_names())
+    for (const auto& r : engine_rules())
+      if (e == r.engine && family == r.family) {
+        out.push_back(e);
+        break;
+      }
+  return out;
 }
 
 // `--engine`: "all" or a comma list of engine_names().
@@ -122,7 +160,15 @@ inline std::string engine_refusal(const ExportTraits& t, const std::string& engi
     add(t.markov_head_type != "vanilla", row->markov_variant, "a " + t.markov_head_type + " Markov head");
     add(t.markov_rank == 0, row->rank_zero, "markov_rank 0");
     add(!t.confidence_head, row->no_confidence, "no confidence head");
+    add(t.confidence_head && !t.confidence_with_markov, row->confidence_without_markov,
+        "confidence_head_with_markov false");
   }
+  if (t.sliding_layers && row->sliding)
+    (why += why.empty() ? "" : "; ") += std::string("sliding layers: ") + row->sliding;
+  if (t.family == "dflash2" && t.selector_top_k > 0 && row->small_selector_lattice &&
+      t.hidden_size < t.selector_top_k * (t.selector_top_k + 1))
+    (why += why.empty() ? "" : "; ") += "selector_top_k " + std::to_string(t.selector_top_k) + " at hidden_size " +
+                                        std::to_string(t.hidden_size) + ": " + row->small_selector_lattice;
   return why;
 }
 

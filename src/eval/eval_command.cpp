@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -24,6 +26,9 @@
 #include "eval_report.h"
 #include "eval_run.h"
 #include "eval_tracking.h"
+#include "llama_cpp_eval.h"
+#include "llama_cpp_tools.h"
+#include "target_loader.h"
 #include "progress.h"
 #include "prompt_sources.h"
 #include "response_generator.h"
@@ -122,25 +127,90 @@ DatasetReport evaluate_dataset(const EvalOptions& o, const EvalDataset& ds, cons
   return rep;
 }
 
-nlohmann::json eval_json(const EvalOptions& o, const ProposerSide& side, const data::GenerationOptions& gen,
-                         const std::vector<DatasetReport>& reports) {
-  // block_size: the drafter's B (DSpark drafts all B and verifies B + 1 tokens: verified_per_cycle).
+bool has_engine(const EvalOptions& o, const std::string& e) {
+  for (const auto& x : o.engines)
+    if (x == e) return true;
+  return false;
+}
+
+// llama.cpp's settings for this eval: the same prompts, tokens, drafts per cycle and threads as ours.
+LlamaCppSettings llama_cpp_settings(const EvalOptions& o) {
+  const std::string dir = resolve_drafter_dir(o.drafter);
+  const drafter::DrafterConfig dc = drafter::load_drafter_config(dir + "/config.json");
+  LlamaCppSettings s;
+  s.target_gguf = o.target.path;
+  s.draft_gguf = dir + "/draft.gguf";
+  if (!std::filesystem::is_regular_file(s.draft_gguf))
+    throw std::invalid_argument("eval --engine llama.cpp: " + s.draft_gguf + " is missing: export the drafter with "
+                                "dflash export RUN --out " + dir + " --gguf");
+  // Our eval verifies max_draft proposals per cycle (0: all, B-1 for dflash/dflash2 and B for dspark); llama.cpp
+  // drafts --spec-draft-n-max per cycle with the same ceilings.
+  const int64_t full = dc.family == drafter::DrafterFamily::DSpark ? dc.block_size : dc.block_size - 1;
+  s.draft_max = o.max_draft > 0 ? std::min(o.max_draft, full) : full;
+  s.max_new = o.max_new;
+  s.threads = std::max<int64_t>(1, o.target.threads);
+  return s;
+}
+
+std::vector<LlamaCppDatasetReport> evaluate_llama_cpp(const EvalOptions& o, const LlamaCppSettings& s,
+                                                      const tok::Tokenizer& tokenizer, const tok::ChatFormat* chat,
+                                                      const models::TargetConfig& tcfg) {
+  std::vector<LlamaCppDatasetReport> out;
+  for (const auto& ds : o.datasets) {
+    const auto prompts = data::read_prompts(ds.path, o.limit);
+    LlamaCppDatasetReport rep;
+    rep.name = ds.name;
+    data::Progress bar("llama.cpp " + ds.name, static_cast<int64_t>(prompts.size()));
+    int64_t done = 0;
+    for (const auto& p : prompts) {
+      const std::vector<int64_t> ids =
+          data::prompt_token_ids(p, &tokenizer, chat, ds.path + ": prompt " + std::to_string(p.index), tcfg);
+      // llama.cpp tokenizes the text again, special tokens included: the chat template's text, not its ids.
+      const std::string text = tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()), false);
+      run_llama_cpp_prompt(s, p.index, text, static_cast<int64_t>(ids.size()), rep);
+      bar.update(++done, rep.n_predict);
+      if (!rep.differing.empty() && rep.differing.back() == p.index)
+        std::fprintf(stderr, "\nllama.cpp %s: prompt %lld: the speculative output differs from the target alone\n",
+                     ds.name.c_str(), static_cast<long long>(p.index));
+    }
+    bar.finish();
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
+
+nlohmann::json eval_json(const EvalOptions& o, const ProposerSide* side, const data::GenerationOptions& gen,
+                          const std::vector<DatasetReport>& reports, const LlamaCppSettings* llama,
+                          const std::vector<LlamaCppDatasetReport>& llama_reports) {
   nlohmann::json j = {{"target", o.target.path},
-                      {"drafter", side.drafter ? side.drafter->dir : o.proposer},
-                      {"drafter_family", side.drafter ? drafter::drafter_family_name(side.drafter->config.family)
-                                                      : o.proposer},
-                      {"block_size", side.drafter ? side.drafter->config.block_size : side.proposer->block_size()},
-                      {"verified_per_cycle", side.proposer->block_size()},
+                      {"engines", o.engines},
                       {"temperature", gen.temperature},
                       {"max_new", gen.max_new},
                       {"max_draft", o.max_draft},
                       {"confidence_threshold", o.confidence_threshold},
                       {"datasets", nlohmann::json::array()}};
-  if (side.attention)
-    j["attention_backend"] = {{"requested", ops::attention_backend_name(side.attention->requested)},
-                              {"backend", ops::attention_backend_name(side.attention->backend)},
-                              {"device", side.attention->device}, {"line", side.attention->line}};
+  if (side) {
+    // block_size: the drafter's B (DSpark drafts all B and verifies B + 1 tokens: verified_per_cycle).
+    j["drafter"] = side->drafter ? side->drafter->dir : o.proposer;
+    j["drafter_family"] = side->drafter ? drafter::drafter_family_name(side->drafter->config.family) : o.proposer;
+    j["block_size"] = side->drafter ? side->drafter->config.block_size : side->proposer->block_size();
+    j["verified_per_cycle"] = side->proposer->block_size();
+    if (side->attention)
+      j["attention_backend"] = {{"requested", ops::attention_backend_name(side->attention->requested)},
+                                {"backend", ops::attention_backend_name(side->attention->backend)},
+                                {"device", side->attention->device}, {"line", side->attention->line}};
+  }
   for (const auto& r : reports) j["datasets"].push_back(r.to_json());
+  if (llama) {
+    nlohmann::json l = {{"version", std::string("llama-cpp-python ") + util::kLlamaCppVersion},
+                        {"target_gguf", llama->target_gguf},
+                        {"draft_gguf", llama->draft_gguf},
+                        {"draft_max", llama->draft_max},
+                        {"threads", llama->threads},
+                        {"datasets", nlohmann::json::array()}};
+    for (const auto& r : llama_reports) l["datasets"].push_back(r.to_json());
+    j["llama_cpp"] = l;
+  }
   return j;
 }
 
@@ -171,31 +241,55 @@ int run_eval(const EvalOptions& o) {
   // The destinations before the target loads: a folder or an empty path fails now, not after the runs.
   if (!o.json.empty()) io::check_output_path(o.json, "eval: --json");
   if (!o.tokens_out.empty()) io::check_output_path(o.tokens_out, "eval: --tokens-out");
-  const models::TargetModel target = models::load_target(o.target);
+  const bool ours = has_engine(o, "dflash");
+  std::optional<LlamaCppSettings> llama;
+  if (has_engine(o, "llama.cpp")) {
+    llama = llama_cpp_settings(o);
+    for (const char* program : {"llama-speculative-simple", "llama-completion"})  // before any decode
+      (void)util::llama_cpp_program(program, "eval --engine llama.cpp");
+  }
+  std::optional<models::TargetModel> target;
+  if (ours) target.emplace(models::load_target(o.target));
   auto tokenizer = models::load_target_tokenizer(o.target);
   std::unique_ptr<tok::ChatFormat> chat;
   if (tokenizer) chat = std::make_unique<tok::ChatFormat>(tok::ChatFormat::from_tokenizer(*tokenizer));
-  const ProposerSide side = make_proposer(o, target);
 
   data::GenerationOptions gen;
   gen.max_new = o.max_new;
   gen.temperature = o.temperature;
   gen.seed = o.seed;
-  gen.eos_ids = data::parse_stop_ids(o.target.eos, target, tokenizer.get());
-
-  std::unique_ptr<io::AtomicOutputFile> tokens_out;  // whole or absent: committed after the last dataset
-  if (!o.tokens_out.empty()) tokens_out = std::make_unique<io::AtomicOutputFile>(o.tokens_out);
   std::vector<DatasetReport> reports;
-  for (const auto& ds : o.datasets)
-    reports.push_back(evaluate_dataset(o, ds, target, *side.proposer, tokenizer.get(), chat.get(), gen, tokens_out.get()));
-  if (tokens_out) tokens_out->commit();
-  print_table(reports);
-  print_cycle_breakdown(reports);
-  const nlohmann::json results = eval_json(o, side, gen, reports);
+  std::optional<ProposerSide> side;
+  if (ours) {
+    side.emplace(make_proposer(o, *target));
+    gen.eos_ids = data::parse_stop_ids(o.target.eos, *target, tokenizer.get());
+    std::unique_ptr<io::AtomicOutputFile> tokens_out;  // whole or absent: committed after the last dataset
+    if (!o.tokens_out.empty()) tokens_out = std::make_unique<io::AtomicOutputFile>(o.tokens_out);
+    for (const auto& ds : o.datasets)
+      reports.push_back(
+          evaluate_dataset(o, ds, *target, *side->proposer, tokenizer.get(), chat.get(), gen, tokens_out.get()));
+    if (tokens_out) tokens_out->commit();
+    print_table(reports);
+    print_cycle_breakdown(reports);
+  }
+  std::vector<LlamaCppDatasetReport> llama_reports;
+  if (llama) {
+    if (!tokenizer)
+      throw std::invalid_argument("eval --engine llama.cpp: " + o.target.path + " has no tokenizer to write the "
+                                  "prompts' text with");
+    const models::TargetConfig tcfg = target ? target->config() : models::read_target_config(o.target.path);
+    llama_reports = evaluate_llama_cpp(o, *llama, *tokenizer, chat.get(), tcfg);
+    std::map<std::string, double> our_tau;
+    for (const auto& r : reports) our_tau[r.name] = r.tau();
+    print_llama_cpp_table(llama_reports, our_tau);
+  }
+  const nlohmann::json results =
+      eval_json(o, side ? &*side : nullptr, gen, reports, llama ? &*llama : nullptr, llama_reports);
   if (!o.json.empty()) io::write_file_atomically(o.json, results.dump(2) + "\n");
-  if (o.proposer == "dflash") report_eval_to_trackers(o.drafter, results);
+  if (ours && o.proposer == "dflash") report_eval_to_trackers(o.drafter, results);
   bool all_lossless = true;
   for (const auto& r : reports) all_lossless = all_lossless && r.mismatches.empty();
+  for (const auto& r : llama_reports) all_lossless = all_lossless && r.differing.empty();
   return all_lossless ? 0 : 3;
 }
 
@@ -224,6 +318,9 @@ int eval_main(const std::vector<std::string>& args) {
   a.option("baseline", "0|1", "1", "also decode with the target alone (speed baseline and lossless check)");
   a.option("json", "FILE", "", "write the results as JSON");
   a.option("tokens-out", "FILE", "", "write the generated tokens per prompt and repeat as JSONL");
+  a.option("engine", "NAMES", "dflash",
+           "dflash (ours) | llama.cpp (llama-speculative-simple with the drafter folder's draft.gguf from export "
+           "--gguf; the target must be a .gguf) | dflash,llama.cpp: both, side by side (docs/EVAL.md)");
   a.range("block-size", 2, 1024).range("max-draft", 0, 1023, " (0: all)").range("limit", -1, 2147483647, " (-1: all)");
   a.range("confidence-threshold", util::closed(0, 1), " (0: off)");
   a.range("max-new", 1, 1048576).range("temperature", util::closed(0, 100), " (0: greedy)");
@@ -270,6 +367,30 @@ int eval_main(const std::vector<std::string>& args) {
   o.seed = static_cast<uint64_t>(a.i64("seed"));
   o.json = a.str("json");
   o.tokens_out = a.str("tokens-out");
+  o.engines.clear();
+  for (const auto& e : a.str_list("engine")) {
+    if (e != "dflash" && e != "llama.cpp")
+      throw std::invalid_argument("eval: --engine: expected dflash, llama.cpp or dflash,llama.cpp, got '" +
+                                  a.str("engine") + "'");
+    if (std::find(o.engines.begin(), o.engines.end(), e) == o.engines.end()) o.engines.push_back(e);
+  }
+  if (o.engines.empty()) throw std::invalid_argument("eval: --engine: expected dflash, llama.cpp or dflash,llama.cpp");
+  if (std::find(o.engines.begin(), o.engines.end(), "llama.cpp") != o.engines.end()) {
+    // What llama.cpp's run cannot honour is refused, not dropped (docs/EVAL.md "llama.cpp").
+    auto refuse = [&](bool bad, const std::string& what) {
+      if (bad) throw std::invalid_argument("eval: --engine llama.cpp " + what);
+    };
+    refuse(o.proposer != "dflash" || o.drafter.empty(), "needs --drafter (an export folder with draft.gguf)");
+    const std::string& t = o.target.path;
+    refuse(t.size() < 5 || t.substr(t.size() - 5) != ".gguf",
+           "needs a .gguf target (llama.cpp runs GGUF files), got --target '" + t + "'");
+    refuse(o.temperature > 0, "runs greedy decoding only (--temperature 0)");
+    refuse(o.repeats != 1, "runs each prompt once (--repeats 1)");
+    refuse(o.confidence_threshold > 0,
+           "has no cumulative confidence cut (its --spec-draft-p-min cuts per slot): use --confidence-threshold 0");
+    refuse(std::find(o.engines.begin(), o.engines.end(), "dflash") == o.engines.end() && !o.tokens_out.empty(),
+           "alone writes no --tokens-out (our engine's tokens): add dflash to --engine");
+  }
   if (a.given("json") && o.json.empty()) io::check_output_path(o.json, "eval: --json");  // an empty path: refused
   if (a.given("tokens-out") && o.tokens_out.empty()) io::check_output_path(o.tokens_out, "eval: --tokens-out");
   return run_eval(o);

@@ -35,6 +35,9 @@ struct EvalOptions {
   bool baseline = true;                // also decode with the target alone (speed baseline, lossless check)
   std::string json;                    // "" or a file for the results
   std::string tokens_out;              // "" or a JSONL file of the generated tokens per prompt and repeat
+  // --engine: which engines decode the prompts, side by side: "dflash" (ours) and/or "llama.cpp" (llama_cpp_eval.h:
+  // the target GGUF with the drafter folder's draft.gguf)
+  std::vector<std::string> engines = {"dflash"};
 };
 
 // "NAME=PATH" or "PATH" (named by its file name) items, as --data gives them.

@@ -16,9 +16,15 @@ int export_main(const std::vector<std::string>& argv) {
   a.positional("RUN_DIR", "the training run folder (train's --out)");
   a.option("out", "DIR", "", "output folder (config.json + model.safetensors)");
   a.option("dtype", "DTYPE", "", "weights dtype: bf16 | fp32 | fp16 | fp64 (default: the drafter config's torch_dtype)");
-  a.option("engine", "NAMES", "all",
+  a.option("engine", "NAMES", "",
            "all | sglang | vllm | llama.cpp | zlab | speculators, or a comma list: refuse an export any of them would "
-           "read differently from what was trained (docs/SERVING.md); vllm alone allows a --draft-vocab run");
+           "read differently from what was trained (docs/SERVING.md; default: the engines that serve the run's "
+           "family); vllm alone allows a --draft-vocab run");
+  a.flag("gguf", "also convert the folder with llama.cpp's own converter into DIR/draft.gguf (checks llama.cpp as "
+                 "an engine; needs scripts/setup.sh's llama.cpp build)");
+  a.option("target", "PATH", "",
+           "with --gguf: the target the converter reads the tokenizer from, HF folder or .gguf (default: the run's "
+           "train_config.json target)");
   a.option("max-position-embeddings", "N", "0",
            "the target's context length, for a run that does not know it (a GGUF target without context_length)");
   a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the run's drafter_config.json)");
@@ -38,6 +44,9 @@ int export_main(const std::vector<std::string>& argv) {
   o.engines = a.str("engine");
   o.max_position_embeddings = a.i64("max-position-embeddings");
   o.force = a.on("force");
+  o.gguf = a.given("gguf");
+  if (!o.gguf) a.refuse_given({"target"}, "without --gguf (only the converter reads the target)");
+  o.target = a.str("target");
   export_run(a.str("RUN_DIR"), a.str("out"), o);
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 
 #include "checkpoint.h"
@@ -10,6 +11,7 @@
 #include "drafter_weights.h"
 #include "hf_export.h"
 #include "output_folder.h"
+#include "llama_cpp_convert.h"
 #include "serving_engines.h"
 
 namespace fs = std::filesystem;
@@ -22,14 +24,26 @@ namespace {
 
 // Refuses, in one line naming them, the engines of --engine that would read this export differently from what was
 // trained (serving_engines.h's table).
-void check_engines(const drafter::DrafterConfig& c, const std::string& engine_flag, const std::string& config_path) {
-  const std::vector<std::string> engines = drafter::parse_engine_list(engine_flag, "export: --engine");
+// --engine "" (the default): the engines that serve the run's family; with --gguf, llama.cpp is always checked.
+void check_engines(const drafter::DrafterConfig& c, const std::string& engine_flag, bool gguf,
+                   const std::string& config_path) {
   drafter::ExportTraits t;
   t.family = drafter::drafter_family_name(c.family);
+  std::vector<std::string> engines = engine_flag.empty() ? drafter::engines_for_family(t.family)
+                                                         : drafter::parse_engine_list(engine_flag, "export: --engine");
+  bool has_llama_cpp = false;
+  for (const auto& e : engines) has_llama_cpp |= e == "llama.cpp";
+  if (gguf && !has_llama_cpp) engines.push_back("llama.cpp");
   if (c.family == drafter::DrafterFamily::DSpark) {
     t.markov_head_type = drafter::markov_head_type_name(c.dspark.markov_head_type);
     t.markov_rank = c.dspark.markov_rank;
     t.confidence_head = c.dspark.enable_confidence_head;
+    t.confidence_with_markov = c.dspark.confidence_head_with_markov;
+  }
+  for (const auto& lt : c.layer_types) t.sliding_layers |= lt == "sliding_attention";
+  if (c.family == drafter::DrafterFamily::DFlash2) {
+    t.hidden_size = c.hidden_size;
+    t.selector_top_k = c.dflash2.selector_top_k;
   }
   t.draft_vocab = c.draft_vocab_size > 0;
   for (auto id : c.target_layer_ids) t.last_target_layer |= id == c.num_target_layers - 1;
@@ -57,7 +71,11 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
   util::check_output_folder_use(out_dir, "export: --out", util::OutputFolderUse::Export, o.force);
   const std::string config_path = (fs::path(run_dir) / "drafter_config.json").string();
   auto dcfg = drafter::load_drafter_config(config_path);
-  check_engines(dcfg, o.engines, config_path);
+  check_engines(dcfg, o.engines, o.gguf, config_path);
+  // With --gguf, everything the conversion needs is found before any file is written: llama.cpp's converter and
+  // the target's config and tokenizer in the form the converter reads (llama_cpp_convert.h).
+  std::unique_ptr<ConverterTarget> converter_target;
+  if (o.gguf) converter_target = std::make_unique<ConverterTarget>(run_dir, o.target);
   if (o.max_position_embeddings < 0)
     throw std::invalid_argument("export: --max-position-embeddings must be a positive context length, got " +
                                 std::to_string(o.max_position_embeddings));
@@ -94,8 +112,13 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
       throw std::invalid_argument(path + ": its draft vocabulary differs from " + draft_vocab_path(run_dir) +
                                   " (a run directory mixed from two runs?)");
   }
+  if (o.gguf) remove_draft_gguf(out_dir);  // a GGUF of an earlier export must not outlive its folder
   write_hf_drafter_folder(out_dir, dcfg, w, dt, draft);
   std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
+  if (o.gguf) {
+    const std::string gguf = convert_to_gguf(out_dir, *converter_target, dt);
+    std::fprintf(stderr, "llama.cpp's converter -> %s\n", gguf.c_str());
+  }
 }
 
 }  // namespace dflash::exporting

@@ -9,9 +9,12 @@ namespace dflash::exporting {
 
 struct ExportOptions {
   std::string dtype;                    // any name of util/dtype_names.h; "" = the drafter config's torch_dtype
-  std::string engines = "all";          // --engine: all | a comma list of serving_engines.h's engine_names()
+  // --engine: "" (the engines that serve the run's family) | all | a comma list of serving_engines.h's engine_names()
+  std::string engines;
   int64_t max_position_embeddings = 0;  // --max-position-embeddings: the target's context length when the run has none
   bool force = false;                   // --force: write into an existing folder export did not make (output_folder.h)
+  bool gguf = false;                    // --gguf: also draft.gguf by llama.cpp's converter (llama_cpp_convert.h)
+  std::string target;                   // --target: the converter's target ("": the run's train_config.json target)
 };
 
 // Refuses an out_dir the output-folder rule refuses (util/output_folder.h: never a model, run or dataset; a folder

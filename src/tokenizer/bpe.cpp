@@ -1,5 +1,6 @@
 #include "bpe.h"
 
+#include <algorithm>
 #include <queue>
 #include <stdexcept>
 
@@ -91,6 +92,19 @@ void BPE::encode_word(std::string_view bytes, std::vector<int32_t>& ids, std::ve
     ids.push_back(syms[k].id);
     lens.push_back(syms[k].len);
   }
+}
+
+std::vector<std::pair<int32_t, int32_t>> BPE::merges_by_rank() const {
+  // Ranks are the merges' source positions (a repeated pair kept its last), so they may have gaps: sort, not index.
+  std::vector<std::pair<int32_t, uint64_t>> ranked;
+  ranked.reserve(merges_.size());
+  for (const auto& [k, m] : merges_) ranked.emplace_back(m.rank, k);
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<std::pair<int32_t, int32_t>> out;
+  out.reserve(ranked.size());
+  for (const auto& [rank, k] : ranked)
+    out.emplace_back(static_cast<int32_t>(k >> 32), static_cast<int32_t>(k & 0xffffffffu));
+  return out;
 }
 
 }  // namespace dflash::tok

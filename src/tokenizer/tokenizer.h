@@ -66,6 +66,9 @@ class Tokenizer {
   const PreTokenizer& pre_tokenizer() const { return pre_; }
   const std::string& source() const { return source_; }
   bool normalizes_nfc() const { return nfc_; }
+  const BPE& bpe() const { return bpe_; }
+  const std::vector<int32_t>& prefix_ids() const { return prefix_ids_; }  // added before the text
+  const std::vector<int32_t>& suffix_ids() const { return suffix_ids_; }  // added after it
 
  private:
   void finish();  // indexes the added tokens

@@ -619,15 +619,19 @@ def _gguf_layer_name(name):
 
 
 def llama_cpp(folder, target=None):
-    """ggml-org/llama.cpp conversion/qwen.py @03173d5e (DFlashModel: --target-model-dir required; block_size from the
-    TOP LEVEL only, default 16; target_layer_ids and mask_token_id from dflash_config only; d2t/t2d dropped; the
-    vocabulary is the target's). DSpark (#25173) and DFlash2 (#27342) as FAMILIES.md records them and gguf-py
-    constants name them (markov_w1, markov_w2, conf_proj; {arch}.conv_kernel_size, conv_group_size,
-    selector_rank, selector_top_k). `python convert_hf_to_gguf.py DRAFT --target-model-dir TARGET`."""
+    """llama.cpp as vendored in llama-cpp-python 0.3.36 (the build scripts/setup_llama_cpp.sh makes, which
+    test_llama_cpp_engine.py runs on every row below): conversion/qwen.py DFlashModel / DSparkModel
+    (--target-model-dir required; block_size from dflash_config, then the top level, default 16; target_layer_ids
+    from dflash_config, then the top level, stored + 1; mask_token_id from dflash_config, DSpark's flat keys copied
+    there when it has none; d2t/t2d dropped for DFlash; a markov_head_type other than vanilla raises), its loader
+    src/models/dflash.cpp (conf_proj must be {hidden + markov_rank, 1}; a DFlash2 selector needs hidden_size >=
+    top_k * (top_k + 1)) and common/speculative.cpp (no Markov tensors: draft-dflash, which reads slot j as the
+    token at a + j; one causal flag, dflash.attention.causal, for every layer).
+    `python convert_hf_to_gguf.py DRAFT --target-model-dir TARGET`."""
     config, tensors = read_folder(folder)
     arch = (config.get("architectures") or [""])[0]
-    r = EngineRead("llama.cpp", None, "ggml-org/llama.cpp conversion/qwen.py @03173d5e; gguf-py constants "
-                                      "(DSPARK_MARKOV_W1/W2, DSPARK_CONF_PROJ)")
+    r = EngineRead("llama.cpp", None, "llama-cpp-python 0.3.36 vendor/llama.cpp: conversion/qwen.py, "
+                                      "src/models/dflash.cpp, common/speculative.cpp (run by test_llama_cpp_engine.py)")
     families = {"DFlashDraftModel": "dflash", "Qwen3DSparkModel": "dspark", "DFlash2DraftModel": "dflash2"}
     if arch not in families:
         r.errors.append(f"architectures {arch!r}: the converter registers DFlashDraftModel, Qwen3DSparkModel and "
@@ -642,12 +646,10 @@ def llama_cpp(folder, target=None):
         return r
     dc = _dc(config)
     n_layers = int(config["num_hidden_layers"])
-    s["block_size"] = int(config.get("block_size", 16))
-    if dc.get("block_size") is not None and int(dc["block_size"]) != s["block_size"]:
-        r.silent.append(f"dflash_config.block_size {dc['block_size']} is not read: the GGUF says {s['block_size']}")
-    ids = dc.get("target_layer_ids")
-    if family == "dspark":
-        ids = ids if ids is not None else config.get("target_layer_ids")   # DeepSpec's flat key [I]
+    s["block_size"] = int(dc.get("block_size", config.get("block_size", 16)))
+    if config.get("block_size") is not None and int(config["block_size"]) != s["block_size"]:
+        r.silent.append(f"top-level block_size {config['block_size']} is not read: the GGUF says {s['block_size']}")
+    ids = dc.get("target_layer_ids", config.get("target_layer_ids"))
     if ids is None:
         n_t = _num_target_layers(target)
         ids = [max(0, (i + 1) * n_t // (n_layers + 1) - 1) for i in range(n_layers)]
@@ -658,8 +660,7 @@ def llama_cpp(folder, target=None):
     if n_t - 1 in s["target_layer_ids"]:
         r.silent.append(f"target_layer_ids {n_t - 1} is the target's last layer: the runtime takes that layer's "
                         "output before the final norm, not the final-normed hidden_states[-1] [I]")
-    r.notes.append("{arch}.target_layers: @03173d5e writes the layer ids as they are; GGUFs of the DFlash2 era "
-                   "store hidden-state indices (ids + 1), which readers subtract again [I]")
+    r.notes.append("dflash.target_layers: the converter stores ids + 1, the layer inputs llama.cpp extracts")
     mask = dc.get("mask_token_id") if family != "dspark" else dc.get("mask_token_id", config.get("mask_token_id"))
     s["mask_token_id"] = None if mask is None else int(mask)
     if mask is None:
@@ -676,7 +677,13 @@ def llama_cpp(folder, target=None):
         s["markov_head_type"] = head
         s["confidence_head"] = bool(config.get("enable_confidence_head", False))
         if head != "vanilla":
-            r.errors.append(f"markov_head_type {head!r}: llama.cpp runs the vanilla Markov head only")
+            r.errors.append(f"markov_head_type {head!r}: the converter raises (only 'vanilla' is supported)")
+        if s["markov_rank"] == 0:
+            r.silent.append("markov_rank 0: no markov_w1/w2, so llama.cpp runs it as draft-dflash, reading slot j as "
+                            "the token at a + j, not a + j + 1")
+        elif s["confidence_head"] and not bool(config.get("confidence_head_with_markov", True)):
+            r.errors.append("confidence_head_with_markov false: the loader wants conf_proj {hidden + markov_rank, 1} "
+                            "and fails on the shape")
         conf = s["confidence_head"] or any(n.startswith("confidence_head.") for n in tensors)  # mapped when present
         heads = dspark_params(config, "vanilla", s["markov_rank"], conf,
                               bool(config.get("confidence_head_with_markov", True)))
@@ -690,10 +697,17 @@ def llama_cpp(folder, target=None):
         if None in (s["conv_kernel_size"], s["conv_group_size"], s["selector_rank"]):
             r.errors.append("dflash_config conv/selector fields: required for a DFlash2 GGUF")
             return r
+        top_k, hidden = s["selector_top_k"] or 0, int(config["hidden_size"])
+        if hidden < top_k * (top_k + 1):
+            r.errors.append(f"selector_top_k {top_k} at hidden_size {hidden}: the loader throws (the selector lattice "
+                            "of a slot, top_k * (top_k + 1) values, lives in a hidden-size row)")
         extra = dflash2_params(config, s["conv_kernel_size"], s["conv_group_size"], s["selector_rank"])
         expected.update(extra)
         gguf.update({k: k for k in extra})   # GGUF names of the DFlash2 tensors not read [I]
         r.notes.append("llama.cpp drafts DFlash2 greedily only (#27342)")
+    if "sliding_attention" in _layer_types(config):
+        r.silent.append("sliding_attention layers: one causal flag (is_causal; absent: non-causal) for every layer, "
+                        "so they attend both ways inside the block, where they were trained causal")
     for name in sorted(tensors):
         if name in ("d2t", "t2d"):
             r.ignored.append(name)

@@ -56,7 +56,8 @@ def test_block_size_only_inside_dflash_config(tmp_path):
     reads = er.read_all(dflash_folder(tmp_path, c), TARGET)
     assert reads["zlab"].settings["block_size"] == 8 and reads["sglang"].settings["block_size"] == 8
     assert reads["speculators"].settings["block_size"] == 8
-    assert reads["llama.cpp"].settings["block_size"] == 16 and reads["llama.cpp"].silent
+    # llama.cpp (0.3.36's converter) reads dflash_config's block_size first, as run in test_llama_cpp_engine.py
+    assert reads["llama.cpp"].settings["block_size"] == 8 and not reads["llama.cpp"].silent
     assert not reads["specforge"].loads
 
 
