@@ -36,6 +36,25 @@ std::pair<at::Tensor, at::Tensor> sort_desc_stable(const at::Tensor& x) {
   return {v, i};
 }
 
+// A chunk's top `take` by descending value, equal values by ascending id, without sorting the chunk. The take-th
+// largest value t (topk's, whichever ids topk kept for it) splits each row into the values above t, all kept, and
+// the values equal to t, whose lowest ids fill the remaining places. A second topk over distinct keys (above t:
+// 2L - id, equal to t: L - id, below: -1) picks exactly that set, largest key first: the ones above t by ascending
+// id, then the ones equal to t by ascending id. A stable sort of those `take` values by value then gives ties to
+// the lower id. (Ties at t are common in bf16; a whole-chunk stable sort cost 20x the topk.)
+std::pair<at::Tensor, at::Tensor> chunk_top_k(const at::Tensor& logits, int64_t take) {
+  const int64_t L = logits.size(-1);
+  const at::Tensor t = std::get<0>(at::topk(logits, take, -1, /*largest=*/true, /*sorted=*/true)).narrow(-1, take - 1, 1);
+  const auto key_opts = logits.options().dtype(at::kFloat);  // ids exact below 2^24
+  const at::Tensor id = at::arange(L, key_opts);
+  const at::Tensor key = at::where(logits > t, 2.0 * double(L) - id,
+                                   at::where(logits == t, double(L) - id, at::full({}, -1.0, key_opts)));
+  const at::Tensor k = std::get<0>(at::topk(key, take, -1, /*largest=*/true, /*sorted=*/true));
+  const at::Tensor ids = at::where(k > double(L), 2.0 * double(L) - k, double(L) - k).to(at::kLong);
+  auto [v, order] = sort_desc_stable(logits.gather(-1, ids));
+  return {v, ids.gather(-1, order)};
+}
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -96,24 +115,7 @@ Candidates top_candidates(const at::Tensor& hidden, const at::Tensor& lm_head, i
     const int64_t len = std::min(vocab_chunk, V - start);
     const at::Tensor logits = apply_unary(at::linear(h, lm_head.narrow(0, start, len)), opt);
     const int64_t take = std::min(top_k, len);
-    at::Tensor v, i;
-    {
-      // topk does not say which of equal values it keeps. When no row has a value equal to its take-th one outside
-      // the set topk returned, the set is exact, and only its order needs fixing (ascending id, then a stable sort
-      // by value). Otherwise (a tie at the boundary) the chunk is sorted whole.
-      auto [tv, ti] = at::topk(logits, take, -1, /*largest=*/true, /*sorted=*/true);
-      const at::Tensor at_or_above = (logits >= tv.narrow(-1, take - 1, 1)).sum(-1);
-      if (at_or_above.eq(take).all().item<bool>()) {
-        auto [sorted_ids, by_id] = at::sort(ti, -1);
-        auto [sv, order] = sort_desc_stable(tv.gather(-1, by_id));
-        v = sv;
-        i = sorted_ids.gather(-1, order);
-      } else {
-        std::tie(v, i) = sort_desc_stable(logits);
-        v = v.narrow(-1, 0, take);
-        i = i.narrow(-1, 0, take);
-      }
-    }
+    auto [v, i] = chunk_top_k(logits, take);
     i = i + start;
     if (best_v.defined()) {
       // Kept ids all precede this chunk's, so the stable sort still breaks ties by ascending id.
@@ -261,13 +263,13 @@ SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor
 }
 
 at::Tensor selector_loss(const SelectorLossTerms& t) {
-  // Nothing covered (strict, no gold in its top-K: the usual first step from scratch) is 0 with gradient 0. The
-  // divisor of those rows is 1, not a tiny clamp: 1/FLT_MIN times the trainer's loss scale overflows fp32, and the
-  // uncovered rows' 0 weight times that inf made the whole gradient NaN. where() passes 0 to the division's
+  // The selector's CE sum over the unary loss's weight (SpecForge's normalisation): the term adds to the unary
+  // numerator, so a step's loss is the same however it is split into micro-batches. No weight at all is 0 with
+  // gradient 0. The divisor of that case is 1, not a tiny clamp: 1/FLT_MIN times the trainer's loss scale
+  // overflows fp32, and 0 weight times that inf made the whole gradient NaN. where() passes 0 to the division's
   // backward there, so no inf or 0/0 is ever formed.
-  const at::Tensor some = t.covered_weight > 0;
-  return at::where(some, t.ce_sum / at::where(some, t.covered_weight, at::ones_like(t.covered_weight)),
-                   at::zeros_like(t.ce_sum));
+  const at::Tensor some = t.weight > 0;
+  return at::where(some, t.ce_sum / at::where(some, t.weight, at::ones_like(t.weight)), at::zeros_like(t.ce_sum));
 }
 
 }  // namespace dflash::drafter

@@ -72,11 +72,11 @@ struct SelectorLossOptions {
 
 // Sums over the rows with weight > 0 (rows of weight 0 are computed with token 0 and add nothing: no row count
 // depends on the data, so there is no host sync). The chunked loss adds them up
-// chunk by chunk; L_sel = ce_sum / covered_weight (selector_loss).
+// chunk by chunk; L_sel = ce_sum / weight (selector_loss).
 struct SelectorLossTerms {
   at::Tensor ce_sum;          // sum w m CE_K(S(p, C'), idx(y)): scalar, differentiable
   at::Tensor covered_weight;  // sum w m (m = 1 under Inject, [y in top-K] under Strict)
-  at::Tensor weight;          // sum w
+  at::Tensor weight;          // sum w (the unary loss's denominator: slot 0 weighs 0)
   at::Tensor rows;            // number of rows with w > 0
   at::Tensor recall_hits;     // of those, rows with y in the strict top-K (unary recall@K)
   at::Tensor selector_hits;   // rows where argmax over the strict top-K of S(gold predecessor, .) == y
@@ -95,7 +95,7 @@ SelectorLossTerms selector_loss_terms(const SelectorWeights& w, const at::Tensor
                                       const at::Tensor& targets, const at::Tensor& weights,
                                       const SelectorLossOptions& opt);
 
-// ce_sum / covered_weight, 0 when nothing is covered.
+// ce_sum / weight (SpecForge: the selector's numerator over the unary loss's sum w), 0 when nothing weighs.
 at::Tensor selector_loss(const SelectorLossTerms& t);
 
 }  // namespace dflash::drafter

@@ -1,5 +1,7 @@
 // DFlash2's selector objective on a training batch (../shared/FAMILIES.md 2.4, docs/DFLASH2.md "The objective"):
-//   L = L_unary + alpha * L_sel,  L_sel = sum w m CE_K(S_k(p_k, C'_k), idx(y_k)) / sum w m
+//   L = L_unary + alpha * L_sel,  L_sel = sum w m CE_K(S_k(p_k, C'_k), idx(y_k)) / sum w
+// (SpecForge's normalisation: the selector's numerator over the unary loss's sum w, so L is one sum over rows
+// divided by sum w, and a step split into micro-batches weighted by their sum w trains the same loss)
 // over the drafted slots k = 1..B-1 with DFlash's same-position labels y_k = x[a+k] and weights w (decay x mask),
 // and teacher-forced predecessors p_1 = x[a] (the anchor), p_k = x[a+k-1]. The top-K, the selector's scores and
 // the metrics of what is drafted are computed a chunk of blocks at a time, the top-K one vocabulary chunk at a
@@ -23,7 +25,7 @@ struct DFlash2LossOptions {
 
 // Sums over the batch's blocks (they add up across micro-batches and workers), plus L_sel.
 struct DFlash2Stats {
-  at::Tensor selector_loss;      // L_sel: scalar, differentiable (0 when nothing is covered)
+  at::Tensor selector_loss;      // L_sel: scalar, differentiable (0 when nothing weighs)
   SelectorLossTerms terms;       // ce_sum, covered_weight, weight, rows, recall_hits, selector_hits
   SelectorBlockMetrics blocks;   // blocks; the walk's, the top-K oracle's and the unary path's length sums
   bool defined() const { return selector_loss.defined(); }

@@ -108,6 +108,8 @@ DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, 
       }
     }
   }
+  r.loss_weight = blocks.weights.sum().to(at::kCPU, at::kDouble);
+  if (c.family == DrafterFamily::DSpark) r.loss_eps = opt.dspark.den_eps;
   // Per-slot statistics: rows are (batch, block, slot) flattened, so slot = row % B.
   const at::Tensor w_rows = blocks.weights.reshape({-1, B}).to(at::kDouble);
   const at::Tensor counted = (w_rows > 0).to(at::kDouble);

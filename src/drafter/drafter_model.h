@@ -55,6 +55,12 @@ struct DrafterLossOptions {
 
 struct DrafterLossResult {
   at::Tensor loss;            // scalar, differentiable wrt the drafter weights
+  // What `loss` was divided by: sum w of the rows (float64 scalar), plus loss_eps (DSpark: DeepSpec's 1e-6; 0
+  // otherwise). loss * (loss_weight + loss_eps) is the unnormalised sum over rows, which adds up across
+  // micro-batches: the trainer divides the step's total by the step's sum w (+ loss_eps once), so a step means the
+  // same however it is split.
+  at::Tensor loss_weight;
+  double loss_eps = 0;
   at::Tensor hidden;          // [b, N*B, H] final hidden states
   at::Tensor slot_correct;    // [B] number of weighted rows whose argmax == label, per slot
   at::Tensor slot_count;      // [B] number of rows with weight > 0, per slot

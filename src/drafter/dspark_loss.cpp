@@ -57,9 +57,11 @@ DSparkObjective dspark_objective(const DrafterConfig& c, const DrafterWeights& w
   r.row_correct = o.row_correct;
   const at::Tensor wrows = blocks.weights.reshape({-1, B});
   r.stats = dspark_metric_sums(o.row_accept.reshape({-1, B}), wrows, conf.defined() ? conf.detach() : at::Tensor(), keep);
-  const double den = wrows.sum().item<double>() + opt.den_eps;
-  r.stats.narrow(0, kStatCe, 3).copy_(o.terms.to(at::kCPU, at::kDouble) * den);
-  r.stats[kStatDen] = den;
+  // Each term's numerator (the op divided by sum w + eps), and sum w alone: DeepSpec logs num / den without the
+  // epsilon, and sums without it add up across micro-batches.
+  const double wsum = wrows.sum().item<double>();
+  r.stats.narrow(0, kStatCe, 3).copy_(o.terms.to(at::kCPU, at::kDouble) * (wsum + opt.den_eps));
+  r.stats[kStatDen] = wsum;
   return r;
 }
 

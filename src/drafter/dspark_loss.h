@@ -20,7 +20,7 @@ namespace dflash::drafter {
 struct FrozenTarget;
 
 // The stats vector's layout (float64, length dspark_stats_size(B)): weighted term sums ce, l1, conf and their
-// denominator sum(w) + eps; tau sum and blocks; confidence abs error, bias, cumprod bias sums and their
+// denominator sum(w) (no epsilon: DeepSpec logs num / den); tau sum and blocks; confidence abs error, bias, cumprod bias sums and their
 // denominator sum(w); then per slot sum(a* m) and sum(m) (m = [w > 0]).
 enum DSparkStat : int64_t {
   kStatCe, kStatL1, kStatConf, kStatDen, kStatTau, kStatBlocks, kStatConfAbs, kStatConfBias, kStatConfCum,

@@ -1,10 +1,14 @@
 // `dflash drafter selftest` (internal, for tests): runs one training forward + backward of the drafter on a
-// batch read from safetensors and writes everything a reference needs to compare against.
+// batch read from safetensors, with the objective of the config's family as `dflash train` builds it (DFlash:
+// same-position blocks and the chunked CE; DSpark: next-token blocks, decay exp(-j/4) by default, DeepSpec's
+// objective with its default weights; DFlash2: DFlash's blocks, the unary CE plus alpha x the selector's CE with the
+// config's top-K), and writes everything a reference needs to compare against.
 //
 // batch file: target_features [b,S,n*H], input_ids [b,S], loss_mask [b,S], anchors [b,N], keep [b,N],
 // embed [V,H], optional lm_head [V,H] (else the embedding, which requires tie_word_embeddings),
-// optional target_last_hidden [b,S,H] (needed when --kl-weight > 0).
-// out file: hidden, logits, loss, labels, weights, slot_{correct,count,weight}, grad.<param name>.
+// optional target_last_hidden [b,S,H] (needed when --kl-weight > 0, and by DSpark: its teacher).
+// out file: hidden, logits, loss, labels, weights, slot_{correct,count,weight}, grad.<param name>; DFlash2 also
+// selector_loss (L_sel), DSpark stats (dspark_loss.h's sums).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,7 +19,9 @@
 #include "atomic_output.h"
 #include "compute_settings.h"
 #include "drafter_commands.h"
+#include "drafter_family.h"
 #include "drafter_model.h"
+#include "dspark_block_batch.h"
 #include "loss_weighting.h"
 #include "safetensors.h"
 
@@ -35,8 +41,10 @@ int selftest_main(const std::vector<std::string>& argv) {
   a.option("gamma", "X", "0", "loss decay exp(-(k-1)/gamma) (0: by block size)");
   a.option("loss-decay", "NAME", "exp", "exp: decay by --gamma | none: every block slot weighs 1");
   a.option("chunk-rows", "N", "7", "loss chunk rows");
+  a.option("selector-candidates", "NAME", "strict", "dflash2: strict | inject (the train setting selector_candidates)");
+  a.option("selector-loss-weight", "X", "1", "dflash2: alpha in L = L_unary + alpha L_selector");
   a.range("kl-weight", util::closed(0, 1)).range("gamma", util::closed(0, 1e4), " (0: by block size)");
-  a.range("chunk-rows", 1, 16777216);
+  a.range("chunk-rows", 1, 16777216).range("selector-loss-weight", util::closed(0, 1e6));
   if (!a.parse(argv)) return 0;
   if (a.given("out")) io::check_output_path(a.str("out"), "drafter selftest: --out");  // before any work
   for (const char* req : {"config", "weights", "batch", "out"})
@@ -68,10 +76,31 @@ int selftest_main(const std::vector<std::string>& argv) {
   if (!decay) throw util::UsageError("drafter selftest: --loss-decay: expected exp or none, got '" + a.str("loss-decay") + "'");
   if (*decay == LossDecay::None && a.f64("gamma") != 0)
     throw util::UsageError("drafter selftest: --gamma is not used with --loss-decay none (no decay, no gamma)");
-  opt.gamma = loss_gamma(a.f64("gamma"), *decay, cfg.block_size);
+  const bool dspark = cfg.family == DrafterFamily::DSpark, dflash2 = cfg.family == DrafterFamily::DFlash2;
+  // The train defaults of run_loss_options: DSpark's decay gamma is DeepSpec's 4 when unset.
+  const double gamma = dspark && a.f64("gamma") == 0 ? kDSparkGamma : a.f64("gamma");
+  opt.gamma = loss_gamma(gamma, *decay, cfg.block_size);
   opt.chunk.kl_weight = a.f64("kl-weight");
   opt.chunk.chunk_rows = a.i64("chunk-rows");
-  const BlockBatch blocks = build_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma);
+  if (dspark && opt.chunk.kl_weight != 0)
+    throw util::UsageError("drafter selftest: --kl-weight must be 0 for a DSpark drafter (its teacher is the L1 term)");
+  if (dspark && !last.defined())
+    throw std::invalid_argument(a.str("batch") + ": no target_last_hidden (a DSpark drafter's objective needs the "
+                                "target's last hidden states [b, S, H])");
+  opt.dspark.chunk_rows = opt.chunk.chunk_rows;
+  const auto candidates = selector_candidates_from_text(a.str("selector-candidates"));
+  if (!candidates)
+    throw util::UsageError("drafter selftest: --selector-candidates: expected strict or inject, got '" +
+                           a.str("selector-candidates") + "'");
+  if (!dflash2 && (a.given("selector-candidates") || a.given("selector-loss-weight")))
+    throw util::UsageError("drafter selftest: --selector-candidates and --selector-loss-weight are for a DFlash2 "
+                           "drafter, the config is " + std::string(drafter_family_name(cfg.family)));
+  opt.dflash2.selector.top_k = cfg.dflash2.selector_top_k;
+  opt.dflash2.selector.candidates = *candidates;
+  opt.dflash2.selector_weight = a.f64("selector-loss-weight");
+  const BlockBatch blocks =
+      dspark ? build_dspark_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma)
+             : build_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma);
   const auto r = drafter_loss(cfg, w, t, feats, last, anchors, blocks, opt, CheckpointPolicy::parse(a.str("checkpoint")));
   r.loss.backward();
 
@@ -85,6 +114,8 @@ int selftest_main(const std::vector<std::string>& argv) {
       {"slot_correct", r.slot_correct},
       {"slot_count", r.slot_count},
       {"slot_weight", r.slot_weight}};
+  if (r.dflash2.defined()) out.emplace_back("selector_loss", r.dflash2.selector_loss.detach().reshape({1}));
+  if (r.family_stats.defined()) out.emplace_back("stats", r.family_stats);
   for (auto& [name, p] : w.named())
     out.emplace_back("grad." + name, p.grad().defined() ? p.grad() : at::zeros_like(p));
   io::save_safetensors(a.str("out"), out);

@@ -13,6 +13,7 @@
 #include "output_folder.h"
 #include "llama_cpp_convert.h"
 #include "serving_engines.h"
+#include "train_config.h"
 
 namespace fs = std::filesystem;
 
@@ -65,6 +66,17 @@ void check_engines(const drafter::DrafterConfig& c, const std::string& engine_fl
                                                : "export it with --engine " + flag) + " (docs/SERVING.md)");
 }
 
+// The anchors per sequence the run trained with (its train_config.json): DeepSpec's Qwen3DSparkModel requires them.
+int64_t run_num_anchors(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / "train_config.json").string();
+  if (!fs::exists(path))
+    throw std::invalid_argument("export: " + path + ": missing; a DSpark export writes the run's num_anchors from it "
+                                "(DeepSpec's Qwen3DSparkModel requires config.num_anchors)");
+  TrainConfig c;
+  apply_config_file(c, path);
+  return c.num_anchors;
+}
+
 }  // namespace
 
 void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& o) {
@@ -112,8 +124,9 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
       throw std::invalid_argument(path + ": its draft vocabulary differs from " + draft_vocab_path(run_dir) +
                                   " (a run directory mixed from two runs?)");
   }
-  if (o.gguf) remove_draft_gguf(out_dir);  // a GGUF of an earlier export must not outlive its folder
-  write_hf_drafter_folder(out_dir, dcfg, w, dt, draft);
+  remove_draft_gguf(out_dir);  // a GGUF of an earlier export must not outlive its weights, --gguf or not
+  const int64_t num_anchors = dcfg.family == drafter::DrafterFamily::DSpark ? run_num_anchors(run_dir) : 0;
+  write_hf_drafter_folder(out_dir, dcfg, w, dt, draft, num_anchors);
   std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
   if (o.gguf) {
     const std::string gguf = convert_to_gguf(out_dir, *converter_target, dt);

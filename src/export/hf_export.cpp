@@ -29,8 +29,22 @@ std::string dtype_name(at::ScalarType dt) {
 
 }  // namespace
 
-nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype) {
+nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype, int64_t num_anchors) {
   nlohmann::json j = drafter::drafter_config_to_json(c);
+  // z-lab, SGLang and vLLM take a top-level is_causal for every layer; without it their sliding_attention layers
+  // are causal and full ones are not, which is what training does (a sliding layer's block slot j sees slots <= j,
+  // a full layer's the whole block: kernels/anchor_mask.h). So is_causal false is written only when every layer is
+  // full attention.
+  bool any_sliding = false;
+  for (const auto& t : c.layer_types) any_sliding |= t == "sliding_attention";
+  if (any_sliding) j.erase("is_causal");
+  // DeepSpec's Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many): the run's.
+  if (c.family == drafter::DrafterFamily::DSpark) {
+    if (num_anchors <= 0)
+      throw std::invalid_argument("export: a DSpark export needs the run's num_anchors (DeepSpec's Qwen3DSparkModel "
+                                  "requires config.num_anchors)");
+    j["num_anchors"] = num_anchors;
+  }
   j.erase("torch_dtype");  // transformers 5 reads `dtype`
   j["dtype"] = dtype_name(dtype);
   // Engines size the drafter's RoPE table from it (vLLM, SGLang): the target's context length, never a default.
@@ -42,14 +56,15 @@ nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::Scala
   // first (docs/SERVING.md).
   j["dflash_config"]["block_size"] = c.block_size;
   // Every family's remote code; the engines load DSpark (DeepSpec's Qwen3DSparkModel) and DFlash2 (z-lab's
-  // DFlash2DraftModel, its settings in dflash_config and a top-level is_causal false, written by
-  // drafter_config_to_json) by `architectures`, and read no auto_map.
+  // DFlash2DraftModel, its settings in dflash_config, written by drafter_config_to_json) by `architectures`, and
+  // read no auto_map.
   j["auto_map"] = {{"AutoModel", hf_remote_code_class(c.family)}};
   return j;
 }
 
 void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterConfig& c,
-                             const drafter::DrafterWeights& w, at::ScalarType dtype, const train::DraftVocabFile& draft) {
+                             const drafter::DrafterWeights& w, at::ScalarType dtype, const train::DraftVocabFile& draft,
+                             int64_t num_anchors) {
   c.validate("drafter config to export to " + out_dir);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (auto& [n, t] : w.named()) tensors.emplace_back(n, t.detach().to(at::kCPU, dtype).contiguous());
@@ -92,7 +107,7 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
     fs::create_directory(stage);
     io::save_safetensors((stage / files[0]).string(), tensors, {{"format", "pt"}});
     for (const RemoteCodeFile& f : code) data::write_file_atomic((stage / f.name).string(), f.text);
-    data::write_file_atomic((stage / "config.json").string(), hf_drafter_config_json(c, dtype).dump(2) + "\n");
+    data::write_file_atomic((stage / "config.json").string(), hf_drafter_config_json(c, dtype, num_anchors).dump(2) + "\n");
     if (!fs::exists(out)) {
       fs::rename(stage, out);  // the whole folder appears at once
     } else {  // into an existing folder: file by file, each rename atomic, the config last

@@ -31,12 +31,17 @@ std::vector<RemoteCodeFile> hf_remote_code_files(drafter::DrafterFamily f);
 const char* hf_remote_code_class(drafter::DrafterFamily f);
 
 // config.json's content for weights stored in `dtype`; throws when c.max_position_embeddings is unknown (0).
-nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype);
+// is_causal (false) only for a drafter without sliding_attention layers. num_anchors: the run's anchors per sequence,
+// written for DSpark (DeepSpec's Qwen3DSparkModel requires it; a DSpark config without it is refused), unused
+// otherwise.
+nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::ScalarType dtype, int64_t num_anchors = 0);
 
 // Writes the three files into out_dir: staged in a hidden folder beside it, then moved in (the whole folder at once
 // when out_dir is new, file by file with config.json last when it replaces an export). A failure leaves nothing.
 // `draft`: for c.draft_vocab_size > 0, the draft vocabulary (draft_ids and the lm_head rows); else unused.
+// `num_anchors`: as hf_drafter_config_json's.
 void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterConfig& c,
-                             const drafter::DrafterWeights& w, at::ScalarType dtype, const train::DraftVocabFile& draft = {});
+                             const drafter::DrafterWeights& w, at::ScalarType dtype, const train::DraftVocabFile& draft = {},
+                             int64_t num_anchors = 0);
 
 }  // namespace dflash::exporting

@@ -12,7 +12,7 @@ namespace dflash::train {
 
 inline constexpr int64_t kDFlash2Sums = 9;
 
-// [kDFlash2Sums] float64 on the CPU: ce_sum, covered_weight, rows, recall_hits, selector_hits, blocks,
+// [kDFlash2Sums] float64 on the CPU: ce_sum, weight (sum w), rows, recall_hits, selector_hits, blocks,
 // path_length_sum, oracle_length_sum, unary_length_sum.
 at::Tensor dflash2_sums(const drafter::DFlash2Stats& s);
 DFlash2StepMetrics dflash2_metrics_of(const at::Tensor& sums);

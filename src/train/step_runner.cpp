@@ -157,9 +157,14 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
     drafter::DrafterLossOptions opt = loss_;
     opt.attention = r.attention;
     auto res = drafter::drafter_loss(dcfg_, r.w, r.frozen, feats, last, anchors, blocks, opt, checkpointing_);
-    // Unnormalised sum(w * loss_row): the step divides by the global weight after the all-reduce.
-    (res.loss * mb->weight).backward();
-    out.loss_sum += res.loss.item<double>() * mb->weight;
+    // Unnormalised sum(w * loss_row): the step divides by the global weight after the all-reduce. The weight is
+    // the one the loss divided by (after a draft vocabulary's restriction), so no term stays normalised per
+    // micro-batch and the step trains the same loss however it is split (DSpark's epsilon is added once, later).
+    const double weight = res.loss_weight.item<double>();
+    const at::Tensor loss_sum = res.loss * (weight + res.loss_eps);
+    loss_sum.backward();
+    out.loss_sum += loss_sum.item<double>();
+    out.weight += weight;
     out.slot_correct += res.slot_correct.to(at::kCPU, at::kDouble);
     out.slot_count += res.slot_count.to(at::kCPU, at::kDouble);
     if (res.family_stats.defined())
@@ -219,7 +224,8 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   }
   at::Tensor flat = at::cat(flat_parts);
   double local_weight = 0, local_tokens = 0;
-  for (const auto& mb : item.micro) local_weight += mb.weight, local_tokens += double(mb.tokens);
+  for (const auto& o : outs) local_weight += o.weight;
+  for (const auto& mb : item.micro) local_tokens += double(mb.tokens);
   const int64_t B = dcfg_.block_size;
   const bool dflash2 = dcfg_.family == drafter::DrafterFamily::DFlash2;
   const int64_t extra = 6 + 2 * B;  // DFlash2's sums after the common statistics
@@ -244,7 +250,10 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
       if (o.family_stats.defined()) family_stats += o.family_stats;
     run_.coll->allreduce_sum(family_stats);
   }
-  const double total_weight = stats[0].item<double>();
+  // DSpark divides by sum w + 1e-6 (DeepSpec): the epsilon once for the whole step, as DeepSpec's all-reduced
+  // denominator has it, so one micro-batch in one process is exactly DeepSpec's loss.
+  const double eps = dcfg_.family == drafter::DrafterFamily::DSpark ? loss_.dspark.den_eps : 0.0;
+  const double total_weight = stats[0].item<double>() + eps;
   if (total_weight > 0) flat.div_(total_weight);
   std::vector<at::Tensor> grads;
   int64_t off = 0;
@@ -257,6 +266,8 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   StepMetrics& m = out.metrics;
   m.step = step + 1;
   m.loss = total_weight > 0 ? stats[1].item<double>() / total_weight : 0.0;
+  if (hooks_.keep_gradients)
+    for (const auto& g : grads) out.gradients.push_back(g.clone());
   m.grad_norm = clip_grad_norm(grads, cfg_.clip);
   // Every process sees the same all-reduced loss and norm, so all of them stop here together, before the
   // master weights are touched.

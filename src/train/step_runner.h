@@ -29,6 +29,7 @@ struct TrainHooks {
   int fail_worker = -1;            // this worker throws during its step (error propagation)
   int64_t kill_in_save_step = -1;  // SIGKILL between writing and renaming the checkpoint of this step
   bool dump_rank_weights = false;  // every rank writes its final master weights (ranks stay identical)
+  bool keep_gradients = false;     // StepOutcome::gradients: the step's gradients before clipping (split tests)
 };
 
 // A step whose loss or gradient norm is NaN or Inf: the master weights were not updated.
@@ -40,6 +41,7 @@ struct DivergedError : std::runtime_error {
 struct StepOutcome {
   StepMetrics metrics;
   bool stop = false;  // some process asked to stop (SIGINT)
+  std::vector<at::Tensor> gradients;  // TrainHooks::keep_gradients: master params' order, normalised, not clipped
 };
 
 // How a run uses the drafter's attention, for the one chooser (drafter_attention.h): max_len tokens of context,
@@ -78,7 +80,8 @@ class StepRunner {
   };
   struct WorkerOut {
     std::vector<at::Tensor> grads;  // master dtype, on the gradient device, w.named() order
-    double loss_sum = 0;            // sum over micro-batches of loss_mb * weight_mb
+    double loss_sum = 0;            // sum over micro-batches of loss_mb * (weight_mb + eps): sum(w * loss_row)
+    double weight = 0;              // sum over micro-batches of the weight each loss divided by
     at::Tensor slot_correct, slot_count;
     double out_of_vocab = 0, label_rows = 0;  // loss rows whose target is outside the draft vocabulary / all
     at::Tensor dflash2_sums;                   // family dflash2: dflash2_step_sums.h (undefined otherwise)

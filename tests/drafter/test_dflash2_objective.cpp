@@ -32,7 +32,8 @@ DrafterConfig tiny_dflash2(int64_t top_k) {
   return parse_drafter_config(j, "d2.json");
 }
 
-// The objective written the plain way: full logits, a full stable sort, every row, fp64.
+// The objective written the plain way: full logits, a full stable sort, every row, fp64. L_sel = sum w m CE / sum w
+// (SpecForge: the unary loss's denominator, not the covered weight).
 struct Naive {
   at::Tensor loss, covered, recall, selector_hits;
 };
@@ -41,11 +42,13 @@ Naive naive_selector(const SelectorWeights& w, const at::Tensor& hidden, const a
   const int64_t d = hidden.size(-1);
   const at::Tensor h = hidden.reshape({-1, B, d}), labels = bb.labels.reshape({-1, B}),
                    wts = bb.weights.reshape({-1, B}), ids = bb.block_ids.reshape({-1, B});
-  at::Tensor num = at::zeros({}, at::kDouble), den = num.clone(), recall = num.clone(), hits = num.clone();
+  at::Tensor num = at::zeros({}, at::kDouble), den = num.clone(), all = num.clone(), recall = num.clone(),
+             hits = num.clone();
   for (int64_t m = 0; m < h.size(0); ++m)
     for (int64_t k = 1; k < B; ++k) {
       const double wk = wts[m][k].item<double>();
       if (wk <= 0) continue;
+      all = all + wk;
       const int64_t y = labels[m][k].item<int64_t>(), p = (k == 1 ? ids[m][0] : labels[m][k - 1]).item<int64_t>();
       const at::Tensor u = at::matmul(head, h[m][k]);  // [V]
       const at::Tensor order = std::get<1>(at::sort(u, /*stable=*/true, 0, /*descending=*/true));
@@ -63,7 +66,7 @@ Naive naive_selector(const SelectorWeights& w, const at::Tensor& hidden, const a
       recall = recall + double(inside);
       hits = hits + double(inside && s.argmax().item<int64_t>() == idx);
     }
-  return {num / den, den, recall, hits};
+  return {num / all, den, recall, hits};
 }
 
 }  // namespace

@@ -201,6 +201,20 @@ def _layer_types(config):
     return list(config.get("layer_types") or ["full_attention"] * n)
 
 
+def _trained_causal(config):
+    """Per layer, whether our training makes its block causal: a sliding_attention layer's slot j sees slots <= j of
+    its block, a full_attention layer the whole block (src/kernels/anchor_mask.h, docs/DFLASH.md)."""
+    return [t == "sliding_attention" for t in _layer_types(config)]
+
+
+def _check_causality(r, config):
+    """A silent misread when the engine's per-layer causality (settings['layer_causal']) is not the trained one."""
+    got, want = r.settings.get("layer_causal"), _trained_causal(config)
+    if got is not None and got != want:
+        r.silent.append(f"layer causality {got}, trained {want}: is_causal {config.get('is_causal')!r} sets every "
+                        "layer (absent, sliding layers are causal and full layers are not, as trained)")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # z-lab transformers code
 # ---------------------------------------------------------------------------------------------------------------
@@ -236,6 +250,7 @@ def zlab(folder, target=None):
     is_causal = config.get("is_causal")
     s["layer_causal"] = [t == "sliding_attention" if is_causal is None else bool(is_causal)
                          for t in _layer_types(config)]
+    _check_causality(r, config)
     s["sliding_window"] = config.get("sliding_window")
     s["max_position_embeddings"] = config.get("max_position_embeddings", 32768)   # Qwen3Config's default [I]
     s["input_embedding_scale"] = float(_nested_first(config, "input_embedding_scale", 1.0))
@@ -263,8 +278,6 @@ def zlab(folder, target=None):
                 if n == f"candidate_selector.{cb}":
                     return n + ".weight"
             return n
-        if is_causal is None and "sliding_attention" in _layer_types(config):
-            r.silent.append("is_causal missing: z-lab makes the sliding_attention layers causal")
     for name in tensors:
         if name in ("lm_head.weight", "d2t", "t2d") or name.startswith("embed_tokens"):
             r.notes.append(f"{name}: unused, z-lab drafts with the target's embedding and LM head")
@@ -385,6 +398,7 @@ def sglang(folder, target=None, num_draft_tokens=None):
     types = _layer_types(config)
     is_causal = _text(config).get("is_causal")
     s["layer_causal"] = [t == "sliding_attention" if is_causal is None else bool(is_causal) for t in types]
+    _check_causality(r, config)
     s["sliding_window"] = config.get("sliding_window")
     if "sliding_attention" in types and s["sliding_window"] is None:
         r.errors.append("sliding_window: required by sliding_attention layers")
@@ -524,6 +538,7 @@ def vllm(folder, target=None, num_speculative_tokens=None, v2_runner=True):
     types = _layer_types(config)
     causal = config.get("is_causal", dc.get("causal"))
     s["layer_causal"] = [t == "sliding_attention" if causal is None else bool(causal) for t in types]
+    _check_causality(r, config)
     n_sliding = sum(t == "sliding_attention" for t in types)
     if 0 < n_sliding < len(types) and not v2_runner:
         r.errors.append("mixed sliding/full drafter layers need the V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1)")
@@ -875,8 +890,59 @@ def specforge(folder, target=None):
     return r
 
 
+def deepspec(folder, target=None):
+    """deepseek-ai/DeepSpec deepspec/modeling/dspark/qwen3/modeling.py @5905deb7 (Qwen3DSparkModel.__init__, loaded
+    with HF from_pretrained: missing parameters and unexpected keys are warnings). Every setting is a top-level
+    config attribute: target_layer_ids, mask_token_id, num_anchors, enable_confidence_head and markov_rank are each
+    asserted present, markov_head_type when markov_rank > 0, confidence_head_with_markov when the confidence head is
+    on; block_size is int(config.block_size). It builds embed_tokens and lm_head as parameters, which
+    initialize_embeddings_and_head then copies from the target (frozen), so an export without them misses only
+    those two."""
+    config, tensors = read_folder(folder)
+    arch = (config.get("architectures") or [""])[0]
+    r = EngineRead("deepspec", None, "deepseek-ai/DeepSpec deepspec/modeling/dspark/qwen3/modeling.py @5905deb7")
+    if arch != "Qwen3DSparkModel":
+        r.errors.append(f"architectures {arch!r}: DeepSpec's DSpark class is Qwen3DSparkModel")
+        return r
+    for key in ("target_layer_ids", "mask_token_id", "num_anchors", "enable_confidence_head", "markov_rank"):
+        if key not in config:
+            r.errors.append(f"config.{key} must be provided (an assertion in Qwen3DSparkModel.__init__)")
+    if r.errors:
+        return r
+    r.family = "dspark"
+    s = r.settings
+    rank, conf = int(config["markov_rank"]), bool(config["enable_confidence_head"])
+    if rank > 0 and "markov_head_type" not in config:
+        r.errors.append("config.markov_head_type must be provided when markov_rank > 0")
+    if conf and "confidence_head_with_markov" not in config:
+        r.errors.append("config.confidence_head_with_markov must be provided when enable_confidence_head is true")
+    if "block_size" not in config:
+        r.errors.append("config.block_size: read as int(config.block_size)")
+    if r.errors:
+        return r
+    head = str(config.get("markov_head_type", "vanilla")).lower()
+    with_markov = conf and bool(config["confidence_head_with_markov"])
+    s.update(family="dspark", block_size=int(config["block_size"]), num_draft_tokens=int(config["block_size"]),
+             target_layer_ids=[int(i) for i in config["target_layer_ids"]], mask_token_id=config["mask_token_id"],
+             num_anchors=int(config["num_anchors"]), markov_rank=rank, markov_head_type=head, confidence_head=conf,
+             confidence_head_with_markov=with_markov, head="target", d2t=False, draft_vocab_size=None)
+    expected = backbone_params(config, len(s["target_layer_ids"]))
+    d, V = int(config["hidden_size"]), int(config["vocab_size"])
+    expected.update({"embed_tokens.weight": (V, d), "lm_head.weight": (V, d)})
+    if rank > 0:
+        expected.update(dspark_params(config, head, rank, conf, with_markov))
+    elif conf:
+        expected.update({"confidence_head.proj.weight": (1, d), "confidence_head.proj.bias": (1,)})
+    _match(r, tensors, expected, unknown="reported")
+    frozen = [m for m in r.missing if m in ("embed_tokens.weight", "lm_head.weight")]
+    if frozen:
+        r.notes.append(f"{', '.join(frozen)}: copied from the target by initialize_embeddings_and_head (frozen)")
+    r.reported.extend(f"{m} (newly initialised)" for m in r.missing if m not in frozen)
+    return r
+
+
 READERS = {"sglang": sglang, "vllm": vllm, "llama.cpp": llama_cpp, "zlab": zlab, "speculators": speculators,
-           "specforge": specforge}
+           "specforge": specforge, "deepspec": deepspec}
 
 
 def read(engine, folder, target=None, **serve):

@@ -508,7 +508,10 @@ def selector_loss(unary, hidden, predecessors, targets, weights, params, mode="i
 
 def dflash2_loss(unary, hidden, labels, predecessors, weights, params, alpha=1.0, **selector_kwargs):
     """L = L_unary + alpha L_sel with L_unary the DFlash weighted CE on gold (SpecForge's default; speculators
-    defaults to KL against the verifier instead)."""
+    defaults to KL against the verifier instead). L_sel over the unary loss's sum w by default (SpecForge's
+    forward: the selector numerator joins the unary numerator over one denominator), so L is one sum over rows
+    divided by sum w."""
+    selector_kwargs.setdefault("denominator", "weight")
     return weighted_ce(unary, labels, weights) + alpha * selector_loss(unary, hidden, predecessors, labels,
                                                                        weights, params, **selector_kwargs)
 

@@ -146,7 +146,8 @@ def test_loss_matches_the_reference(probe, tmp_path, mode, stop_gradient):
                             (params.hidden_projection, params.predecessor_codebook, params.successor_codebook)),
                           params.top_k)
     unary = fr.unary_logits(h @ head.T, multiplier, softcap)
-    loss = fr.selector_loss(unary, h, preds, targets, weights, p, mode=mode, stop_gradient=stop_gradient)
+    loss = fr.selector_loss(unary, h, preds, targets, weights, p, mode=mode, stop_gradient=stop_gradient,
+                            denominator="weight")  # SpecForge's: the trained term
     loss.backward()
     close(out["loss"][0], loss.detach())
     for name, ref in [("grad.hidden", h.grad), ("grad.hidden_projection", p.hidden_projection.grad),
@@ -155,10 +156,10 @@ def test_loss_matches_the_reference(probe, tmp_path, mode, stop_gradient):
         close(out[name], ref if ref is not None else torch.zeros_like(out[name]))
     if stop_gradient:
         assert out["grad.hidden"].abs().max() == 0
-    # the other denominators of the sources from the same terms
+    # FAMILIES.md's denominator (sum w m, SpecForge's logged `selector_loss` ratio) from the same terms
     with torch.no_grad():
-        ref_weight = fr.selector_loss(unary, h, preds, targets, weights, p, mode=mode, denominator="weight")
-    close(out["ce_sum"][0] / out["weight"][0], ref_weight)
+        ref_covered = fr.selector_loss(unary, h, preds, targets, weights, p, mode=mode, denominator="covered")
+    close(out["ce_sum"][0] / out["covered_weight"][0], ref_covered)
     # metrics over the rows in the loss
     mask = weights > 0
     u = unary.detach()
@@ -181,7 +182,8 @@ def test_strict_rows_without_their_gold_add_nothing_under_the_trainers_scale(pro
     loss 0 and every gradient exactly 0, finite when backpropagated times the trainer's scale (the micro-batch's
     weight, here 300) in fp32 and bf16. (The divisor used to be clamped to FLT_MIN: 300 / FLT_MIN overflows fp32 and
     the rows' weight 0 times that inf made every gradient NaN.) With half the rows covered, the loss and gradients
-    are the fp64 reference's over the covered rows, and the uncovered rows' hidden states get exactly 0."""
+    are the fp64 reference's (the covered rows' CE over every row's weight), and the uncovered rows' hidden states
+    get exactly 0."""
     n, scale = 16, 300.0
     g, params, hidden64, head64 = selector_case(21, n)
     hidden, head = hidden64.to(dtype), head64.to(dtype)
@@ -209,7 +211,8 @@ def test_strict_rows_without_their_gold_add_nothing_under_the_trainers_scale(pro
     h = hidden.double().requires_grad_(True)
     p = fr.SelectorParams(*(t.double().requires_grad_(True) for t in
                             (sel.hidden_projection, sel.predecessor_codebook, sel.successor_codebook)), sel.top_k)
-    loss = fr.selector_loss(h @ head.double().T, h, preds, targets, weights.double(), p, mode="strict")
+    loss = fr.selector_loss(h @ head.double().T, h, preds, targets, weights.double(), p, mode="strict",
+                            denominator="weight")
     (loss * scale).backward()
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     close(out["loss"][0].double(), loss.detach(), tol)

@@ -179,11 +179,19 @@ def test_vllm_runs_the_dflash2_convs_on_its_own_block(tmp_path):
     assert r.loads and r.silent and r.settings["block_size"] == 8
 
 
-def test_zlab_makes_sliding_layers_causal_without_is_causal(tmp_path):
+def test_is_causal_false_makes_sliding_layers_non_causal_unlike_training(tmp_path):
+    """Training makes a sliding layer causal inside its block and a full layer bidirectional. Without is_causal,
+    z-lab, SGLang and vLLM do the same; is_causal false makes every layer bidirectional: a silent misread."""
     f = dflash2_folder(tmp_path)
     c = json.loads((f / "config.json").read_text())
-    del c["is_causal"]
     c.update(layer_types=["sliding_attention", "full_attention"], sliding_window=8)
-    (f / "config.json").write_text(json.dumps(c))
-    r = er.zlab(f, TARGET)
-    assert r.settings["layer_causal"] == [True, False] and r.silent
+    for is_causal, causal in ((None, [True, False]), (False, [False, False])):
+        c.pop("is_causal", None)
+        if is_causal is not None:
+            c["is_causal"] = is_causal
+        (f / "config.json").write_text(json.dumps(c))
+        for engine in ("zlab", "sglang", "vllm"):
+            r = er.read(engine, f, TARGET)
+            assert r.settings["layer_causal"] == causal, (engine, is_causal)
+            assert bool([m for m in r.silent if m.startswith("layer causality")]) == (is_causal is not None), \
+                (engine, r.silent)

@@ -145,3 +145,26 @@ def test_zlab_block_logits_equal_the_cpp_drafter_in_fp64(dflash_bin, run, export
         path, scores = er.zlab_dflash2_greedy_walk(config, W, h, u, int(ids[0, a]))
         assert torch.equal(walk["path"][n], path), n
         assert (walk["scores"][n] - scores).abs().max().item() <= 1e-10 * scores.abs().max().item(), n
+
+
+def test_sliding_layers_are_exported_so_engines_run_them_as_trained(dflash_bin, run, target_dir, offline_dir,  # noqa: F811
+                                                                    tmp_path):
+    """Training makes a sliding layer causal inside its block and a full layer bidirectional. z-lab, SGLang and vLLM
+    take a top-level is_causal for every layer and, without it, do the same as training: so a DFlash2 drafter with
+    sliding layers is exported without is_causal (with is_causal false its sliding layers would run bidirectional:
+    test_engine_readers.py), and one with full layers only keeps is_causal false (test_the_export_is_in_zlab_contract)."""
+    cfg = json.loads((run / "drafter_config.json").read_text())
+    cfg.update(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], sliding_window=8)
+    (tmp_path / "drafter.json").write_text(json.dumps(cfg))
+    train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "run", steps=1,
+                                drafter_config=tmp_path / "drafter.json"))
+    out = tmp_path / "hf"
+    r = export(dflash_bin, tmp_path / "run", out, "--engine", ",".join(SERVING))
+    assert r.returncode == 0, r.stderr
+    exported_cfg = json.loads((out / "config.json").read_text())
+    assert "is_causal" not in exported_cfg
+    assert exported_cfg["layer_types"] == ["sliding_attention", "full_attention"]
+    for engine in ("zlab", "sglang", "vllm"):
+        read = er.read(engine, out, target_config(target_dir))
+        assert read.loads, (engine, read.errors)
+        assert read.settings["layer_causal"] == [True, False] and not read.silent, (engine, read.silent)

@@ -72,3 +72,25 @@ def test_engine_refusals_are_what_the_readers_misread(dflash_bin, runs, target_d
     else:
         assert "no engine reads it as trained" in line
     assert {"zlab", "speculators"} <= refused   # they do not serve DSpark
+
+
+@pytest.mark.parametrize("variant, engine", [("vanilla", "sglang"), ("gated", "sglang")])
+def test_deepspec_loads_the_export_with_the_trained_num_anchors(dflash_bin, runs, tmp_path, variant, engine):
+    """DeepSpec's own Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many anchors):
+    the export writes the run's (base_args: 6). DeepSpec then misses only the frozen embedding and LM head that it
+    copies from the target. The same folder without the key is refused, as DeepSpec refused every export before."""
+    out = tmp_path / "hf"
+    r = export(dflash_bin, runs[variant], out, "--engine", engine)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["num_anchors"] == json.loads((runs[variant] / "train_config.json").read_text())["num_anchors"] == 6
+    read = er.read("deepspec", out)
+    assert read.loads, read.errors
+    assert read.settings["num_anchors"] == 6 and read.settings["markov_rank"] == 8
+    assert read.settings["markov_head_type"] == VARIANTS[variant].get("markov_head_type", "vanilla")
+    assert read.missing == ["embed_tokens.weight", "lm_head.weight"] and not read.reported and not read.silent
+    del cfg["num_anchors"]
+    (out / "config.json").write_text(json.dumps(cfg))
+    read = er.read("deepspec", out)
+    assert not read.loads and read.errors == ["config.num_anchors must be provided (an assertion in "
+                                              "Qwen3DSparkModel.__init__)"]

@@ -291,3 +291,103 @@ def test_an_export_over_another_familys_keeps_only_its_own_modelling_files(dflas
         assert r.returncode == 0, r.stderr
         assert sorted(p.name for p in out.iterdir()) == ["config.json", "dflash.py", files, "model.safetensors"]
         assert json.loads((out / "config.json").read_text())["auto_map"]["AutoModel"].startswith(files[:-3] + ".")
+
+
+# ---- `drafter selftest` trains each family with its own objective (issue 51 item 2) ---------------------------
+
+def cpp_selftest(build, folder, batch_path, tmp_path, *extra, check=True):
+    """One forward + backward of our C++ drafter on the batch: its outputs (loss, hidden, labels, weights, ...)."""
+    out = tmp_path / "selftest.safetensors"
+    r = subprocess.run([str(build / "drafter_cli"), "drafter", "selftest", "--config", str(folder / "config.json"),
+                        "--weights", str(folder / "model.safetensors"), "--batch", str(batch_path), "--out", str(out),
+                        "--dtype", "float64", "--chunk-rows", "5", *extra], capture_output=True, text=True,
+                       timeout=120)
+    if not check:
+        return r
+    assert r.returncode == 0, r.stderr
+    return load_file(str(out))
+
+
+def close_to(got, want, rtol=1e-10):
+    assert abs(float(got) - float(want)) <= rtol * abs(float(want)), (float(got), float(want))
+
+
+def test_drafter_selftest_computes_dsparks_objective(dflash_bin, dspark_export, tmp_path):
+    """DSpark's blocks (next-token labels, the contiguous prefix, decay exp(-j/4)) and DeepSpec's loss on the
+    drafter's hidden states, as family_reference.py computes them; DFlash's blocks on the same states give another
+    number (what selftest used to report)."""
+    import family_reference as fr
+    folder = dspark_export
+    cfg = json.loads((folder / "config.json").read_text())
+    batch = make_batch(cfg, tmp_path / "batch.safetensors")
+    batch["loss_mask"][0, 12] = 0      # a hole: blocks across it stop there
+    save_file(batch, str(tmp_path / "batch.safetensors"))
+    out = cpp_selftest(pathlib.Path(dflash_bin).parent, folder, tmp_path / "batch.safetensors", tmp_path)
+    B, H, N = cfg["block_size"], cfg["hidden_size"], batch["anchors"].size(1)
+    t = fr.dspark_targets(batch["input_ids"], batch["loss_mask"].bool(), batch["anchors"], batch["keep"].bool(), B)
+    w = fr.dspark_loss_weights(t.mask)
+    assert t.mask.any() and not t.mask.all()
+    assert torch.equal(out["labels"].view(1, N, B)[t.mask], t.labels[t.mask])
+    torch.testing.assert_close(out["weights"].view(1, N, B), w, rtol=1e-15, atol=0)
+    tensors = load_file(str(folder / "model.safetensors"))
+    head = {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith("markov_head.")}
+    params = fr.MarkovParams(cfg["markov_head_type"], head["markov_w1.weight"], head["markov_w2.weight"],
+                             head.get("gate_proj.weight"), head.get("gate_proj.bias"), head.get("joint_proj.weight"),
+                             head.get("joint_proj.bias"))
+    h = out["hidden"].view(1, N, B, H)
+    lm_head = batch["lm_head"]
+    logits = fr.dspark_block_logits(h @ lm_head.T, t.prev, h, params)
+    teacher = batch["target_last_hidden"][0][t.teacher_index[0]][None] @ lm_head.T
+    conf = None
+    if cfg["enable_confidence_head"]:
+        conf = fr.dspark_confidence(h, t.prev, tensors["confidence_head.proj.weight"],
+                                    tensors["confidence_head.proj.bias"], params, cfg["confidence_head_with_markov"])
+    loss = fr.dspark_loss(fr.dspark_loss_terms(logits, teacher, t.labels, w, conf))
+    close_to(out["loss"][0], loss)
+    d = fr.dflash_targets(batch["input_ids"], batch["loss_mask"].bool(), batch["anchors"], batch["keep"].bool(), B)
+    dflash_loss = fr.weighted_ce(h @ lm_head.T, d.labels, fr.dflash_loss_weights(d.mask, 4.0))
+    assert abs(float(out["loss"][0]) - float(dflash_loss)) > 1e-3 * float(loss)
+
+
+@pytest.mark.parametrize("mode", ["strict", "inject"])
+def test_drafter_selftest_computes_dflash2s_objective(dflash_bin, exported, tmp_path, mode):  # noqa: F811
+    """DFlash's blocks, the unary CE plus alpha x the selector's CE over the config's top-K, over the unary sum w in
+    both candidate modes, as family_reference.py computes them on the drafter's hidden states."""
+    import family_reference as fr
+    folder = exported
+    cfg = json.loads((folder / "config.json").read_text())
+    batch = make_batch(cfg, tmp_path / "batch.safetensors")
+    alpha = 0.7
+    out = cpp_selftest(pathlib.Path(dflash_bin).parent, folder, tmp_path / "batch.safetensors", tmp_path,
+                       "--selector-candidates", mode, "--selector-loss-weight", str(alpha))
+    B, H, N = cfg["block_size"], cfg["hidden_size"], batch["anchors"].size(1)
+    K = cfg["dflash_config"]["selector_top_k"]
+    t = fr.dflash_targets(batch["input_ids"], batch["loss_mask"].bool(), batch["anchors"], batch["keep"].bool(), B)
+    assert torch.equal(out["labels"].view(1, N, B)[t.mask], t.labels[t.mask])
+    w = out["weights"].view(1, N, B)
+    assert torch.equal(w > 0, t.mask)
+    tensors = load_file(str(folder / "model.safetensors"))
+    params = fr.SelectorParams(tensors["candidate_selector.hidden_projection.weight"],
+                               tensors["candidate_selector.predecessor_codebook"],
+                               tensors["candidate_selector.successor_codebook"], K)
+    h = out["hidden"].view(1, N, B, H)[:, :, 1:]
+    unary = h @ batch["lm_head"].T
+    labels, prev, wd = t.labels[:, :, 1:], t.prev[:, :, 1:], w[:, :, 1:]
+    recall = fr.unary_recall_at_k(unary.reshape(-1, unary.size(-1)), labels.reshape(-1), wd.reshape(-1) > 0, K)
+    assert 0 < recall < 1   # strict drops some rows here: the two normalisations differ
+    loss = fr.dflash2_loss(unary, h, labels, prev, wd, params, alpha=alpha, mode=mode)
+    close_to(out["loss"][0], loss)
+    close_to(out["selector_loss"][0], fr.selector_loss(unary, h, prev, labels, wd, params, mode=mode,
+                                                       denominator="weight"))
+
+
+@pytest.mark.parametrize("dspark_export", ["vanilla"], indirect=True)
+def test_drafter_selftest_refuses_dflash2_flags_for_another_family(dflash_bin, dspark_export, tmp_path):
+    folder = dspark_export
+    make_batch(json.loads((folder / "config.json").read_text()), tmp_path / "batch.safetensors")
+    r = cpp_selftest(pathlib.Path(dflash_bin).parent, folder, tmp_path / "batch.safetensors", tmp_path,
+                     "--selector-candidates", "inject", check=False)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(
+        "drafter selftest: --selector-candidates and --selector-loss-weight are for a DFlash2 drafter, the config is "
+        "dspark")
