@@ -1,4 +1,4 @@
-// DFlash2's candidate selector (../shared/FAMILIES.md 2.3-2.4, docs/DFLASH2.md): on top of the unary logits
+// DFlash2's candidate selector (docs/DFLASH2.md): on top of the unary logits
 // U = softcap(output_multiplier * lm_head(h)) it re-ranks each position's top-K candidates by the previous token:
 //   S_k(p, c) = U_k[c] + < A[p] * (W_h h_k), Bc[c] >       A, Bc: predecessor / successor codebooks [V, r]
 // At inference it walks a path through the candidates (greedy or sampled); in training it is a K-way CE with

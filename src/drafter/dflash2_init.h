@@ -1,4 +1,4 @@
-// A DFlash2 drafter that starts from a DFlash drafter (../shared/FAMILIES.md 2.1): the DFlash backbone as it is,
+// A DFlash2 drafter that starts from a DFlash drafter (docs/DFLASH2.md): the DFlash backbone as it is,
 // identity convs and the selector at its no-op start (init_drafter_weights), so the DFlash2 drafter computes what
 // the DFlash one does, bit for bit, until it trains.
 #pragma once

@@ -1,4 +1,4 @@
-// One DFlash2 decoder layer (../shared/FAMILIES.md 2.2, docs/DFLASH2.md): the DFlash layer of decoder_layer.h with
+// One DFlash2 decoder layer (docs/DFLASH2.md): the DFlash layer of decoder_layer.h with
 // each sublayer wrapped in its grouped dynamic block convolution. The residuals stay outside the convs:
 //   x += Conv_post(attention(Conv_pre(norm_in(x))))      attention_conv; the block's Q, K, V come from the conv'd
 //   x += Conv_post(mlp(Conv_pre(norm_post(x))))          mlp_conv         input, the context K/V never see a conv

@@ -1,4 +1,4 @@
-// DFlash2's selector objective on a training batch (../shared/FAMILIES.md 2.4, docs/DFLASH2.md "The objective"):
+// DFlash2's selector objective on a training batch (docs/DFLASH2.md "The objective"):
 //   L = L_unary + alpha * L_sel,  L_sel = sum w m CE_K(S_k(p_k, C'_k), idx(y_k)) / sum w
 // (SpecForge's normalisation: the selector's numerator over the unary loss's sum w, so L is one sum over rows
 // divided by sum w, and a step split into micro-batches weighted by their sum w trains the same loss)

@@ -1,4 +1,4 @@
-// DFlash2's settings (../shared/FAMILIES.md 2.1, 2.4, docs/DFLASH2.md), parsed once into these types. Torch-free.
+// DFlash2's settings (docs/DFLASH2.md), parsed once into these types. Torch-free.
 // - The model's (DFlash2Settings): z-lab's dflash_config keys conv_kernel_size, conv_group_size, selector_rank,
 //   selector_top_k, with the sources' defaults (K_conv 2, G 16, r 256, K 16).
 // - The objective's: which candidate set the selector's CE uses for a gold token outside the top-K

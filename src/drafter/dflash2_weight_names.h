@@ -1,4 +1,4 @@
-// DFlash2's extra tensors under z-lab's checkpoint names (../shared/FAMILIES.md 2.1 and 4, docs/DFLASH2.md),
+// DFlash2's extra tensors under z-lab's checkpoint names (docs/DFLASH2.md),
 // next to the DFlash names of drafter_weights.h:
 //   layers.{i}.attention_conv.base_kernel               [2, K, d]
 //   layers.{i}.attention_conv.kernel_projection.weight  [2*K*d/G, d]

@@ -1,4 +1,4 @@
-// Which drafter family a run trains, evaluates or exports (../shared/FAMILIES.md): dflash (the DFlash backbone),
+// Which drafter family a run trains, evaluates or exports (docs/DSPARK.md, docs/DFLASH2.md): dflash (the DFlash backbone),
 // dspark (DeepSpec's DSpark: DFlash + a low-rank previous-token "Markov" logit bias and a confidence head) or
 // dflash2 (z-lab's DFlash2). One spelling, `drafter_family` / `--drafter-family`, parsed once into DrafterFamily;
 // a drafter config.json names its family by `architectures`. DSpark's own settings, with DeepSpec's defaults

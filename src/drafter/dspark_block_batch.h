@@ -1,4 +1,4 @@
-// DSpark's training blocks (../shared/FAMILIES.md 1.2.3-4, DeepSpec qwen3/modeling.py): the same anchors and block
+// DSpark's training blocks (docs/DSPARK.md, DeepSpec qwen3/modeling.py): the same anchors and block
 // inputs [x_a, MASK, ...] as DFlash, with next-token alignment over all B slots:
 //   label y_j = x[a+j+1], previous token p_0 = x_a and p_j = x[a+j] (teacher-forced: p_j = y_{j-1}),
 //   teacher row a+j (the target's last hidden state that predicts y_j),

@@ -1,4 +1,4 @@
-// DSpark's heads on top of the DFlash backbone (../shared/FAMILIES.md 1.1-1.2, DeepSpec markov_head.py /
+// DSpark's heads on top of the DFlash backbone (docs/DSPARK.md, DeepSpec markov_head.py /
 // common.py), under DeepSpec's checkpoint names, so that export is a plain copy:
 //   markov_head.markov_w1.weight      [V, r]       W1, the previous-token embedding
 //   markov_head.markov_w2.weight      [V, r]       W2, the r -> V projection (a Linear weight, no bias)

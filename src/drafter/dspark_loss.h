@@ -1,4 +1,4 @@
-// DSpark's training objective on the drafter's final hidden states (../shared/FAMILIES.md 1.2-1.3, 3): the Markov
+// DSpark's training objective on the drafter's final hidden states (docs/DSPARK.md): the Markov
 // features and confidence logits of every slot (dspark_heads.h, teacher-forced previous tokens), then the chunked
 // LM-head objective dflash::dspark_lm_loss (CE on gold, L1 to the target's distribution, confidence BCE), and the
 // sums behind DeepSpec's train metrics, which add up over micro-batches, workers and processes.

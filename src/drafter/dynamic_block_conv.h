@@ -1,4 +1,4 @@
-// DFlash2's grouped dynamic causal block convolution (../shared/FAMILIES.md 2.2, docs/DFLASH2.md): one per
+// DFlash2's grouped dynamic causal block convolution (docs/DFLASH2.md): one per
 // sublayer of a DFlash2 decoder layer, wrapped around it as Conv_post(sublayer(Conv_pre(u))), with both dynamic
 // kernels computed from the sublayer's (normed) input u. LibTorch ops only, so autograd comes for free.
 //

@@ -1,4 +1,4 @@
-// What a DFlash2 drafter drafts, measured on training blocks (../shared/FAMILIES.md 3, docs/DFLASH2.md): the
+// What a DFlash2 drafter drafts, measured on training blocks (docs/DFLASH2.md): the
 // accepted length of the path the selector walks fed with its own picks, not the unary argmax (TorchSpec #177),
 // the unary top-K oracle's and the unary argmax path's accepted lengths. Sums over blocks, so chunks of blocks add up.
 #pragma once

@@ -1,4 +1,4 @@
-// The DFlash2 drafter as a Proposer (../shared/FAMILIES.md 2.3, docs/DFLASH2.md "Evaluation"): the block
+// The DFlash2 drafter as a Proposer (docs/DFLASH2.md "Evaluation"): the block
 // [last, MASK x (B-1)] runs once through the DFlash backbone with its block convolutions (same context cache);
 // the drafted slots 1..n get unary logits U_k from the target's LM head and their top-K candidates; the candidate
 // selector then walks a path: p_1 = last, slot k re-ranks its candidates by S_k(p_k, c) = U_k[c] +

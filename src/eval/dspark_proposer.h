@@ -1,4 +1,4 @@
-// The DSpark drafter as a Proposer (../shared/FAMILIES.md 1.4, docs/DSPARK.md "Evaluation"): the block
+// The DSpark drafter as a Proposer (docs/DSPARK.md "Evaluation"): the block
 // [last, MASK x (B-1)] runs through the DFlash backbone once (same context cache), and all B outputs are drafts:
 // left to right, slot j's logits are the target LM head's U_j plus the Markov head's bias from the previous token
 // (p_0 = last, p_j = d_{j-1}; the rnn state carried along), and d_j is their argmax (temperature 0) or a draw from

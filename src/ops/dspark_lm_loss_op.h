@@ -1,4 +1,4 @@
-// dflash::dspark_lm_loss: DSpark's objective (../shared/FAMILIES.md 1.3, DeepSpec loss.py) through the frozen LM
+// dflash::dspark_lm_loss: DSpark's objective (docs/DSPARK.md, DeepSpec loss.py) through the frozen LM
 // head, in chunks of rows like dflash::chunked_lm_loss (chunked_lm_loss_op.h), as a LibTorch op with autograd.
 // Per row (a block slot) with Markov-corrected logits l = lm_head h + W2 u and teacher logits z = lm_head t:
 //   ce   = CE(l, gold label)

@@ -1,4 +1,4 @@
-// What a DFlash2 run reports each log step (../shared/FAMILIES.md 3, docs/DFLASH2.md): the selector loss, unary
+// What a DFlash2 run reports each log step (docs/DFLASH2.md): the selector loss, unary
 // recall@K, the teacher-forced selector accuracy, and the accepted lengths of the path the selector walks fed with
 // its own picks and of the unary top-K oracle (not the unary argmax: TorchSpec #177). Torch-free: the progress
 // line and metrics.jsonl use it.

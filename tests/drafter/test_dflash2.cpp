@@ -360,7 +360,7 @@ TEST(Selector, StrictDropsMissesAndInjectCountsThem) {
 // ---- names -------------------------------------------------------------------------------------------------
 
 TEST(DFlash2Names, ZLabFixtureHas81TensorsWithTheseNamesAndShapes) {
-  // FAMILIES.md 2.1: the z-lab fixture (d 6656, 5 layers, K_conv 2, G 16, r 256, V 202048) has 81 tensors,
+  // docs/DFLASH2.md: the z-lab fixture (d 6656, 5 layers, K_conv 2, G 16, r 256, V 202048) has 81 tensors,
   // DFlash's 58 and these 23.
   auto cfg = tiny_drafter_config_json();
   cfg["hidden_size"] = 6656;

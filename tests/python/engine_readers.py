@@ -959,7 +959,7 @@ def read_all(folder, target=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# z-lab DFlash2DraftModel, run: its load and one block's forward in float64 (FAMILIES.md 0, 2.2, 2.3, 4)
+# z-lab DFlash2DraftModel, run: its load and one block's forward in float64 (docs/DFLASH2.md)
 # ---------------------------------------------------------------------------------------------------------------
 
 def zlab_dflash2_load(folder):
@@ -1055,7 +1055,7 @@ def zlab_dflash2_block(config, W, embed, lm_head, features, anchor_token, anchor
 
 
 def zlab_dflash2_greedy_walk(config, W, hidden, unary, anchor_token):
-    """The selector's greedy walk over slots 1..B-1 (FAMILIES.md 2.3): candidates topK(U_k), scores
+    """The selector's greedy walk over slots 1..B-1 (docs/DFLASH2.md): candidates topK(U_k), scores
     S_k(p, c) = U_k[c] + <A[p] * (W_h h_k), Bc[c]>, p_1 = the anchor, then p_{k+1} = argmax. Returns (path [B-1],
     scores [B-1, K] along the path)."""
     import torch

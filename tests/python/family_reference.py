@@ -1,4 +1,4 @@
-"""Plain-PyTorch references of the DSpark and DFlash2 drafter families, written from ../shared/FAMILIES.md.
+"""Plain-PyTorch references of the DSpark and DFlash2 drafter families, written from docs/DSPARK.md, docs/DFLASH2.md.
 
 The test oracle for the C++ implementations of both families (issues 39 and 40): labels and masks for given
 anchors, the DSpark Markov and confidence heads with their loss and metrics, the DFlash2 grouped dynamic conv,
@@ -20,7 +20,7 @@ the anchor token x[a]. Weight layouts are the checkpoint layouts (torch Linear: 
           joint_w [3r, 2r+d], joint_b [3r], conf_w [1, d(+r)], conf_b [1]
   DFlash2 base_kernel [2, K, d], kernel_projection [2*K*(d/G), d], hidden_projection [r, d],
           predecessor_codebook [V, r], successor_codebook [V, r]
-Where the sources disagree, the choice is a named argument and FAMILIES.md's reading is the default.
+Where the sources disagree, the choice is a named argument and the docs' reading is the default.
 """
 import itertools
 from dataclasses import dataclass
@@ -43,7 +43,7 @@ def rms_norm(x, weight, eps):
 
 def anchor_candidates(loss_mask):
     """bool [b, T]: a is an anchor candidate when a <= T-2, loss_mask[a] and loss_mask[a+1] (DeepSpec common.py,
-    SPEC.md: the same rule for both families)."""
+    docs/DFLASH.md: the same rule for both families)."""
     lm = loss_mask.bool()
     out = torch.zeros_like(lm)
     out[:, :-1] = lm[:, :-1] & lm[:, 1:]
@@ -96,7 +96,7 @@ class BlockTargets:
 
 
 def dspark_targets(input_ids, loss_mask, anchors, keep, block_size):
-    """DSpark next-token alignment (FAMILIES.md 1.2.3-4, DeepSpec qwen3/modeling.py forward):
+    """DSpark next-token alignment (docs/DSPARK.md, DeepSpec qwen3/modeling.py forward):
     label y_j = x[a+j+1] for all B slots, prev p_0 = x[a] and p_j = x[a+j], teacher logits from the target's last
     hidden state at a+j (= label index - 1); eval_mask_j = prod_{i<=j} [a+i+1 < T] * loss_mask[a+i+1] * keep.
     Indices past the end read x[T-1]; a dropped block reads index 0 (as DeepSpec): both are masked out."""
@@ -123,7 +123,7 @@ def dspark_targets(input_ids, loss_mask, anchors, keep, block_size):
 
 
 def dflash_targets(input_ids, loss_mask, anchors, keep, block_size):
-    """DFlash and DFlash2 same-position alignment (SPEC.md "Training sample construction", FAMILIES.md 2.4):
+    """DFlash and DFlash2 same-position alignment (docs/DFLASH.md "Training sample construction", docs/DFLASH2.md):
     slot k predicts x[a+k], slot 0 is never in the loss; mask_k = keep * [a+k < T] * loss_mask[a+k] * [k > 0]
     (no prefix product); the selector's teacher-forced predecessor of slot k is x[a+k-1] (p_1 = the anchor)."""
     b, T = input_ids.shape
@@ -151,7 +151,7 @@ def dspark_loss_weights(mask, gamma=4.0):
 
 
 def dflash_loss_weights(mask, gamma):
-    """w_k = mask_k * exp(-(k-1)/gamma), slot 0 weight 0 (SPEC.md "Loss"; speculators dflash_loss_decay)."""
+    """w_k = mask_k * exp(-(k-1)/gamma), slot 0 weight 0 (docs/DFLASH.md "Loss"; speculators dflash_loss_decay)."""
     return mask.to(torch.float64) * decay_weights(mask.shape[-1], gamma, first_slot=1)
 
 
@@ -188,7 +188,7 @@ def random_markov_params(head_type, V, d, r, generator, scale=0.5, dtype=torch.f
 
 
 def markov_step(params, prev_token, h, state=None):
-    """One position of a Markov head (FAMILIES.md 1.2.5): returns (bias [..., V], new rnn state or None).
+    """One position of a Markov head (docs/DSPARK.md): returns (bias [..., V], new rnn state or None).
     vanilla: W2 W1[p]; gated: W2 (sigmoid(Wg [h; W1[p]] + bg) * W1[p]); rnn: [g, c, o] = Wj [s; W1[p]; h] + bj,
     s' = sigmoid(g) s + (1 - sigmoid(g)) tanh(c), bias = W2 tanh(o)."""
     e = params.w1[prev_token]
@@ -236,7 +236,7 @@ class DSparkDraft:
 
 def dspark_draft(base_logits, hidden, bonus, params, temperature=0.0, uniforms=None,
                  conf_w=None, conf_b=None, with_markov=True):
-    """Sequential DSpark draft of one block (FAMILIES.md 1.4, DeepSpec draft_ops.py): all B slots are drafts;
+    """Sequential DSpark draft of one block (docs/DSPARK.md, DeepSpec draft_ops.py): all B slots are drafts;
     greedy at temperature 0, otherwise sampled with the given uniforms [B]."""
     B = base_logits.shape[0]
     tokens, logits, probs, state = [], [], [], None
@@ -280,7 +280,7 @@ def dspark_acceptance(draft_logits, teacher_logits):
 
 def dspark_loss_terms(draft_logits, teacher_logits, labels, weights, confidence=None, den_eps=DEEPSPEC_DEN_EPS,
                       confidence_target=None):
-    """The three DeepSpec loss terms (FAMILIES.md 1.3, DeepSpec loss.py), each sum(w * term) / (sum(w) + eps):
+    """The three DeepSpec loss terms (docs/DSPARK.md, DeepSpec loss.py), each sum(w * term) / (sum(w) + eps):
     ce: CE of the Markov-corrected logits against the GOLD label; l1: full ||q - pi||_1 (= 2 TV);
     confidence: BCE-with-logits of c against stop-grad a*. Returns a dict with the per-slot a* too.
     confidence_target replaces a* by a constant: the same gradient, and what finite differences can check (they
@@ -307,7 +307,7 @@ def dspark_loss(terms, loss_weights=DSPARK_LOSS_WEIGHTS):
 
 
 def dspark_train_metrics(accept, mask, keep, weights, confidence=None):
-    """DeepSpec's train metrics (FAMILIES.md 3; loss.py _collect_local_terms), single process:
+    """DeepSpec's train metrics (docs/DSPARK.md; loss.py _collect_local_terms), single process:
     accept_rate@j = sum a*_j mask_j / sum mask_j; tau_probabilistic = mean over blocks with keep and any mask of
     1 + sum_j prod_{i<=j} a*_i mask_i. With a confidence head, weighted by w = mask * decay like the loss:
     abs_error = sum w |s - a*| / sum w, bias = sum w (s - a*) / sum w with s = sigmoid(c), and cumprod_bias =
@@ -345,7 +345,7 @@ def conv_dynamic_kernels(u, kernel_projection, kernel_size, group_size):
 
 def grouped_dynamic_conv(v, base, delta, group_size, block_size):
     """Conv(v; beta, delta)[t, c] = sum_{o<K} (beta[o, c] + delta[t, o, c // G]) * v[t-o, c], with v[t-o] = 0 when
-    (t mod B) < o (FAMILIES.md 2.2): the kernel is indexed by the OUTPUT position t and taps never cross a block
+    (t mod B) < o (docs/DFLASH2.md): the kernel is indexed by the OUTPUT position t and taps never cross a block
     boundary. v [..., L, d] with L a multiple of B, base [K, d], delta [..., L, K, d/G]."""
     out = torch.zeros_like(v)
     for t in range(v.shape[-2]):
@@ -369,7 +369,7 @@ class ConvParams:
 
 
 def identity_conv_params(d, kernel_size, group_size, dtype=torch.float64):
-    """The trainers' init (FAMILIES.md 2.1): base[:, 0] = 1, other taps 0, kernel_projection 0 -> exact identity."""
+    """The trainers' init (docs/DFLASH2.md): base[:, 0] = 1, other taps 0, kernel_projection 0 -> exact identity."""
     base = torch.zeros(2, kernel_size, d, dtype=dtype)
     base[:, 0] = 1
     return ConvParams(base, torch.zeros(2 * kernel_size * (d // group_size), d, dtype=dtype), group_size)
@@ -391,7 +391,7 @@ def wrapped_sublayer(u, sublayer, conv, block_size):
 
 def dflash2_layer(x, attention: Callable, mlp: Callable, input_norm, post_norm, eps, attention_conv, mlp_conv,
                   block_size):
-    """One DFlash2 decoder layer on the block tokens x [..., L, d] (FAMILIES.md 2.2): pre-norm, each sublayer
+    """One DFlash2 decoder layer on the block tokens x [..., L, d] (docs/DFLASH2.md): pre-norm, each sublayer
     wrapped by its conv, residuals outside the convs. attention(u) sees the block's normed input (ctx K/V are the
     callable's business: the conv never touches the context); attention_conv/mlp_conv None = plain DFlash."""
     def wrap(u, f, conv):
@@ -434,7 +434,7 @@ def top_candidates(unary, k):
 
 def selector_scores(unary, hidden, predecessor, candidates, params):
     """S(p, c) = U[c] + <A[p] * (W_h h), Bc[c]> for candidates [..., K]; unary [..., V], hidden [..., d],
-    predecessor [...] (FAMILIES.md 2.3)."""
+    predecessor [...] (docs/DFLASH2.md)."""
     gate = params.predecessor_codebook[predecessor] * (hidden @ params.hidden_projection.T)   # [..., r]
     pair = (params.successor_codebook[candidates] * gate[..., None, :]).sum(-1)               # [..., K]
     return unary.gather(-1, candidates) + pair
@@ -472,7 +472,7 @@ def sparse_to_dense(q, candidates, vocab_size):
 
 
 def selector_training_candidates(unary, targets, top_k, mode):
-    """The loss's candidate set (FAMILIES.md 2.4). 'inject' (speculators #1006 selector_training_candidates):
+    """The loss's candidate set (docs/DFLASH2.md). 'inject' (speculators #1006 selector_training_candidates):
     sorted topK, a gold token outside it replaces rank K, every row counts (m = 1). 'strict' (SpecForge
     _selector_chunk_terms): the serving topK unchanged, m = [y in topK]. Returns (candidates, label index, m)."""
     cands = top_candidates(unary, top_k).clone()
@@ -489,10 +489,10 @@ def selector_training_candidates(unary, targets, top_k, mode):
 
 def selector_loss(unary, hidden, predecessors, targets, weights, params, mode="inject", stop_gradient=False,
                   denominator="covered"):
-    """L_sel = sum w m CE_K(S(p, C'), idx(y)) / den (FAMILIES.md 2.4) over rows [n] (or any leading shape):
+    """L_sel = sum w m CE_K(S(p, C'), idx(y)) / den (docs/DFLASH2.md) over rows [n] (or any leading shape):
     unary [..., V], hidden [..., d], predecessors / targets [...], weights [...] = the unary objective's
     decay * mask. targets: the gold tokens (SpecForge, TorchSpec) or the verifier's argmax (speculators). stop_gradient detaches U and h for this term only (SpecForge #793). The sources normalise
-    differently: 'covered' = sum w m (FAMILIES.md), 'weight' = sum w (SpecForge: the unary loss's shared
+    differently: 'covered' = sum w m (coverage), 'weight' = sum w (SpecForge: the unary loss's shared
     denominator), 'count' = number of rows with w > 0 (speculators loss_function: the mask count)."""
     if stop_gradient:
         unary, hidden = unary.detach(), hidden.detach()

@@ -156,7 +156,7 @@ def test_loss_matches_the_reference(probe, tmp_path, mode, stop_gradient):
         close(out[name], ref if ref is not None else torch.zeros_like(out[name]))
     if stop_gradient:
         assert out["grad.hidden"].abs().max() == 0
-    # FAMILIES.md's denominator (sum w m, SpecForge's logged `selector_loss` ratio) from the same terms
+    # the coverage denominator (sum w m, SpecForge's logged `selector_loss` ratio) from the same terms
     with torch.no_grad():
         ref_covered = fr.selector_loss(unary, h, preds, targets, weights, p, mode=mode, denominator="covered")
     close(out["ce_sum"][0] / out["covered_weight"][0], ref_covered)

@@ -1,4 +1,4 @@
-"""`dflash export` of a DFlash2 run in z-lab's contract (issue 40 item 5, FAMILIES.md 4 and 7.2): config.json with
+"""`dflash export` of a DFlash2 run in z-lab's contract (issue 40 item 5, docs/DFLASH2.md): config.json with
 architectures ["DFlash2DraftModel"], a top-level is_causal false and the conv and selector settings in dflash_config;
 the convs and the selector under z-lab's names (bare codebook names), no embedding or LM head. Each engine's reader
 (engine_readers.py) reads it as trained, `--engine all` refuses exactly the ones that do not (speculators), and z-lab's

@@ -1,4 +1,4 @@
-"""`dflash export` of a DSpark run in DeepSpec's native contract (issue 39 item 7, FAMILIES.md 4): config.json with
+"""`dflash export` of a DSpark run in DeepSpec's native contract (issue 39 item 7, docs/DSPARK.md): config.json with
 architectures ["Qwen3DSparkModel"] and the flat keys, the heads under DeepSpec's names, read by each engine's
 reader (engine_readers.py) exactly as trained; the engines that would read a variant differently (a gated or rnn
 Markov head, rank 0, no confidence head; z-lab and speculators, which do not serve DSpark) are the ones `--engine`
