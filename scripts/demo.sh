@@ -234,10 +234,17 @@ if [ -f "$EVAL" ] && [ "$(cat "$OUT/.eval_done" 2>/dev/null)" = "$EVAL_KEY" ]; t
 else
   rm -f "$OUT/.eval_done"
   rc=0
-  # One process with 2 threads here: spinning OpenMP threads hand work over faster (verify 72 -> 52 ms) on an
-  # idle machine; a caller's own OMP_WAIT_POLICY is kept.
-  OMP_WAIT_POLICY="${CALLER_WAIT_POLICY:-active}" "$DFLASH" eval --target "$MODEL" --devices "$DEMO_DEVICE" --drafter "$DRAFTER" --data "$sets" \
-    --limit "$DEMO_EVAL_PROMPTS" --max-new "$DEMO_EVAL_MAX_NEW" --max-draft "$DEMO_MAX_DRAFT" --threads 2 \
+  # Spinning OpenMP threads on every core hand work over faster (verify 72 -> 52 ms) on an idle machine, but on a
+  # busy one they fight the other processes for the cores (eval fell to 0.7-4 tokens/s beside a build, against 9
+  # with passive waiting on 1 thread). So the eval spins on all cores only when they are free now (idle share over
+  # one second, scripts/cpu_idle.sh), else it waits passively on 1 thread. A caller's OMP_WAIT_POLICY is kept.
+  EVAL_THREADS=$(nproc)
+  EVAL_POLICY=active
+  if ! bash scripts/cpu_idle.sh 0.8; then EVAL_THREADS=1; EVAL_POLICY=passive; fi
+  EVAL_POLICY="${CALLER_WAIT_POLICY:-$EVAL_POLICY}"
+  echo "eval: $EVAL_THREADS thread(s), OMP_WAIT_POLICY=$EVAL_POLICY (the CPU is $(bash scripts/cpu_idle.sh --print)% idle)"
+  OMP_WAIT_POLICY="$EVAL_POLICY" "$DFLASH" eval --target "$MODEL" --devices "$DEMO_DEVICE" --drafter "$DRAFTER" --data "$sets" \
+    --limit "$DEMO_EVAL_PROMPTS" --max-new "$DEMO_EVAL_MAX_NEW" --max-draft "$DEMO_MAX_DRAFT" --threads "$EVAL_THREADS" \
     --json "$EVAL" --tokens-out "$OUT/eval_tokens.jsonl" || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || exit "$rc"   # 3: ran, but some output was not lossless (reported)
   echo "$EVAL_KEY" > "$OUT/.eval_done"
