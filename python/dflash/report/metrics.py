@@ -72,7 +72,7 @@ class MetricsTail:
                 continue
             try:
                 rows.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
                 self.skipped += 1
         return rows
 
