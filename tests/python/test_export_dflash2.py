@@ -19,7 +19,10 @@ from test_train import (MASK_ID, TARGET_LAYER_IDS, base_args, final_weights, off
 
 SETTINGS = {"conv_kernel_size": 2, "conv_group_size": 8, "selector_rank": 4, "selector_top_k": 8}
 STEPS = 3
-SERVING = ["sglang", "vllm", "llama.cpp", "zlab"]
+# llama.cpp serves DFlash2 too, but its loader needs hidden_size >= selector_top_k * (selector_top_k + 1) and one
+# causal flag for all layers, which this tiny drafter (hidden 32, top-K 8) and the sliding-layer one do not meet:
+# export refuses llama.cpp for both, and test_llama_cpp_engine.py runs llama.cpp's own loader on drafters it serves.
+SERVING = ["sglang", "vllm", "zlab"]
 
 
 @pytest.fixture(scope="module")
