@@ -15,13 +15,17 @@ namespace {
 
 constexpr const char* kWhat = "eval --engine llama.cpp";
 
-// The integer after "<key> = " on a line of llama.cpp's log (speculative-simple's closing counters).
+// The integer after "<key> = " on a line of llama.cpp's log (speculative-simple's closing counters). The key is
+// padded to align the '=' ("n_accept  = 3"), so any spaces may stand between key and '='.
 int64_t counter(const std::string& log, const std::string& key) {
-  const size_t at = log.rfind(key + " = ");
-  if (at == std::string::npos)
-    throw std::runtime_error(std::string(kWhat) + ": llama-speculative-simple printed no '" + key +
-                             "' counter; its last line: " + util::last_line(log));
-  return std::stoll(log.substr(at + key.size() + 3));
+  for (size_t at = log.rfind(key); at != std::string::npos && at > 0; at = log.rfind(key, at - 1)) {
+    const bool starts_word = log[at - 1] == ' ';
+    size_t p = at + key.size();
+    while (p < log.size() && log[p] == ' ') ++p;
+    if (starts_word && p + 1 < log.size() && log[p] == '=' && log[p + 1] == ' ') return std::stoll(log.substr(p + 2));
+  }
+  throw std::runtime_error(std::string(kWhat) + ": llama-speculative-simple printed no '" + key +
+                           "' counter; its last line: " + util::last_line(log));
 }
 
 // "decoded N tokens in S seconds": the decode (prompt encoding excluded) as llama-speculative-simple times it.
@@ -46,13 +50,22 @@ std::string strip_suffix(std::string s, const std::string& suffix) {
   return s;
 }
 
-// The generated text of both programs comparable: speculative-simple prints "\n\n" + prompt + text + "\n\n",
-// llama-completion prompt + text (+ " [end of text]" at the end-of-generation token) + newlines; trailing newlines
-// of the text itself are dropped on both sides alike.
-std::string normalized(std::string s) {
+// The generated text of both programs comparable, special tokens written out by both (-sp for llama-completion;
+// without it the prompt's <|im_start|> ... are dropped from one side only): speculative-simple prints "\n\n" +
+// prompt + text + "\n\n" and stops before the end-of-generation token; llama-completion prints prompt + text and,
+// when it stopped there, that token + " [end of text]", then newlines. Trailing newlines of the text itself are
+// dropped on both sides alike.
+std::string normalized(std::string s, const std::vector<std::string>& end_texts) {
   if (s.rfind("\n\n", 0) == 0) s.erase(0, 2);
   while (!s.empty() && s.back() == '\n') s.pop_back();
+  const size_t before = s.size();
   s = strip_suffix(s, " [end of text]");
+  if (s.size() != before)
+    for (const auto& e : end_texts)
+      if (!e.empty() && s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0) {
+        s.resize(s.size() - e.size());
+        break;
+      }
   while (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
 }
@@ -64,11 +77,11 @@ std::vector<std::string> common_argv(const std::string& bin, const LlamaCppSetti
           "--temp", "0", "--top-k", "1", "--seed", "0", "-t", threads, "-tb", threads, "-ngl", "0"};
 }
 
-Run finish(util::ProcessResult r, const std::string& what) {
+Run finish(util::ProcessResult r, const std::string& what, const LlamaCppSettings& s) {
   if (r.exit_code != 0)
     throw std::runtime_error(std::string(kWhat) + ": " + what + " exited " + std::to_string(r.exit_code) + ": " +
                              util::last_line(r.err));
-  return {normalized(r.out), std::move(r.err)};
+  return {normalized(r.out, s.end_texts), std::move(r.err)};
 }
 
 // Speculative decoding: llama-speculative-simple, greedy, with the draft GGUF.
@@ -80,7 +93,7 @@ Run speculative(const LlamaCppSettings& s, const std::string& prompt, int64_t co
                                std::string("--spec-draft-p-min"), std::string("0"), std::string("-td"), threads,
                                std::string("-tbd"), threads})
     argv.push_back(a);
-  return finish(util::run_process(argv), "llama-speculative-simple with " + s.draft_gguf);
+  return finish(util::run_process(argv), "llama-speculative-simple with " + s.draft_gguf, s);
 }
 
 // The target alone: llama-completion, greedy, the same threads. speculative-simple stops after n_predict + 1
@@ -88,7 +101,8 @@ Run speculative(const LlamaCppSettings& s, const std::string& prompt, int64_t co
 Run target_alone(const LlamaCppSettings& s, const std::string& prompt, int64_t context) {
   auto argv = common_argv(util::llama_cpp_program("llama-completion", kWhat), s, prompt, s.max_new + 1, context);
   argv.push_back("-no-cnv");
-  return finish(util::run_process(argv), "llama-completion (the target alone)");
+  argv.push_back("-sp");  // special tokens written out, as speculative-simple does
+  return finish(util::run_process(argv), "llama-completion (the target alone)", s);
 }
 
 // llama-completion's decode: "eval time = X ms / N runs" (prompt evaluation excluded).
@@ -151,6 +165,9 @@ double LlamaCppDatasetReport::target_tokens_per_s() const {
 
 nlohmann::json LlamaCppDatasetReport::to_json() const {
   const double se = accepted_per_cycle_stderr(), base = target_tokens_per_s();
+  nlohmann::json per_prompt = nlohmann::json::array();
+  for (const auto& [index, pc] : by_prompt)
+    per_prompt.push_back({{"index", index}, {"n_predict", pc.first}, {"cycles", pc.second}});
   return {{"name", name},
           {"prompts", prompts},
           {"n_predict", n_predict},
@@ -163,7 +180,8 @@ nlohmann::json LlamaCppDatasetReport::to_json() const {
           {"target_tokens_per_s", base},
           {"speedup", base > 0 ? tokens_per_s() / base : 0.0},
           {"output_equals_target", differing.empty()},
-          {"differing_prompts", differing}};
+          {"differing_prompts", differing},
+          {"per_prompt", per_prompt}};
 }
 
 void print_llama_cpp_table(const std::vector<LlamaCppDatasetReport>& reports,

@@ -20,6 +20,9 @@ struct LlamaCppSettings {
   int64_t max_new = 0;    // tokens per prompt (llama.cpp's -n)
   int64_t draft_max = 0;  // drafts per cycle (--spec-draft-n-max): our eval's max_draft, or the family's full block
   int64_t threads = 1;    // -t for the target and the drafter
+  // The target's end-of-generation tokens as text: llama-completion prints the one it stopped at, speculative-simple
+  // does not, so it is taken off before the two outputs are compared.
+  std::vector<std::string> end_texts;
 };
 
 struct LlamaCppDatasetReport {
