@@ -278,9 +278,6 @@ int run_eval(const EvalOptions& o) {
       throw std::invalid_argument("eval --engine llama.cpp: " + o.target.path + " has no tokenizer to write the "
                                   "prompts' text with");
     const models::TargetConfig tcfg = target ? target->config() : models::read_target_config(o.target.path);
-    std::vector<int64_t> ends = tcfg.eos_token_ids;
-    if (tokenizer->eos_id() >= 0) ends.push_back(tokenizer->eos_id());
-    for (const int64_t id : ends) llama->end_texts.push_back(tokenizer->decode({static_cast<int32_t>(id)}, false));
     llama_reports = evaluate_llama_cpp(o, *llama, *tokenizer, chat.get(), tcfg);
     std::map<std::string, double> our_tau;
     for (const auto& r : reports) our_tau[r.name] = r.tau();
