@@ -5,7 +5,9 @@
 #   2. a 1-layer drafter (block 4) is trained on them with 2 workers    (dflash train, offline, live progress)
 #   3. speculative decoding on held-out prompts: GSM8K test, HumanEval,  (dflash eval: tau, speedup,
 #      MT-Bench first turns, against the target alone in the same run    lossless check)
-#   4. plots: training loss and acceptance histogram
+#   4. the same prompts in llama.cpp, the real serving engine: the        (export --gguf, eval --engine
+#      drafter converted by llama.cpp's own converter, its tau and speed   llama.cpp)
+#   5. plots: training loss and acceptance histogram; both engines' tables
 # Everything lands in demo-out/. Each finished stage is skipped on a second run (delete demo-out/ to redo).
 #
 # usage: bash scripts/demo.sh BUILD_DIR [--long | --full] [--family dflash|dspark|dflash2]
@@ -21,7 +23,8 @@
 # DEMO_TARGET_LAYERS, DEMO_LR, DEMO_FINAL_NORM, DEMO_DTYPE, DEMO_EVAL_PROMPTS, DEMO_EVAL_MAX_NEW, DEMO_MAX_DRAFT,
 # DEMO_OUT, DEMO_INIT_FROM (a drafter model.safetensors the training starts from; dflash2 takes a DFlash one's).
 # DEMO_DEVICE=cuda:0 runs every stage on that GPU (target and drafter; default cpu). DEMO_DRAFT_VOCAB=K
-# trains with a K-token draft vocabulary (default 0: the target's full vocabulary).
+# trains with a K-token draft vocabulary (default 0: the target's full vocabulary). DEMO_LLAMA_CPP=0 leaves out
+# stage 4 (llama.cpp runs on the CPU only); DEMO_LLAMA_THREADS its threads (default 2).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -37,7 +40,7 @@ while [ $# -gt 0 ]; do
     --family) [ $# -ge 2 ] || { echo "demo: --family needs a value: dflash, dspark or dflash2" >&2; exit 2; }
               FAMILY="$2"; shift ;;
     --family=*) FAMILY="${1#--family=}" ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "demo: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -128,7 +131,7 @@ if [ "$DEMO_OFFLINE" = 1 ]; then
     FEATURE_FLAGS+=(--last-hidden)
   fi
 fi
-stage "1/4 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)$([ "$DEMO_OFFLINE" = 1 ] && echo ', with their target features')$([ "$LAST_HIDDEN" = 1 ] && echo ' and last hidden state')"
+stage "1/5 regenerate answers to $DEMO_PROMPTS GSM8K train prompts (max $DEMO_MAX_NEW tokens)$([ "$DEMO_OFFLINE" = 1 ] && echo ', with their target features')$([ "$LAST_HIDDEN" = 1 ] && echo ' and last hidden state')"
 if [ -f "$TRAIN" ] && [ "$(cat "$OUT/data/.done" 2>/dev/null)" = "$REGEN_KEY" ]; then
   echo "cached: $TRAIN ($(wc -l < "$TRAIN") samples)"
 else
@@ -191,7 +194,7 @@ TRAIN_KEY="$TRAIN_KEY target_layers=$DEMO_TARGET_LAYERS lr=$DEMO_LR final_norm=$
 TRAIN_KEY="$TRAIN_KEY dtype=$DEMO_DTYPE device=$DEMO_DEVICE${DEMO_DRAFT_VOCAB:+ draft_vocab=$DEMO_DRAFT_VOCAB}"
 [ "$FAMILY" != dflash ] && TRAIN_KEY="$TRAIN_KEY family=$FAMILY"
 TRAIN_KEY="$TRAIN_KEY${DEMO_INIT_FROM:+ init_from=$DEMO_INIT_FROM}"
-stage "2/4 train a $DEMO_LAYERS-layer $FAMILY drafter (block $DEMO_BLOCK) on $DRAFTER_DEVICES, $DEMO_STEPS steps"
+stage "2/5 train a $DEMO_LAYERS-layer $FAMILY drafter (block $DEMO_BLOCK) on $DRAFTER_DEVICES, $DEMO_STEPS steps"
 if [ -f "$DRAFTER/model.safetensors" ] && [ "$(cat "$OUT/.train_done" 2>/dev/null)" = "$TRAIN_KEY" ]; then
   echo "cached: $DRAFTER"
 else
@@ -225,7 +228,7 @@ stage_done
 # 3. Evaluate on held-out prompts (never in the training data): speculative vs the target alone.
 EVAL="$OUT/eval.json"
 EVAL_KEY="$TRAIN_KEY eval=$DEMO_EVAL_PROMPTS eval_max_new=$DEMO_EVAL_MAX_NEW max_draft=$DEMO_MAX_DRAFT"
-stage "3/4 evaluate: $DEMO_EVAL_PROMPTS prompts each of GSM8K test, HumanEval, MT-Bench (max $DEMO_EVAL_MAX_NEW tokens)"
+stage "3/5 evaluate: $DEMO_EVAL_PROMPTS prompts each of GSM8K test, HumanEval, MT-Bench (max $DEMO_EVAL_MAX_NEW tokens)"
 sets="gsm8k_test=$DATA/gsm8k_test.jsonl"
 [ -f "$DATA/humaneval.jsonl.gz" ] && sets="$sets,humaneval=$DATA/humaneval.jsonl.gz"
 [ -f "$DATA/mt_bench_questions.jsonl" ] && sets="$sets,mt_bench=$DATA/mt_bench_questions.jsonl"
@@ -251,11 +254,44 @@ else
 fi
 stage_done
 
-# 4. Plots and the summary table.
-stage "4/4 plots and summary"
+# 4. The same prompts in llama.cpp (scripts/setup_llama_cpp.sh built it): the run exported again with its GGUF
+#    (llama.cpp's own converter; the target folder it needs is written from the GGUF target), then
+#    llama-speculative-simple with it and llama-completion alone, greedy, the same drafts per cycle. On this CPU
+#    with the 135M target expect no speed-up: a verify batch of 4 costs ~2.6 single decodes in llama.cpp, which
+#    tau ~1.5 cannot pay (docs/BENCHMARKS.md "Agreement with llama.cpp"); the point is the same tau in both engines.
+LLAMA_EVAL="$OUT/eval_llama_cpp.json"
+LLAMA_DRAFTER="$OUT/drafter-gguf"
+: "${DEMO_LLAMA_CPP:=1}" "${DEMO_LLAMA_THREADS:=2}"
+LLAMA_KEY="$EVAL_KEY llama_threads=$DEMO_LLAMA_THREADS"
+stage "4/5 llama.cpp on the same prompts: its tau and speed beside ours"
+if [ "$DEMO_LLAMA_CPP" != 1 ]; then
+  echo "skipped (DEMO_LLAMA_CPP=$DEMO_LLAMA_CPP)"
+  rm -f "$LLAMA_EVAL"
+elif [ "${DEMO_DRAFT_VOCAB:-0}" != 0 ]; then
+  echo "skipped: a draft vocabulary is exported for vLLM only (docs/SERVING.md)"
+  rm -f "$LLAMA_EVAL"
+elif [ -f "$LLAMA_EVAL" ] && [ "$(cat "$OUT/.llama_done" 2>/dev/null)" = "$LLAMA_KEY" ]; then
+  echo "cached: $LLAMA_EVAL"
+else
+  rm -f "$OUT/.llama_done"
+  rm -rf "$LLAMA_DRAFTER"
+  "$DFLASH" export "$RUN" --out "$LLAMA_DRAFTER" --engine llama.cpp --gguf
+  rc=0
+  # llama.cpp's threads spin while they wait: a caller's passive OpenMP policy is no help there, so a machine
+  # shared with other work wants DEMO_LLAMA_THREADS=1.
+  "$DFLASH" eval --target "$MODEL" --drafter "$LLAMA_DRAFTER" --data "$sets" --limit "$DEMO_EVAL_PROMPTS" \
+    --max-new "$DEMO_EVAL_MAX_NEW" --max-draft "$DEMO_MAX_DRAFT" --threads "$DEMO_LLAMA_THREADS" \
+    --engine llama.cpp --json "$LLAMA_EVAL" || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 3 ] || exit "$rc"   # 3: llama.cpp's speculative output differed from its target alone
+  echo "$LLAMA_KEY" > "$OUT/.llama_done"
+fi
+stage_done
+
+# 5. Plots and the summary tables.
+stage "5/5 plots and summary"
 "$PY" python/cli_scripts/plot_eval.py "$EVAL" "$OUT/acceptance.png"
-"$PY" - "$EVAL" <<'PYEOF'
-import json, sys
+"$PY" - "$EVAL" "$LLAMA_EVAL" <<'PYEOF'
+import json, os, sys
 r = json.load(open(sys.argv[1]))
 verified = r.get("max_draft") or r["block_size"] - 1
 print(f'block size {r["block_size"]} ({verified} drafts verified per cycle), temperature {r["temperature"]}, '
@@ -268,6 +304,23 @@ for d in r["datasets"]:
     print(f'{d["name"]:<12} {d["prompts"]:>7} {d["tau"]:>6.2f} {se:>5} {d["speedup"]:>7.2f}x {d["tokens_per_s"]:>11.1f} '
           f'{d["baseline_tokens_per_s"]:>13.1f} {ll:>9}')
 print("(+-se: the standard error of tau over prompts; differences smaller than about twice it are noise)")
+if os.path.exists(sys.argv[2]):
+    l = json.load(open(sys.argv[2]))["llama_cpp"]
+    ours = {d["name"]: d for d in r["datasets"]}
+    print()
+    print(f'llama.cpp (llama-speculative-simple, {l["draft_max"]} drafts per cycle, {l["threads"]} threads) on the same '
+          f'prompts: its own counters and speed')
+    print(f'{"dataset":<12} {"our tau":>7} {"llama tau":>9} {"+-se":>5} {"speedup":>8} {"spec tok/s":>11} '
+          f'{"target tok/s":>13} {"same output":>12}')
+    for d in l["datasets"]:
+        se = "-" if d.get("accepted_per_cycle_stderr") is None else f'{d["accepted_per_cycle_stderr"]:.2f}'
+        mine = f'{ours[d["name"]]["tau"]:.2f}' if d["name"] in ours else "-"
+        print(f'{d["name"]:<12} {mine:>7} {d["accepted_per_cycle"]:>9.2f} {se:>5} {d["speedup"]:>7.2f}x '
+              f'{d["tokens_per_s"]:>11.1f} {d["target_tokens_per_s"]:>13.1f} '
+              f'{"yes" if d["output_equals_target"] else "NO":>12}')
+    print("(llama tau: tokens per cycle as llama.cpp counts them; its first cycle also drafts the answer's first "
+          "token, which ours takes from the prompt's forward. same output: its speculative answer equals its own "
+          "decode without drafts. target tok/s: llama-completion)")
 PYEOF
 echo
-echo "results in $OUT: eval.json metrics.jsonl drafter/ acceptance.png $(cd "$OUT" && ls *.png 2>/dev/null | grep -v acceptance | tr '\n' ' ')"
+echo "results in $OUT: eval.json $([ -f "$LLAMA_EVAL" ] && echo 'eval_llama_cpp.json drafter-gguf/ ')metrics.jsonl drafter/ acceptance.png $(cd "$OUT" && ls *.png 2>/dev/null | grep -v acceptance | tr '\n' ' ')"

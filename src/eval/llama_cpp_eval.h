@@ -1,9 +1,10 @@
 // `dflash eval --engine llama.cpp`: the real serving engine on the same prompts as our eval. llama.cpp's
 // llama-speculative-simple decodes each prompt with the target GGUF and the drafter GGUF that `dflash export --gguf`
-// wrote (greedy, the same chat-templated prompt text, the same drafts per cycle and threads), and llama-completion
-// decodes it with the target alone (same threads, greedy); reported are llama.cpp's own counters (tokens predicted, drafted, accepted: accepted per cycle
+// wrote (greedy, the same chat-templated prompt text, the same drafts per cycle and threads), and again with no drafts
+// (the reference its output must equal), and llama-completion decodes it with the target alone (for its speed);
+// reported are llama.cpp's own counters (tokens predicted, drafted, accepted: accepted per cycle
 // = n_predict / (n_predict - n_accept), tau as llama.cpp measures it), both speeds and whether the speculative output
-// equals the target-alone output (docs/EVAL.md).
+// equals the no-draft output (docs/EVAL.md).
 #pragma once
 #include <cstdint>
 #include <map>

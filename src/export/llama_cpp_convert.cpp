@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "created_folder.h"
 #include "input_file.h"
 #include "llama_cpp_tools.h"
 #include "python_driver.h"
@@ -64,14 +65,13 @@ ConverterTarget::ConverterTarget(const std::string& run_dir, const std::string& 
   try {
     models::write_target_hf_folder(t, dir_);  // names the GGUF file when it has no such form
   } catch (...) {
-    fs::remove_all(temp_, ec);
+    util::remove_quietly(temp_);
     throw;
   }
 }
 
 ConverterTarget::~ConverterTarget() {
-  std::error_code ec;
-  if (!temp_.empty()) fs::remove_all(temp_, ec);
+  util::remove_quietly(temp_);  // not fs::remove_all: see created_folder.h
 }
 
 std::string draft_gguf_path(const std::string& out_dir) { return (fs::path(out_dir) / "draft.gguf").string(); }

@@ -16,14 +16,13 @@ int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
   return 0;  // go on: best effort
 }
 
-// Best effort: called on the way out of a failure, which is what gets reported. POSIX nftw, children first,
-// symlinks not followed, rather than std::filesystem::remove_all: in a binary that links LibTorch that call
-// resolves to the copy inside libtorch.so, which crashes.
+}  // namespace
+
+// POSIX nftw, children first, symlinks not followed, rather than std::filesystem::remove_all: in a binary that
+// links LibTorch that call resolves to the copy inside libtorch.so, which crashes.
 void remove_quietly(const std::string& path) {
   if (!path.empty()) ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
-
-}  // namespace
 
 CreatedFolder::CreatedFolder(const std::string& path) {
   fs::path p = fs::path(path).lexically_normal();

@@ -19,4 +19,9 @@ class CreatedFolder {
   std::string made_;  // the topmost folder made here ("" when the folder existed)
 };
 
+// Removes `path` and everything in it, best effort (errors ignored; symlinks removed, never followed). Use it, not
+// std::filesystem::remove_all, in anything linked with LibTorch: that call resolves to libtorch.so's copy, which
+// crashes (seen in `dflash export --gguf`).
+void remove_quietly(const std::string& path);
+
 }  // namespace dflash::util

@@ -58,3 +58,27 @@ def prompts_file(path, prompts=PROMPTS):
 def eval_llama_cpp(dflash_bin, drafter, prompts, json_out, *flags, engines="llama.cpp", max_new=16, env=None):
     return run([dflash_bin, "eval", "--target", TARGET, "--drafter", drafter, "--data", f"chat={prompts}",
                 "--max-new", max_new, "--threads", 2, "--engine", engines, "--json", json_out, *flags], env=env)
+
+
+def f32_target(path):
+    """The SmolLM2 target with its Q4_1 weights dequantized to F32 by llama.cpp's own gguf-py (every metadata entry
+    kept). dflash dequantizes Q4_1 to the same fp32 numbers and computes in fp32; llama.cpp multiplies Q4_1 weights
+    with activations it rounds to 8 bits, so on the Q4_1 file its greedy answers part from ours after a few dozen
+    tokens. On this F32 file both engines do fp32 arithmetic and write the same answers (up to exact ties)."""
+    import gguf
+    import numpy as np
+    r = gguf.GGUFReader(str(TARGET))
+    w = gguf.GGUFWriter(str(path), r.get_field(gguf.Keys.General.ARCHITECTURE).contents())
+    for f in r.fields.values():
+        if f.name in (gguf.Keys.General.ARCHITECTURE, gguf.Keys.General.FILE_TYPE) or f.name.startswith("GGUF."):
+            continue   # written by GGUFWriter itself, or changed below
+        t = f.types[0]
+        w.add_key_value(f.name, f.contents(), t, sub_type=f.types[-1] if t == gguf.GGUFValueType.ARRAY else None)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for t in r.tensors:
+        w.add_tensor(t.name, gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -49,7 +49,8 @@ def _check_family_eval(ev):
 @pytest.mark.slow
 def test_pipeline_dry_run(tmp_path, dflash_bin):
     """The --full recipe end to end at a tiny scale for each drafter family on the same answers: regenerate once,
-    train online, export, eval on three datasets (dflash in OUT, the others in OUT/<family>)."""
+    train online, export, eval on three datasets, the same in llama.cpp (dflash in OUT, the others in
+    OUT/<family>)."""
     env = dict(os.environ, OUT=str(tmp_path), DFLASH_BUILD_DIR=os.path.dirname(dflash_bin), OMP_WAIT_POLICY="passive")
     # No wall-clock limit (the dry run's steps have none either): on a busy machine a family's step once ran past
     # a per-step limit sized for the GPU and was killed.
@@ -75,6 +76,14 @@ def test_pipeline_dry_run(tmp_path, dflash_bin):
         assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_family_eval(json.loads((out / "eval.json").read_text()))
         assert (out / "acceptance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        # The demo's llama.cpp stage: the run through llama.cpp's converter and llama-speculative-simple on the
+        # same prompts, its table printed beside ours.
+        llama = json.loads((out / "eval_llama_cpp.json").read_text())["llama_cpp"]
+        assert [d["name"] for d in llama["datasets"]] == ["gsm8k_test", "humaneval", "mt_bench"]
+        for d in llama["datasets"]:
+            assert d["prompts"] == 1 and d["n_predict"] >= 1 and d["accepted_per_cycle"] >= 1.0, d
+        log = (tmp_path / f"demo-{fam}.log").read_text()
+        assert "== 4/5 llama.cpp on the same prompts" in log and "llama tau" in log, log[-3000:]
 
 
 def test_gpu_scripts_parse_and_build_for_the_gpu_they_find(tmp_path):
