@@ -102,8 +102,9 @@ def test_engine_all_refuses_exactly_the_engines_that_misread_it(dflash_bin, run,
     r = export(dflash_bin, run, tmp_path / "hf", "--engine", "all")
     assert r.returncode == 1
     refused, line = refused_engines(r.stderr)
-    assert refused == {"speculators"}, line
+    assert refused == {"speculators", "llama.cpp"}, line
     assert "speculators (does not serve the dflash2 family)" in line
+    assert "llama.cpp (selector_top_k 8 at hidden_size 32" in line  # its loader's lattice check
     assert misread_by(exported, target_config(target_dir)) == refused
 
 

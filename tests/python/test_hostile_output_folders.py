@@ -85,7 +85,7 @@ def test_export_never_writes_into_a_model_run_or_dataset(dflash_bin, target, tra
         before = snapshot(folder)
         for force in ([], ["--force"]):
             r = run(dflash_bin, "export", trained_run, "--out", folder, "--dtype", "fp32", *force)
-            one_line_error(r, f"export: --out '{folder}' holds {holds} ({evidence})", "even with --force")
+            one_line_error(r, f"export: --out: '{folder}' holds {holds} ({evidence})", "even with --force")
             assert snapshot(folder) == before, (folder, force)
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no staging folder left
 
@@ -97,7 +97,7 @@ def test_export_into_a_folder_it_did_not_make_needs_force_and_keeps_the_rest(dfl
     (out / "dspark.py").write_text("# mine, not an export's\n")  # a file a DFlash export does not write
     before = snapshot(out)
     r = run(dflash_bin, "export", trained_run, "--out", out, "--dtype", "fp32")
-    one_line_error(r, f"export: --out '{out}' is a folder export did not make (it holds dspark.py)", "--force")
+    one_line_error(r, f"export: --out: '{out}' is a folder export did not make (it holds dspark.py)", "--force")
     assert snapshot(out) == before
     r = run(dflash_bin, "export", trained_run, "--out", out, "--dtype", "fp32", "--force")
     assert r.returncode == 0, r.stderr
@@ -114,7 +114,7 @@ def test_export_replaces_its_own_earlier_export(dflash_bin, trained_run, tmp_pat
         r = run(dflash_bin, "export", trained_run, "--out", out, "--dtype", dtype)
         assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "dflash.py", "model.safetensors"]
-    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     empty = tmp_path / "empty"
     empty.mkdir()
     assert run(dflash_bin, "export", trained_run, "--out", empty, "--dtype", "fp32").returncode == 0

@@ -118,7 +118,7 @@ def test_kill_and_resume_continue_the_same_tracker_runs(dflash_bin, target_dir, 
     r = train(dflash_bin, args, env={"DFLASH_TEST_KILL_IN_SAVE": "4"}, check=False)
     assert r.returncode == -9, r.stderr
     state = json.loads((run / "report" / "state.json").read_text())
-    assert {name: s["last_step"] for name, s in state.items()} == dict.fromkeys(ALL.split(","), 4)
+    assert {name: state[name]["last_step"] for name in ALL.split(",")} == dict.fromkeys(ALL.split(","), 4)
     # Steps 3 and 4 are trained again from the checkpoint of step 2; the trackers had them already.
     train(dflash_bin, ["--out", str(run), "--resume"])
     assert [x["step"] for x in metrics(run)] == [1, 2, 3, 4, 5, 6]
@@ -157,7 +157,8 @@ def test_report_replays_a_finished_run_once(dflash_bin, target_dir, offline_dir,
 
     r = report("--to", "comet")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
-        "report: --to must be a comma list of tensorboard, wandb, mlflow, swanlab (each once), got 'comet'"), r.stderr
+        "dflash: error: report: --to must be a comma list of tensorboard, wandb, mlflow, swanlab (each once), "
+        "got 'comet'"), r.stderr
     r = train(dflash_bin, report_args(target_dir[0], offline_dir[0], tmp_path / "x") + ["--report-to", "tb"],
               check=False)
     assert r.returncode != 0 and "'report_to' must be none or a comma list of tensorboard, wandb, mlflow, swanlab" \
