@@ -257,8 +257,9 @@ stage_done
 # 4. The same prompts in llama.cpp (scripts/setup_llama_cpp.sh built it): the run exported again with its GGUF
 #    (llama.cpp's own converter; the target folder it needs is written from the GGUF target), then
 #    llama-speculative-simple with it and llama-completion alone, greedy, the same drafts per cycle. On this CPU
-#    with the 135M target expect no speed-up: a verify batch of 4 costs ~2.6 single decodes in llama.cpp, which
-#    tau ~1.5 cannot pay (docs/BENCHMARKS.md "Agreement with llama.cpp"); the point is the same tau in both engines.
+#    with the 135M target expect no speed-up: a cycle (the drafter's block and the verify of 4 tokens) costs ~4
+#    single decodes of the Q4_1 target in llama.cpp, which tau ~1.4 cannot pay (README, docs/BENCHMARKS.md
+#    "Agreement with llama.cpp"); the point is the same tau in both engines.
 LLAMA_EVAL="$OUT/eval_llama_cpp.json"
 LLAMA_DRAFTER="$OUT/drafter-gguf"
 : "${DEMO_LLAMA_CPP:=1}" "${DEMO_LLAMA_THREADS:=2}"
