@@ -24,7 +24,8 @@
 # DEMO_OUT, DEMO_INIT_FROM (a drafter model.safetensors the training starts from; dflash2 takes a DFlash one's).
 # DEMO_DEVICE=cuda:0 runs every stage on that GPU (target and drafter; default cpu). DEMO_DRAFT_VOCAB=K
 # trains with a K-token draft vocabulary (default 0: the target's full vocabulary). DEMO_LLAMA_CPP=0 leaves out
-# stage 4 (llama.cpp runs on the CPU only); DEMO_LLAMA_THREADS its threads (default 2).
+# stage 4 (llama.cpp runs on the CPU only); DEMO_LLAMA_THREADS its threads (default: all
+# cores when the CPU is idle, else 1).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -262,8 +263,14 @@ stage_done
 #    "Agreement with llama.cpp"); the point is the same tau in both engines.
 LLAMA_EVAL="$OUT/eval_llama_cpp.json"
 LLAMA_DRAFTER="$OUT/drafter-gguf"
-: "${DEMO_LLAMA_CPP:=1}" "${DEMO_LLAMA_THREADS:=2}"
-LLAMA_KEY="$EVAL_KEY llama_threads=$DEMO_LLAMA_THREADS"
+: "${DEMO_LLAMA_CPP:=1}"
+# llama.cpp's threads spin while they wait (a passive OpenMP policy is no help there): all cores only on an idle
+# CPU, else 1 (beside other work 2 threads crawled to 1.8 tokens/s against 59 with 1; docs/BENCHMARKS.md).
+if [ -z "${DEMO_LLAMA_THREADS:-}" ]; then
+  DEMO_LLAMA_THREADS=1
+  [ "$DEMO_LLAMA_CPP" = 1 ] && bash scripts/cpu_idle.sh 0.8 && DEMO_LLAMA_THREADS=$(nproc)
+fi
+LLAMA_KEY="$EVAL_KEY"
 stage "4/5 llama.cpp on the same prompts: its tau and speed beside ours"
 if [ "$DEMO_LLAMA_CPP" != 1 ]; then
   echo "skipped (DEMO_LLAMA_CPP=$DEMO_LLAMA_CPP)"
@@ -278,8 +285,7 @@ else
   rm -rf "$LLAMA_DRAFTER"
   "$DFLASH" export "$RUN" --out "$LLAMA_DRAFTER" --engine llama.cpp --gguf
   rc=0
-  # llama.cpp's threads spin while they wait: a caller's passive OpenMP policy is no help there, so a machine
-  # shared with other work wants DEMO_LLAMA_THREADS=1.
+  echo "llama.cpp: $DEMO_LLAMA_THREADS thread(s)"
   "$DFLASH" eval --target "$MODEL" --drafter "$LLAMA_DRAFTER" --data "$sets" --limit "$DEMO_EVAL_PROMPTS" \
     --max-new "$DEMO_EVAL_MAX_NEW" --max-draft "$DEMO_MAX_DRAFT" --threads "$DEMO_LLAMA_THREADS" \
     --engine llama.cpp --json "$LLAMA_EVAL" || rc=$?
