@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     --family) [ $# -ge 2 ] || { echo "demo: --family needs a value: dflash, dspark or dflash2" >&2; exit 2; }
               FAMILY="$2"; shift ;;
     --family=*) FAMILY="${1#--family=}" ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "demo: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
