@@ -356,24 +356,29 @@ def test_drafter_selftest_computes_dflash2s_objective(dflash_bin, exported, tmp_
     import family_reference as fr
     folder = exported
     cfg = json.loads((folder / "config.json").read_text())
-    batch = make_batch(cfg, tmp_path / "batch.safetensors")
     alpha = 0.7
-    out = cpp_selftest(pathlib.Path(dflash_bin).parent, folder, tmp_path / "batch.safetensors", tmp_path,
-                       "--selector-candidates", mode, "--selector-loss-weight", str(alpha))
-    B, H, N = cfg["block_size"], cfg["hidden_size"], batch["anchors"].size(1)
     K = cfg["dflash_config"]["selector_top_k"]
-    t = fr.dflash_targets(batch["input_ids"], batch["loss_mask"].bool(), batch["anchors"], batch["keep"].bool(), B)
-    assert torch.equal(out["labels"].view(1, N, B)[t.mask], t.labels[t.mask])
-    w = out["weights"].view(1, N, B)
-    assert torch.equal(w > 0, t.mask)
     tensors = load_file(str(folder / "model.safetensors"))
     params = fr.SelectorParams(tensors["candidate_selector.hidden_projection.weight"],
                                tensors["candidate_selector.predecessor_codebook"],
                                tensors["candidate_selector.successor_codebook"], K)
-    h = out["hidden"].view(1, N, B, H)[:, :, 1:]
-    unary = h @ batch["lm_head"].T
-    labels, prev, wd = t.labels[:, :, 1:], t.prev[:, :, 1:], w[:, :, 1:]
-    recall = fr.unary_recall_at_k(unary.reshape(-1, unary.size(-1)), labels.reshape(-1), wd.reshape(-1) > 0, K)
+    # A batch where the unary top-K holds some gold tokens and misses others (strict drops the misses, so the two
+    # normalisations differ): random batches rarely do at a small K, so the first seed that does is taken.
+    for seed in range(7, 107):
+        batch = make_batch(cfg, tmp_path / "batch.safetensors", seed=seed)
+        out = cpp_selftest(pathlib.Path(dflash_bin).parent, folder, tmp_path / "batch.safetensors", tmp_path,
+                           "--selector-candidates", mode, "--selector-loss-weight", str(alpha))
+        B, H, N = cfg["block_size"], cfg["hidden_size"], batch["anchors"].size(1)
+        t = fr.dflash_targets(batch["input_ids"], batch["loss_mask"].bool(), batch["anchors"], batch["keep"].bool(), B)
+        assert torch.equal(out["labels"].view(1, N, B)[t.mask], t.labels[t.mask])
+        w = out["weights"].view(1, N, B)
+        assert torch.equal(w > 0, t.mask)
+        h = out["hidden"].view(1, N, B, H)[:, :, 1:]
+        unary = h @ batch["lm_head"].T
+        labels, prev, wd = t.labels[:, :, 1:], t.prev[:, :, 1:], w[:, :, 1:]
+        recall = fr.unary_recall_at_k(unary.reshape(-1, unary.size(-1)), labels.reshape(-1), wd.reshape(-1) > 0, K)
+        if 0 < recall < 1:
+            break
     assert 0 < recall < 1   # strict drops some rows here: the two normalisations differ
     loss = fr.dflash2_loss(unary, h, labels, prev, wd, params, alpha=alpha, mode=mode)
     close_to(out["loss"][0], loss)
