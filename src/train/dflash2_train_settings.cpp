@@ -63,7 +63,7 @@ void validate_dflash2_settings(const TrainConfig& c) {
 void take_dflash2_settings_from(TrainConfig& c, const drafter::DrafterConfig& file, const std::string& command) {
   const drafter::DFlash2Settings defaults, given = c.dflash2_settings(), f = file.dflash2;
   auto take = [&](const char* key, int64_t g, int64_t def, int64_t in_file) {
-    if (g != def && g != in_file)
+    if ((c.was_given(key) || g != def) && g != in_file)  // given (even at the default) and disagreeing
       throw std::invalid_argument(command + ": '" + key + "' is " + std::to_string(g) + " but " + c.drafter_config +
                                   " says " + std::to_string(in_file) + " (leave it unset to take the drafter config's)");
   };

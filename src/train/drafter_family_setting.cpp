@@ -22,7 +22,7 @@ void resolve_drafter_family(TrainConfig& c, const std::string& command) {
                                 drafter::drafter_family_name(d.family) + ")");
   c.drafter_family = d.family;
   if (d.family == DrafterFamily::DSpark) {
-    // The file's heads are the model's; settings left at their defaults take them, others must agree.
+    // The file's heads are the model's; settings not given take them, given ones (even at their default) must agree.
     const drafter::DSparkHeads defaults, given = c.dspark_heads(), file = d.dspark;
     auto take = [&](const char* key, bool differs_given, bool differs_file, const std::string& shown_given,
                     const std::string& shown_file) {
@@ -30,15 +30,15 @@ void resolve_drafter_family(TrainConfig& c, const std::string& command) {
         throw std::invalid_argument(command + ": '" + key + "' is " + shown_given + " but " + c.drafter_config +
                                     " says " + shown_file + " (leave it unset to take the drafter config's)");
     };
-    take("markov_rank", given.markov_rank != defaults.markov_rank, given.markov_rank != file.markov_rank,
+    take("markov_rank", c.was_given("markov_rank") || given.markov_rank != defaults.markov_rank, given.markov_rank != file.markov_rank,
          std::to_string(given.markov_rank), std::to_string(file.markov_rank));
-    take("markov_head_type", given.markov_head_type != defaults.markov_head_type,
+    take("markov_head_type", c.was_given("markov_head_type") || given.markov_head_type != defaults.markov_head_type,
          given.markov_head_type != file.markov_head_type, drafter::markov_head_type_name(given.markov_head_type),
          drafter::markov_head_type_name(file.markov_head_type));
-    take("enable_confidence_head", given.enable_confidence_head != defaults.enable_confidence_head,
+    take("enable_confidence_head", c.was_given("enable_confidence_head") || given.enable_confidence_head != defaults.enable_confidence_head,
          given.enable_confidence_head != file.enable_confidence_head, given.enable_confidence_head ? "true" : "false",
          file.enable_confidence_head ? "true" : "false");
-    take("confidence_head_with_markov", given.confidence_head_with_markov != defaults.confidence_head_with_markov,
+    take("confidence_head_with_markov", c.was_given("confidence_head_with_markov") || given.confidence_head_with_markov != defaults.confidence_head_with_markov,
          given.confidence_head_with_markov != file.confidence_head_with_markov,
          given.confidence_head_with_markov ? "true" : "false", file.confidence_head_with_markov ? "true" : "false");
     c.markov_rank = file.markov_rank;

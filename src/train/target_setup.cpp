@@ -228,10 +228,12 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
                                     cfg.drafter_config + " says " + file + "), got " + got +
                                     "; leave it unset or make the two agree");
     };
-    same("drafter_layers", cfg.drafter_layers != defaults.drafter_layers, cfg.drafter_layers == d.num_hidden_layers,
-         std::to_string(cfg.drafter_layers), "num_hidden_layers " + std::to_string(d.num_hidden_layers));
-    same("block_size", cfg.block_size != defaults.block_size, cfg.block_size == d.block_size,
-         std::to_string(cfg.block_size), "block_size " + std::to_string(d.block_size));
+    // Given: set by this invocation's file or flags (even to the default value), or changed in code.
+    same("drafter_layers", cfg.was_given("drafter_layers") || cfg.drafter_layers != defaults.drafter_layers,
+         cfg.drafter_layers == d.num_hidden_layers, std::to_string(cfg.drafter_layers),
+         "num_hidden_layers " + std::to_string(d.num_hidden_layers));
+    same("block_size", cfg.was_given("block_size") || cfg.block_size != defaults.block_size,
+         cfg.block_size == d.block_size, std::to_string(cfg.block_size), "block_size " + std::to_string(d.block_size));
     same("target_layer_ids", !cfg.target_layer_ids.empty(), cfg.target_layer_ids == d.target_layer_ids,
          util::join_indices(cfg.target_layer_ids), "target_layer_ids " + util::join_indices(d.target_layer_ids));
   } else {

@@ -519,6 +519,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
           }
         },
         f->member);
+    c.given_keys.insert(key);
   }
 }
 
@@ -626,6 +627,7 @@ TrainConfig train_config_of(const TrainArgs& args) {
   TrainConfig base;
   apply_json(base, read_config_file(saved), saved);
   base.stop_after = 0;  // a pause applies to the invocation that asked for it
+  base.given_keys.clear();  // what the run saved is not given now
   TrainConfig resumed = over(base, args);
   resumed.resume = true;
   return resumed;

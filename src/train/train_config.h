@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct TrainConfig {
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;  // docs/TRAINING.md "Attention backend"
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
+  // The keys this invocation's settings file and flags set (apply_json), whatever their value: a value given equal
+  // to the default still counts as given, so it can conflict with a drafter config (target_setup.cpp). Not a
+  // setting: never written to train_config.json, and a resumed run's saved settings do not count.
+  std::set<std::string> given_keys;
+  bool was_given(const std::string& key) const { return given_keys.count(key) > 0; }
   bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)
   // The drafter family (drafter_family.h). Unset: the one drafter_config's architectures names, else dflash;
   // resolve_drafter_family() settles it before a run, and the run's train_config.json keeps it.

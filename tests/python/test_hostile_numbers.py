@@ -224,7 +224,14 @@ def test_train_refuses_drafter_settings_its_drafter_config_overrides(dflash_bin,
          "dflash_config": {"mask_token_id": 5, "target_layer_ids": [1]}}
     cfg = write_json(tmp_path / "drafter.json", d)
     base = ["train", "--target", target, "--data", data, "--drafter-config", cfg, "--steps", 1]
+    # 16 and 1 are the defaults: given explicitly, they conflict with the file's 4 and 3 all the same (they used to
+    # be taken for "not given" and dropped without a word)
     for flag, value, want in [("--block-size", 8, "'block_size' is not used with drafter_config"),
+                              ("--block-size", 16, "'block_size' is not used with drafter_config"),
                               ("--drafter-layers", 2, "'drafter_layers' is not used with drafter_config"),
                               ("--target-layer-ids", "0", "'target_layer_ids' is not used with drafter_config")]:
-        one_line_error(run(dflash_bin, *base, "--out", tmp_path / f"run{flag}", flag, value), want, cfg)
+        one_line_error(run(dflash_bin, *base, "--out", tmp_path / f"run{flag}{value}", flag, value), want, cfg)
+    # the same in a settings file: block_size 16 written beside a drafter config saying 4
+    settings = write_json(tmp_path / "train.json", {"block_size": 16})
+    one_line_error(run(dflash_bin, *base, "--out", tmp_path / "run-file", "--config", settings),
+                   "'block_size' is not used with drafter_config", "block_size 4", "got 16")
