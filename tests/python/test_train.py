@@ -59,6 +59,8 @@ def base_args(target, data, out, **kw):
          "dtype": "fp32", "num_anchors": 6, "block_size": 4, "batch_size": 1, "log_every": 1,
          "checkpoint_every": 1, "threads": 1, "max_len": 64, "lr": 3e-3, "warmup_ratio": 0.25, "steps": 4,
          "init_std": 0.05}
+    if "drafter_config" in kw and "drafter_layers" not in kw:
+        del a["drafter_layers"]  # the drafter config says how many layers; a given count must agree with it
     a.update(kw)
     argv = []
     for k, v in a.items():
