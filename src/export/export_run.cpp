@@ -124,8 +124,9 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
       throw std::invalid_argument(path + ": its draft vocabulary differs from " + draft_vocab_path(run_dir) +
                                   " (a run directory mixed from two runs?)");
   }
-  remove_draft_gguf(out_dir);  // a GGUF of an earlier export must not outlive its weights, --gguf or not
+  // Read before anything in out_dir changes: a run without train_config.json leaves an earlier export whole.
   const int64_t num_anchors = dcfg.family == drafter::DrafterFamily::DSpark ? run_num_anchors(run_dir) : 0;
+  remove_draft_gguf(out_dir);  // a GGUF of an earlier export must not outlive its weights, --gguf or not
   write_hf_drafter_folder(out_dir, dcfg, w, dt, draft, num_anchors);
   std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());
   if (o.gguf) {
