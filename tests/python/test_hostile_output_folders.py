@@ -10,12 +10,9 @@ import shutil
 import subprocess
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from cli_errors import one_line_error
-
-VOCAB = 64
+from test_hostile_outputs import tiny_target  # noqa: F401 (fixture: a 3-layer Llama folder)
 
 
 def run(dflash_bin, *args):
@@ -29,17 +26,6 @@ def snapshot(d):
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
-    d = tmp_path_factory.mktemp("target")
-    LlamaForCausalLM(cfg).float().save_pretrained(str(d))
-    return d
-
-
-@pytest.fixture(scope="module")
 def samples(tmp_path_factory):
     d = tmp_path_factory.mktemp("inputs")
     p = d / "samples.jsonl"
@@ -49,21 +35,21 @@ def samples(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def trained_run(dflash_bin, target, samples, tmp_path_factory):
+def trained_run(dflash_bin, tiny_target, samples, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "run"
-    r = run(dflash_bin, "train", "--target", target, "--data", samples, "--out", out, "--mask-token-id", 5,
+    r = run(dflash_bin, "train", "--target", tiny_target, "--data", samples, "--out", out, "--mask-token-id", 5,
             "--steps", 1, "--threads", 1, "--max-len", 8, "--num-anchors", 1, "--block-size", 2)
     assert r.returncode == 0, r.stderr
     return out
 
 
-def model_folder(target, tmp_path):
+def model_folder(tiny_target, tmp_path):
     d = tmp_path / "model"
-    shutil.copytree(target, d)
+    shutil.copytree(tiny_target, d)
     return d
 
 
-def folders(target, trained_run, tmp_path):
+def folders(tiny_target, trained_run, tmp_path):
     """(folder, what it holds, the entry named as evidence) for every kind an export must never write into."""
     gguf = tmp_path / "gguf"
     gguf.mkdir()
@@ -75,13 +61,13 @@ def folders(target, trained_run, tmp_path):
     shards.mkdir()
     (shards / "index.json").write_text('{"format": "dflash-hidden-v1", "shards": []}\n')
     (shards / "shard-00000.safetensors").write_bytes(bytes(16))
-    return [(model_folder(target, tmp_path), "a model", "config.json"), (gguf, "a model", "target.Q4_0.gguf"),
+    return [(model_folder(tiny_target, tmp_path), "a model", "config.json"), (gguf, "a model", "target.Q4_0.gguf"),
             (trained_run, "a training run", "checkpoints/"), (jsonl, "a dataset", "train.jsonl"),
             (shards, "a dataset", "index.json")]
 
 
-def test_export_never_writes_into_a_model_run_or_dataset(dflash_bin, target, trained_run, tmp_path):
-    for folder, holds, evidence in folders(target, trained_run, tmp_path):
+def test_export_never_writes_into_a_model_run_or_dataset(dflash_bin, tiny_target, trained_run, tmp_path):
+    for folder, holds, evidence in folders(tiny_target, trained_run, tmp_path):
         before = snapshot(folder)
         for force in ([], ["--force"]):
             r = run(dflash_bin, "export", trained_run, "--out", folder, "--dtype", "fp32", *force)
@@ -120,19 +106,19 @@ def test_export_replaces_its_own_earlier_export(dflash_bin, trained_run, tmp_pat
     assert run(dflash_bin, "export", trained_run, "--out", empty, "--dtype", "fp32").returncode == 0
 
 
-def test_every_folder_writer_refuses_what_it_does_not_keep(dflash_bin, target, samples, trained_run, tmp_path):
-    model = model_folder(target, tmp_path)
+def test_every_folder_writer_refuses_what_it_does_not_keep(dflash_bin, tiny_target, samples, trained_run, tmp_path):
+    model = model_folder(tiny_target, tmp_path)
     exp = tmp_path / "exp"
     assert run(dflash_bin, "export", trained_run, "--out", exp, "--dtype", "fp32").returncode == 0
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt_ids": [3, 4, 5]}) + "\n")
     cases = [
-        (["train", "--target", target, "--data", samples, "--mask-token-id", 5, "--steps", 1, "--threads", 1,
+        (["train", "--target", tiny_target, "--data", samples, "--mask-token-id", 5, "--steps", 1, "--threads", 1,
           "--max-len", 8, "--num-anchors", 1, "--block-size", 2, "--out"], "train config: 'out'",
          [(model, "a model"), (exp, "an exported drafter")]),
-        (["data", "dump-hidden", "--model", target, "--data", samples, "--out"], "data dump-hidden: --out",
+        (["data", "dump-hidden", "--model", tiny_target, "--data", samples, "--out"], "data dump-hidden: --out",
          [(model, "a model"), (trained_run, "a training run"), (exp, "an exported drafter")]),
-        (["data", "regenerate", "--model", target, "--input", prompts, "--output", tmp_path / "o.jsonl",
+        (["data", "regenerate", "--model", tiny_target, "--input", prompts, "--output", tmp_path / "o.jsonl",
           "--max-new", 2, "--eos", "none", "--hidden-out"], "data regenerate: --hidden-out",
          [(model, "a model"), (trained_run, "a training run")]),
         (["plot", trained_run, "--out"], "plot: --out", [(model, "a model"), (exp, "an exported drafter")]),

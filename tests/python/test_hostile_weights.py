@@ -38,9 +38,9 @@ def mx(tmp_path_factory):
     return d, mxfp4_folder(gpt_oss(seed=1), d)
 
 
-def variant(mx, d, edit):
-    """A copy of the MXFP4 folder whose tensors `edit` changed."""
-    src, sd = mx
+def variant(folder, d, edit):
+    """A copy of a model folder (path, its tensors as written) whose tensors `edit` changed."""
+    src, sd = folder
     d.mkdir()
     (d / "config.json").write_text((src / "config.json").read_text())
     sd = {k: v.clone() for k, v in sd.items()}
@@ -81,23 +81,13 @@ def moe(tmp_path_factory):
     return d, load_file(str(d / "model.safetensors"))
 
 
-def moe_variant(moe, d, edit):
-    src, sd = moe
-    d.mkdir()
-    (d / "config.json").write_text((src / "config.json").read_text())
-    sd = {k: v.clone() for k, v in sd.items()}
-    edit(sd)
-    save_file(sd, str(d / "model.safetensors"))
-    return d
-
-
 def test_nan_in_stored_weights_is_refused(dflash_bin, moe, tmp_path):
     name = "model.layers.1.self_attn.k_proj.weight"
 
     def edit(sd):
         sd[name][3, 4] = float("nan")
         sd[name][5, 0] = float("inf")
-    refused(dflash_bin, moe_variant(moe, tmp_path / "nan", edit),
+    refused(dflash_bin, variant(moe, tmp_path / "nan", edit),
             f"tensor '{name}' holds 2 NaN/Inf values of ", "(the first at [3, 4])")
 
 
@@ -107,7 +97,7 @@ def test_a_weight_beyond_fp16_is_refused_in_fp16(dflash_bin, moe, tmp_path):
 
     def edit(sd):
         sd[name][0, 0] = 1e5
-    d = moe_variant(moe, tmp_path / "big", edit)
+    d = variant(moe, tmp_path / "big", edit)
     refused(dflash_bin, d, f"tensor '{name}' holds 1 NaN/Inf value of", "after conversion to Half (values beyond",
             extra=["--dtype", "fp16"])
 
@@ -119,7 +109,7 @@ def test_fused_and_per_expert_tensors_together_are_refused(dflash_bin, moe, tmp_
             sd["model.layers.0.mlp.experts.3.up_proj.weight"] = torch.zeros(16, 32)
         else:  # the published layout as saved: add the fused tensor
             sd["model.layers.0.mlp.experts.gate_up_proj"] = torch.zeros(6, 32, 32)
-    err = refused(dflash_bin, moe_variant(moe, tmp_path / "both", edit), "the experts are stored twice: fused ",
+    err = refused(dflash_bin, variant(moe, tmp_path / "both", edit), "the experts are stored twice: fused ",
                   "(two encodings of the same weights; keep one)")
     assert "model.layers.0.mlp.experts." in err
 
