@@ -242,11 +242,12 @@ else
   # busy one they fight the other processes for the cores (eval fell to 0.7-4 tokens/s beside a build, against 9
   # with passive waiting on 1 thread). So the eval spins on all cores only when they are free now (idle share over
   # one second, scripts/cpu_idle.sh), else it waits passively on 1 thread. A caller's OMP_WAIT_POLICY is kept.
+  IDLE=$(bash scripts/cpu_idle.sh)
   EVAL_THREADS=$(nproc)
   EVAL_POLICY=active
-  if ! bash scripts/cpu_idle.sh 0.8; then EVAL_THREADS=1; EVAL_POLICY=passive; fi
+  if [ "$IDLE" -lt 80 ]; then EVAL_THREADS=1; EVAL_POLICY=passive; fi
   EVAL_POLICY="${CALLER_WAIT_POLICY:-$EVAL_POLICY}"
-  echo "eval: $EVAL_THREADS thread(s), OMP_WAIT_POLICY=$EVAL_POLICY (the CPU is $(bash scripts/cpu_idle.sh --print)% idle)"
+  echo "eval: $EVAL_THREADS thread(s), OMP_WAIT_POLICY=$EVAL_POLICY (the CPU is $IDLE% idle)"
   OMP_WAIT_POLICY="$EVAL_POLICY" "$DFLASH" eval --target "$MODEL" --devices "$DEMO_DEVICE" --drafter "$DRAFTER" --data "$sets" \
     --limit "$DEMO_EVAL_PROMPTS" --max-new "$DEMO_EVAL_MAX_NEW" --max-draft "$DEMO_MAX_DRAFT" --threads "$EVAL_THREADS" \
     --json "$EVAL" --tokens-out "$OUT/eval_tokens.jsonl" || rc=$?
@@ -268,7 +269,7 @@ LLAMA_DRAFTER="$OUT/drafter-gguf"
 # CPU, else 1 (beside other work 2 threads crawled to 1.8 tokens/s against 59 with 1; docs/BENCHMARKS.md).
 if [ -z "${DEMO_LLAMA_THREADS:-}" ]; then
   DEMO_LLAMA_THREADS=1
-  [ "$DEMO_LLAMA_CPP" = 1 ] && bash scripts/cpu_idle.sh 0.8 && DEMO_LLAMA_THREADS=$(nproc)
+  if [ "$DEMO_LLAMA_CPP" = 1 ] && [ "$(bash scripts/cpu_idle.sh)" -ge 80 ]; then DEMO_LLAMA_THREADS=$(nproc); fi
 fi
 LLAMA_KEY="$EVAL_KEY"
 stage "4/5 llama.cpp on the same prompts: its tau and speed beside ours"
