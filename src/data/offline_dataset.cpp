@@ -67,7 +67,6 @@ class DflashHidden : public SampleSource {
   std::vector<int64_t> target_layer_ids() const override { return shards_.meta().target_layer_ids; }
   int64_t target_num_layers() const override { return shards_.meta().target_num_layers; }
   int64_t skipped() const override { return shards_.skipped(); }
-  const HiddenMeta& meta() const { return shards_.meta(); }
 
  private:
   std::string path_;
@@ -138,8 +137,6 @@ class SpecForge : public SampleSource {
 
 std::unique_ptr<SampleSource> open_dflash_hidden(const std::string& path) { return std::make_unique<DflashHidden>(path); }
 std::unique_ptr<SampleSource> open_specforge(const std::string& path) { return std::make_unique<SpecForge>(path); }
-
-HiddenMeta dflash_hidden_meta(const std::string& path) { return DflashHidden(path).meta(); }
 
 std::unique_ptr<SampleSource> open_samples(const std::string& path, SampleFormat format) {
   if (format == SampleFormat::Tokens) return open_token_samples(path);

@@ -21,6 +21,4 @@ namespace dflash::data {
 std::unique_ptr<SampleSource> open_dflash_hidden(const std::string& path);
 std::unique_ptr<SampleSource> open_specforge(const std::string& path);
 
-HiddenMeta dflash_hidden_meta(const std::string& path);
-
 }  // namespace dflash::data

@@ -28,7 +28,6 @@ class BPE {
     auto it = token_to_id_.find(token);
     return it == token_to_id_.end() ? -1 : it->second;
   }
-  size_t num_merges() const { return merges_.size(); }
   // The merges as (left id, right id), best first: what a tokenizer.json writer lists.
   std::vector<std::pair<int32_t, int32_t>> merges_by_rank() const;
   bool ignore_merges() const { return ignore_merges_; }
