@@ -16,8 +16,6 @@
 //   dflash2_probe metrics IN OUT top_k=K vocab_chunk=C output_multiplier=M softcap=S
 //       IN: hidden [N,B,d], lm_head, anchors [N], targets [N,B], mask [N,B] (uint8), the selector weights
 //       OUT: blocks, path_length_sum, oracle_length_sum, unary_length_sum
-#include <cstdio>
-#include <exception>
 #include <map>
 #include <string>
 
@@ -26,6 +24,7 @@
 
 #include "candidate_selector.h"
 #include "dynamic_block_conv.h"
+#include "probe_main.h"
 #include "safetensors.h"
 #include "selector_metrics.h"
 
@@ -33,12 +32,8 @@ using namespace dflash::drafter;
 
 namespace {
 
-using Named = std::vector<std::pair<std::string, at::Tensor>>;
-
-std::string param(const std::map<std::string, std::string>& p, const std::string& k, const std::string& dflt) {
-  auto it = p.find(k);
-  return it == p.end() ? dflt : it->second;
-}
+using probe::Named;
+using probe::param;
 
 SelectorWeights selector_of(const dflash::io::SafetensorsFile& in, bool grad) {
   SelectorWeights w{in.load("hidden_projection"), in.load("predecessor_codebook"), in.load("successor_codebook")};
@@ -115,31 +110,6 @@ Named run_metrics(const dflash::io::SafetensorsFile& in, const std::map<std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: dflash2_probe conv|walk|loss|metrics IN OUT [key=value ...]\n");
-    return 2;
-  }
-  try {
-    std::map<std::string, std::string> p;
-    for (int i = 4; i < argc; ++i) {
-      const std::string kv = argv[i];
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos) throw std::invalid_argument("expected key=value, got " + kv);
-      p[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    const std::string op = argv[1];
-    const auto in = dflash::io::SafetensorsFile::open(argv[2]);
-    Named out;
-    if (op == "conv") out = run_conv(in, p);
-    else if (op == "walk") out = run_walk(in, p);
-    else if (op == "loss") out = run_loss(in, p);
-    else if (op == "metrics") out = run_metrics(in, p);
-    else throw std::invalid_argument("op: expected conv, walk, loss or metrics, got " + op);
-    for (auto& [name, t] : out) t = t.contiguous();
-    dflash::io::save_safetensors(argv[3], out);
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dflash2_probe: error: %s\n", e.what());
-    return 1;
-  }
+  return probe::run("dflash2_probe", argc, argv,
+                    {{"conv", run_conv}, {"walk", run_walk}, {"loss", run_loss}, {"metrics", run_metrics}});
 }

@@ -14,8 +14,6 @@
 //           drafter's final hidden states), last_hidden [b,S,d], lm_head [V,d], the heads' tensors
 //       OUT: block_ids, labels, weights, teacher_index, prev, loss, stats, row_correct, grad.hidden, grad.<name>,
 //            metric.<name> (dspark_metrics)
-#include <cstdio>
-#include <exception>
 #include <map>
 #include <string>
 
@@ -26,18 +24,15 @@
 #include "dspark_block_batch.h"
 #include "dspark_heads.h"
 #include "dspark_loss.h"
+#include "probe_main.h"
 #include "safetensors.h"
 
 using namespace dflash::drafter;
 
 namespace {
 
-using Named = std::vector<std::pair<std::string, at::Tensor>>;
-
-std::string param(const std::map<std::string, std::string>& p, const std::string& k, const std::string& dflt) {
-  auto it = p.find(k);
-  return it == p.end() ? dflt : it->second;
-}
+using probe::Named;
+using probe::param;
 
 DSparkHeads heads_of(const std::map<std::string, std::string>& p) {
   DSparkHeads h;
@@ -129,30 +124,5 @@ Named run_objective(const dflash::io::SafetensorsFile& in, const std::map<std::s
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: dspark_probe heads|step IN OUT [key=value ...]\n");
-    return 2;
-  }
-  try {
-    std::map<std::string, std::string> p;
-    for (int i = 4; i < argc; ++i) {
-      const std::string kv = argv[i];
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos) throw std::invalid_argument("expected key=value, got " + kv);
-      p[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    const std::string op = argv[1];
-    const auto in = dflash::io::SafetensorsFile::open(argv[2]);
-    Named out;
-    if (op == "heads") out = run_heads(in, p);
-    else if (op == "step") out = run_step(in, p);
-    else if (op == "objective") out = run_objective(in, p);
-    else throw std::invalid_argument("op: expected heads, step or objective, got " + op);
-    for (auto& [name, t] : out) t = t.contiguous();
-    dflash::io::save_safetensors(argv[3], out);
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dspark_probe: error: %s\n", e.what());
-    return 1;
-  }
+  return probe::run("dspark_probe", argc, argv, {{"heads", run_heads}, {"step", run_step}, {"objective", run_objective}});
 }

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-from target_run import ENV, TIMEOUT, hf_forward, run_target
+from target_run import ENV, TIMEOUT, assert_greedy_matches_hf, hf_forward, run_target
 
 gguf = pytest.importorskip("gguf")
 
@@ -160,14 +160,7 @@ def test_qwen3moe_gguf_greedy_generation_matches_transformers(dflash_bin, tmp_pa
     path = tmp_path / "tiny.gguf"
     write_qwen3moe_gguf(model, path, "q8_0")
     prompt = torch.randint(3, VOCAB, (1, 7), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        ref = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0,
-                             min_new_tokens=24)[0, prompt.shape[1]:].tolist()
-    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(path), "--max-new", "24", "--eos", "none",
-                        "--prompt-ids", ",".join(map(str, prompt[0].tolist()))], capture_output=True, text=True,
-                       env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    assert [int(t) for t in r.stdout.split()] == ref
+    assert_greedy_matches_hf(dflash_bin, model, path, prompt, 24)
 
 
 def test_expert_weights_norm_false_is_followed(dflash_bin, tmp_path):

@@ -14,10 +14,10 @@ from safetensors.torch import load_file, save_file
 from transformers import GptOssConfig, GptOssForCausalLM
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
-from hf_greedy import hf_greedy
 from hidden_format import read_folder
-from target_run import ENV, TIMEOUT, hf_forward, run_target
-from test_target_moe import check, online_training_losses
+from target_run import (ENV, TIMEOUT, assert_greedy_matches_hf, check, generate_error, hf_forward,
+                        regenerate_equals_hf_greedy, run_target)
+from test_target_moe import online_training_losses
 
 VOCAB = 200
 WINDOW = 8  # sliding_window: the prompts below are several windows long
@@ -94,14 +94,7 @@ def test_bf16_forward_is_close_to_hf_bf16(dflash_bin, tiny, tmp_path):
 def test_greedy_generation_across_the_window_matches_hf(dflash_bin, tiny):
     model, d = tiny
     prompt = torch.randint(0, VOCAB, (1, 11), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        ref = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0,
-                             min_new_tokens=24)[0, prompt.shape[1]:].tolist()
-    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--max-new", "24", "--eos", "none",
-                        "--prompt-ids", ",".join(map(str, prompt[0].tolist()))], capture_output=True, text=True,
-                       env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    assert [int(t) for t in r.stdout.split()] == ref
+    assert_greedy_matches_hf(dflash_bin, model, d, prompt, 24)
 
 
 def test_config_defaults_are_transformers_defaults(dflash_bin, tiny, tmp_path):
@@ -180,17 +173,7 @@ def test_regenerate_batched_and_dump_hidden_equal_transformers(dflash_bin, tmp_p
     model.save_pretrained(str(d))
     g = torch.Generator().manual_seed(2)
     prompts = [torch.randint(3, 11, (4 + 3 * i,), generator=g).tolist() for i in range(4)]
-    data = tmp_path / "p.jsonl"
-    data.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in prompts))
-    out = tmp_path / "s.jsonl"
-    r = subprocess.run([dflash_bin, "data", "regenerate", "--model", str(d), "--input", str(data), "--output",
-                        str(out), "--threads", "1", "--max-new", "12", "--batch", "3"], capture_output=True,
-                       text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    samples = [json.loads(l) for l in out.read_text().splitlines()]
-    assert len(samples) == len(prompts)
-    for s, p in zip(samples, prompts):
-        assert s["input_ids"] == p + hf_greedy(model, p, 12, eos=2)
+    data, out, samples = regenerate_equals_hf_greedy(dflash_bin, model, d, prompts, tmp_path)
     # two replicas of two pipeline stages each give the same replies
     out2 = tmp_path / "s2.jsonl"
     r = subprocess.run([dflash_bin, "data", "regenerate", "--model", str(d), "--input", str(data), "--output",
@@ -217,13 +200,6 @@ def test_online_training_equals_offline_features(dflash_bin, tmp_path):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
 
 
-def _error(dflash_bin, d):
-    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--prompt-ids", "1,2"],
-                       capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode != 0
-    return r.stderr
-
-
 def test_bad_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
     model = gpt_oss(seed=1)
     good = tmp_path / "good"
@@ -242,17 +218,17 @@ def test_bad_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
 
     assert "layer_types[1]' is \"linear_attention\"" in _error(
         dflash_bin, folder("lt", layer_types=["sliding_attention", "linear_attention"] * 2))
-    assert "'sliding_window' is 0" in _error(dflash_bin, folder("sw", sliding_window=0))
+    assert "'sliding_window' is 0" in generate_error(dflash_bin, folder("sw", sliding_window=0))
     assert "quant_method' is bitsandbytes" in _error(
         dflash_bin, folder("q", quantization_config={"quant_method": "bitsandbytes"}))
     sd = load_file(str(good / "model.safetensors"))
     del sd["model.layers.2.mlp.experts.down_proj"]
-    assert "'model.layers.2.mlp.experts.down_proj' (nor its MXFP4" in _error(dflash_bin, folder("missing", sd))
+    assert "'model.layers.2.mlp.experts.down_proj' (nor its MXFP4" in generate_error(dflash_bin, folder("missing", sd))
     mx = mxfp4_folder(gpt_oss(seed=1), tmp_path / "mx")
     del mx["model.layers.1.mlp.experts.gate_up_proj_scales"]
-    assert "'model.layers.1.mlp.experts.gate_up_proj_scales'" in _error(dflash_bin, folder("noscales", mx))
+    assert "'model.layers.1.mlp.experts.gate_up_proj_scales'" in generate_error(dflash_bin, folder("noscales", mx))
     mx["model.layers.1.mlp.experts.gate_up_proj_scales"] = torch.zeros(5, 64, 2, dtype=torch.float32)
-    assert "must be uint8" in _error(dflash_bin, folder("f32scales", mx))
+    assert "must be uint8" in generate_error(dflash_bin, folder("f32scales", mx))
 
 
 def test_plan_node_counts_active_experts_for_flops_and_all_for_memory(dflash_bin):

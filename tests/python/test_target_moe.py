@@ -14,35 +14,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import (Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration,
                           Qwen3_5MoeTextConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM)
-from hf_greedy import hf_greedy
 from hidden_format import read_folder
-from target_run import ENV, TIMEOUT, hf_forward, run_target
+from target_run import (ENV, TIMEOUT, assert_greedy_matches_hf, check, generate_error, hf_forward, randomize,
+                        regenerate_equals_hf_greedy, run_target)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VOCAB = 200
-
-
-def randomize(model, seed=0):
-    """Larger-than-init weights so that routing and errors are not hidden by near-zero activations."""
-    g = torch.Generator().manual_seed(seed)
-    hybrid = "Qwen3_5" in type(model).__name__
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "visual" in name:
-                continue
-            if name.endswith("A_log"):
-                p.copy_((0.02 + 1.98 * torch.rand(p.shape, generator=g)).log())
-            elif name.endswith("dt_bias"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            elif "linear_attn.norm" in name:
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
-            elif "norm" in name:
-                p.copy_((0 if hybrid else 1) + 0.2 * torch.randn(p.shape, generator=g))
-            elif "conv1d" in name:
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
-    return model
 
 
 def qwen3_moe(seed=0, vocab=VOCAB, eos=None, **over):
@@ -85,20 +62,6 @@ def tiny(request, tmp_path_factory):
 
 
 
-def max_diff(a, b):
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return (a.double() - b.double()).abs().max().item()
-
-
-def check(got, ref, capture, tol=1e-4):
-    def ok(a, b):
-        return max_diff(a, b) <= tol * max(1.0, b.abs().max().item())
-    assert ok(got["last_hidden"], ref.hidden_states[-1])
-    for i in capture:
-        assert ok(got[f"hidden.{i}"], ref.hidden_states[i + 1]), (i, max_diff(got[f"hidden.{i}"], ref.hidden_states[i + 1]))
-    assert ok(got["logits"], ref.logits)
-
-
 @pytest.mark.parametrize("mode", [[], ["--prefill", "9", "--block", "1"],
                                   ["--prefill", "7", "--block", "5", "--rollback"],
                                   ["--stages", "2", "--prefill", "4", "--block", "8", "--rollback"]],
@@ -113,14 +76,7 @@ def test_forward_matches_hf_float32(dflash_bin, tiny, tmp_path, mode):
 def test_greedy_generation_matches_hf(dflash_bin, tiny):
     model, d = tiny
     prompt = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        ref = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0,
-                             min_new_tokens=24)[0, prompt.shape[1]:].tolist()
-    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--max-new", "24", "--eos", "none",
-                        "--prompt-ids", ",".join(map(str, prompt[0].tolist()))], capture_output=True, text=True,
-                       env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    assert [int(t) for t in r.stdout.split()] == ref
+    assert_greedy_matches_hf(dflash_bin, model, d, prompt, 24)
 
 
 def test_fused_expert_tensors_load_as_per_expert_ones(dflash_bin, tmp_path):
@@ -161,17 +117,7 @@ def test_regenerate_batched_and_dump_hidden_equal_transformers(dflash_bin, tmp_p
     model.save_pretrained(str(d))
     g = torch.Generator().manual_seed(2)
     prompts = [torch.randint(3, 11, (4 + i,), generator=g).tolist() for i in range(4)]
-    data = tmp_path / "p.jsonl"
-    data.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in prompts))
-    out = tmp_path / "s.jsonl"
-    r = subprocess.run([dflash_bin, "data", "regenerate", "--model", str(d), "--input", str(data), "--output",
-                        str(out), "--threads", "1", "--max-new", "12", "--batch", "3"], capture_output=True,
-                       text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    samples = [json.loads(l) for l in out.read_text().splitlines()]
-    assert len(samples) == len(prompts)
-    for s, p in zip(samples, prompts):
-        assert s["input_ids"] == p + hf_greedy(model, p, 12, eos=2)
+    _, out, samples = regenerate_equals_hf_greedy(dflash_bin, model, d, prompts, tmp_path)
     dump = tmp_path / "dump"
     r = subprocess.run([dflash_bin, "data", "dump-hidden", "--target", str(d), "--data", str(out), "--out",
                         str(dump), "--threads", "1", "--target-layer-ids", "2,1"], capture_output=True,
@@ -231,13 +177,6 @@ def test_online_training_equals_offline_features(dflash_bin, tmp_path, family):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
 
 
-def _error(dflash_bin, d):
-    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--prompt-ids", "1,2"],
-                       capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode != 0
-    return r.stderr
-
-
 def test_bad_moe_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
     model = qwen3_moe(seed=1)
     good = tmp_path / "good"
@@ -251,8 +190,8 @@ def test_bad_moe_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
         (d / "model.safetensors").symlink_to(good / "model.safetensors")
         return d
 
-    assert "num_experts_per_tok' is 9, expected 1..6" in _error(dflash_bin, folder("topk", num_experts_per_tok=9))
-    assert "mlp_only_layers' lists layer 7" in _error(dflash_bin, folder("only", mlp_only_layers=[7]))
+    assert "num_experts_per_tok' is 9, expected 1..6" in generate_error(dflash_bin, folder("topk", num_experts_per_tok=9))
+    assert "mlp_only_layers' lists layer 7" in generate_error(dflash_bin, folder("only", mlp_only_layers=[7]))
     # a missing expert tensor is named
     sd = load_file(str(good / "model.safetensors"))
     del sd["model.layers.1.mlp.experts.4.up_proj.weight"]
@@ -260,7 +199,7 @@ def test_bad_moe_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
     d.mkdir()
     (d / "config.json").write_text(json.dumps(cfg))
     save_file(sd, str(d / "model.safetensors"))
-    assert "'model.layers.1.mlp.experts.4.up_proj.weight'" in _error(dflash_bin, d)
+    assert "'model.layers.1.mlp.experts.4.up_proj.weight'" in generate_error(dflash_bin, d)
 
 
 def test_plan_node_counts_active_experts_for_flops_and_all_for_memory(dflash_bin):

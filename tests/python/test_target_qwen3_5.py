@@ -24,7 +24,8 @@ from hf_greedy import hf_greedy
 from eval_cli import run_eval, write_prompts
 from hidden_format import read_folder
 from joint_chi2 import assert_matches_joint
-from target_run import ENV, TIMEOUT, hf_forward, run_target
+from target_run import (ENV, TIMEOUT, assert_greedy_matches_hf, check, generate_error, hf_forward, max_diff, randomize,
+                        run_target)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXT = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -33,29 +34,6 @@ TEXT = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key
 # Six layers mixing both kinds (the flat layout lists them, the nested one uses full_attention_interval).
 LAYER_TYPES = ["linear_attention", "full_attention", "linear_attention", "linear_attention", "linear_attention",
                "full_attention"]
-
-
-def randomize(model, seed=0):
-    """Larger-than-init weights so that errors are not hidden by near-zero activations; norms stored
-    zero-centred (1 + w), decays from slow to fast."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "visual" in name:
-                continue
-            if name.endswith("A_log"):
-                p.copy_((0.02 + 1.98 * torch.rand(p.shape, generator=g)).log())
-            elif name.endswith("dt_bias"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            elif "linear_attn.norm" in name:
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
-            elif "norm" in name:
-                p.copy_(0.2 * torch.randn(p.shape, generator=g))
-            elif "conv1d" in name:
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
-    return model
 
 
 def make_model(layout, vocab=300, seed=0, eos=None, layers=6, tie=False):
@@ -135,23 +113,6 @@ def reference_rule(norms_in_input_dtype):
 
 
 
-def max_diff(a, b):
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return (a.double() - b.double()).abs().max().item()
-
-
-def check(got, ref, capture, tol):
-    """Absolute differences relative to the reference's range."""
-    def ok(a, b):
-        return max_diff(a, b) <= tol * max(1.0, b.abs().max().item())
-    assert ok(got["last_hidden"], ref.hidden_states[-1])
-    assert sorted(k for k in got if k.startswith("hidden.")) == sorted(f"hidden.{i}" for i in capture)
-    for i in capture:
-        assert ok(got[f"hidden.{i}"], ref.hidden_states[i + 1]), (i, max_diff(got[f"hidden.{i}"], ref.hidden_states[i + 1]))
-    # Logits are float32 whatever the compute dtype.
-    assert max_diff(got["logits"], ref.logits) <= max(tol, 1e-6) * max(1.0, ref.logits.abs().max().item())
-
-
 def test_reference_rule_equals_transformers_rule_in_float32(tiny):
     model, _ = tiny
     ids = torch.randint(0, 300, (2, 150), generator=torch.Generator().manual_seed(7))
@@ -218,14 +179,7 @@ def test_bf16_forward_is_as_close_as_hf_bf16(dflash_bin, tiny, tmp_path):
 def test_greedy_generation_matches_hf(dflash_bin, tiny):
     model, d = tiny
     prompt = torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():  # transformers' own cached decode (its recurrent form)
-        ref = model.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0,
-                             min_new_tokens=40)[0, prompt.shape[1]:].tolist()
-    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--max-new", "40", "--eos", "none",
-                        "--prompt-ids", ",".join(map(str, prompt[0].tolist()))], capture_output=True, text=True,
-                       env=ENV, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    assert [int(t) for t in r.stdout.split()] == ref
+    assert_greedy_matches_hf(dflash_bin, model, d, prompt, 40)
 
 
 def test_mtp_weights_and_vision_tower_are_ignored(dflash_bin, tmp_path):
@@ -245,13 +199,6 @@ def test_mtp_weights_and_vision_tower_are_ignored(dflash_bin, tmp_path):
     check(got, hf_forward(model, ids), [3], 1e-4)
 
 
-def _error(dflash_bin, d):
-    r = subprocess.run([dflash_bin, "target", "generate", "--model", str(d), "--prompt-ids", "1,2"],
-                       capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
-    assert r.returncode != 0
-    return r.stderr
-
-
 def test_bad_configs_and_checkpoints_are_clear_errors(dflash_bin, tiny, tmp_path):
     model, d = tiny
     nested = "nested" in str(d)
@@ -269,22 +216,22 @@ def test_bad_configs_and_checkpoints_are_clear_errors(dflash_bin, tiny, tmp_path
 
     bad = copy.deepcopy(cfg)
     (bad["text_config"] if nested else bad)["layer_types"][2] = "mamba2"
-    err = _error(dflash_bin, folder("unknown_type", bad))
+    err = generate_error(dflash_bin, folder("unknown_type", bad))
     assert "config.json" in err and "'layer_types[2]' is \"mamba2\"" in err, err
 
     missing = dict(weights)
     del missing[prefix + "layers.3.linear_attn.dt_bias"]
-    err = _error(dflash_bin, folder("missing", tensors=missing))
+    err = generate_error(dflash_bin, folder("missing", tensors=missing))
     assert f"missing tensor '{prefix}layers.3.linear_attn.dt_bias'" in err, err
 
     shaped = dict(weights)
     shaped[prefix + "layers.0.linear_attn.in_proj_qkv.weight"] = torch.zeros(10, 64)
-    err = _error(dflash_bin, folder("shape", tensors=shaped))
+    err = generate_error(dflash_bin, folder("shape", tensors=shaped))
     assert f"'{prefix}layers.0.linear_attn.in_proj_qkv.weight' has shape [10, 64], expected [96, 64]" in err, err
 
     bad = copy.deepcopy(cfg)
     (bad["text_config"] if nested else bad)["linear_num_value_heads"] = 3
-    err = _error(dflash_bin, folder("heads", bad))
+    err = generate_error(dflash_bin, folder("heads", bad))
     assert "linear_num_key_heads" in err and "must divide" in err, err
     assert text["linear_num_key_heads"] == 2
 
@@ -444,7 +391,7 @@ def test_online_training_on_a_hybrid_target(dflash_bin, small_vocab, tmp_path):
 
 def test_plan_target_config_qwen3_6_27b(dflash_bin):
     r = subprocess.run([dflash_bin, "plan", "--target-config", str(ROOT / "configs/targets/qwen3.6-27b.json"),
-                        "--seq-len", "8000", "--anchors", "1024", "--json"], capture_output=True, text=True, env=ENV)
+                        "--max-len", "8000", "--num-anchors", "1024", "--json"], capture_output=True, text=True, env=ENV)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     c = plan["drafter_config"]
