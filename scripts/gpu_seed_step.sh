@@ -36,15 +36,15 @@ if ((DRY)); then
   BUILD=${DFLASH_BUILD_DIR:-$ROOT/build}
   DEVICE=cpu
   # The same drafter family scaled down, and a short sequence: every code path of the GPU run, in seconds.
-  STEP_SHAPE=(--model cpu-small --seq-len 256 --anchors 16 --dtype fp32 --loss-chunk 256 --iters 1)
-  PLAN_SHAPE=(--preset seed-27b --seq-len 256 --anchors 16)
+  STEP_SHAPE=(--model cpu-small --max-len 256 --num-anchors 16 --dtype fp32 --loss-chunk-rows 256 --iters 1)
+  PLAN_SHAPE=(--preset seed-27b --max-len 256 --num-anchors 16)
   PY_SHAPE=(--preset seed-scaled --seq 256 --anchors 16 --hidden 256 --intermediate 512 --heads 4 --kv-heads 2
             --head-dim 64 --vocab 4096 --kl-weight 0.15 --reps 1 --dtype fp32)
   PY_IMPLS=dflash,per_block_sdpa
 else
   BUILD=$ROOT/build-gpu
   DEVICE=cuda
-  STEP_SHAPE=(--model seed-27b --seq-len 8000 --anchors 1024 --dtype bf16 --loss-chunk 1024 --iters 2)
+  STEP_SHAPE=(--model seed-27b --max-len 8000 --num-anchors 1024 --dtype bf16 --loss-chunk-rows 1024 --iters 2)
   PLAN_SHAPE=(--preset seed-27b)
   PY_SHAPE=(--preset seed --dtype bf16 --reps 1)
   PY_IMPLS=dflash,flex,per_block_sdpa
@@ -58,7 +58,7 @@ CLI=$BUILD/drafter_cli
 
 for pol in none layer; do
   step "plan ($pol)" 30 "$OUTDIR/plan.log" bash -c '"$0" plan "${@:1}" > "'"$OUTDIR/plan_$pol.json"'"' "$CLI" \
-    "${PLAN_SHAPE[@]}" --checkpoint "$pol" --device "$DEVICE" --json
+    "${PLAN_SHAPE[@]}" --activation-checkpoint "$pol" --device "$DEVICE" --json
 done
 step "bench step: policies none + layer, 1 worker" 200 "$OUTDIR/bench_step.log" "$CLI" bench step --device "$DEVICE" \
   "${STEP_SHAPE[@]}" --kl-weight 0.15 --policies none,layer --workers 1 --reference 0 --generic-ce 0 \

@@ -36,7 +36,7 @@ int selftest_main(const std::vector<std::string>& argv) {
   a.option("batch", "FILE", "", "batch safetensors (see the source header)");
   a.option("out", "FILE", "", "output safetensors");
   a.option("dtype", "DTYPE", "float64", "compute dtype");
-  a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
+  a.option("activation-checkpoint", "POLICY", "none", "none | layer | every:K (train's activation_checkpoint)");
   a.option("kl-weight", "X", "0", "soft-label weight");
   a.option("gamma", "X", "0", "loss decay exp(-(k-1)/gamma) (0: by block size)");
   a.option("loss-decay", "NAME", "exp", "exp: decay by --gamma | none: every block slot weighs 1");
@@ -101,7 +101,8 @@ int selftest_main(const std::vector<std::string>& argv) {
   const BlockBatch blocks =
       dspark ? build_dspark_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma)
              : build_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma);
-  const auto r = drafter_loss(cfg, w, t, feats, last, anchors, blocks, opt, CheckpointPolicy::parse(a.str("checkpoint")));
+  const auto r = drafter_loss(cfg, w, t, feats, last, anchors, blocks, opt,
+                              CheckpointPolicy::parse(a.str("activation-checkpoint")));
   r.loss.backward();
 
   std::vector<std::pair<std::string, at::Tensor>> out = {

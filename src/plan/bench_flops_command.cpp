@@ -26,6 +26,7 @@
 #include "drafter_model.h"
 #include "drafter_weights.h"
 #include "input_file.h"
+#include "run_shape.h"
 #include "node_planner.h"
 #include "random_target.h"
 #include "target_cost.h"
@@ -60,15 +61,14 @@ int bench_flops_main(const std::vector<std::string>& argv) {
                         "GEMM's rate on this machine");
   a.option("target", "PATH", "", "a target to time (HF folder or .gguf)");
   a.option("target-config", "FILE", "", "or an architecture's config.json: timed with random weights");
-  a.option("seq-len", "S", "512", "tokens of the sequence");
-  a.option("anchors", "N", "32", "drafter blocks per sequence");
+  drafter::declare_run_shape(a, {"max_len", "num_anchors"});  // the step's shape, as train spells it
   a.option("drafter-layers", "N", "1", "layers of the drafter built for the target");
   a.option("dtype", "DTYPE", "fp32", "fp32 | bf16 | fp64 (target, drafter and the GEMM)");
   a.option("gemm-size", "N", "1024", "the reference GEMM is N x N x N");
   a.option("repeats", "N", "3", "timed calls per part (median; one warm-up call first)");
   a.option("threads", "N", "0", "intra-op threads (0: every core)");
   a.option("json", "FILE", "", "also write the results as JSON");
-  a.range("seq-len", 1, 1048576).range("anchors", 1, 1048576).range("drafter-layers", 1, 256);
+  a.range("drafter-layers", 1, 256);
   a.range("gemm-size", 1, 65536).range("repeats", 1, 1000000);
   if (!a.parse(argv)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench flops: --json");  // before the runs
@@ -76,9 +76,9 @@ int bench_flops_main(const std::vector<std::string>& argv) {
     throw std::invalid_argument("bench flops: give --target PATH or --target-config FILE");
   const int64_t threads = ops::set_threads(a.i64("threads"), "bench flops: --threads");
   const auto dtype = ops::parse_dtype(a.str("dtype"), "bench flops: --dtype");
-  const int64_t S = a.i64("seq-len"), N = a.i64("anchors"), repeats = a.i64("repeats"), n = a.i64("gemm-size");
+  const int64_t S = a.i64("max-len"), N = a.i64("num-anchors"), repeats = a.i64("repeats"), n = a.i64("gemm-size");
   if (S < 2 || N < 1 || N > S || repeats < 1 || n < 16)
-    throw std::invalid_argument("bench flops: need --seq-len >= 2, 1 <= --anchors <= --seq-len, --repeats >= 1, "
+    throw std::invalid_argument("bench flops: need --max-len >= 2, 1 <= --num-anchors <= --max-len, --repeats >= 1, "
                                 "--gemm-size >= 16");
   at::NoGradGuard no_grad;
 
@@ -100,7 +100,8 @@ int bench_flops_main(const std::vector<std::string>& argv) {
   const double gemm_rate = 2.0 * double(n) * double(n) * double(n) / gemm_s;
 
   // The target forward of one sequence, as the trainer's producer runs it (features of the drafter's layers).
-  DrafterConfig dc = drafter_config_for_target(tc, a.i64("drafter-layers"), 16, tc.vocab_size - 1, {});
+  DrafterConfig dc = drafter_config_for_target(tc, a.i64("drafter-layers"), drafter::RunShape{}.block_size,
+                                               tc.vocab_size - 1, {});
   dc.validate("drafter config for " + name);
   std::vector<int> capture(dc.target_layer_ids.begin(), dc.target_layer_ids.end());
   const at::Tensor ids = at::randint(0, tc.vocab_size, {1, S}, at::kLong);

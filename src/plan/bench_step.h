@@ -21,6 +21,8 @@ namespace dflash::plan {
 struct BenchStepOptions {
   drafter::DrafterConfig drafter;  // a preset's (drafter_presets.h) or a config file's
   std::string model_name;          // how the report names it
+  // The step's shape: the command fills it from drafter/run_shape.h's flags over the --model preset's shape; these
+  // defaults are the CPU shapes' (drafter_presets.h cpu_step_shape) for callers that set only a few.
   int64_t seq_len = 1024, anchors = 64;
   at::ScalarType dtype = at::kFloat;
   double kl_weight = 0.15;

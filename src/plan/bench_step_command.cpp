@@ -44,6 +44,7 @@
 #include "memory_planner.h"
 #include "plan_commands.h"
 #include "python_driver.h"
+#include "run_shape.h"
 
 namespace dflash::plan {
 
@@ -418,7 +419,7 @@ void compare_pytorch_reference(const BenchStepOptions& o, nlohmann::json& out) {
 // the largest must fit the device's available memory (plan/memory_fit.h). Out of memory used to end in an
 // allocator failure with a C++ stack trace.
 void check_bench_shapes(const BenchStepOptions& o) {
-  check_step_shape(o.seq_len, o.anchors, "bench step: --anchors", "--seq-len");
+  check_step_shape(o.seq_len, o.anchors, "bench step: --num-anchors", "--max-len");
   const at::Device dev = o.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
   int64_t most_workers = 1;
   for (int64_t w : o.workers) most_workers = std::max(most_workers, w);
@@ -434,7 +435,7 @@ void check_bench_shapes(const BenchStepOptions& o) {
   for (const CheckpointPolicy& pol : o.policies) consider(plan_memory(plan_of(o, pol, o.attention_backend)), most_workers);
   if (worst && !worst->fits)
     throw std::invalid_argument("bench step: " + worst->text + " (refused before allocating); give a smaller " +
-                                "--seq-len, --anchors, --workers or drafter (--model, --drafter-config)");
+                                "--max-len, --num-anchors, --workers or drafter (--model, --drafter-config)");
 }
 
 }  // namespace
@@ -523,11 +524,10 @@ int bench_step_main(const std::vector<std::string>& argv) {
            "a drafter config.json instead of --model (e.g. a run's drafter_config.json: the drafter you train)");
   a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: --drafter-config's architectures, else "
                                           "dflash); a preset takes the family's default settings");
-  a.option("seq-len", "S", "1024", "context tokens");
-  a.option("anchors", "N", "64", "blocks");
-  a.option("dtype", "DTYPE", "fp32", "fp32 | bf16 | fp64");
-  a.option("kl-weight", "X", "0.15", "soft-label weight");
-  a.option("loss-chunk", "ROWS", "256", "rows per loss chunk");
+  // The step's shape, as train spells it: a --model preset's own (drafter_presets.h: the CPU shapes' seq 1024, 64
+  // anchors, fp32, kl_weight 0.15, chunks of 256 rows) unless given; with --drafter-config, train's defaults.
+  const std::vector<std::string> shape_keys = {"max_len", "num_anchors", "dtype", "kl_weight", "loss_chunk_rows"};
+  drafter::declare_run_shape(a, shape_keys);
   a.option("iters", "N", "3", "iterations per policy");
   a.option("workers", "LIST", "1",
            "worker threads at once on the device, one replica each (the trainer's topology), e.g. 1,2,3: each count "
@@ -549,15 +549,16 @@ int bench_step_main(const std::vector<std::string>& argv) {
            "inputs (time, peak memory, loss and gradient difference)");
   a.option("attention-backend", "NAME", "auto",
            "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
-  a.range("seq-len", 1, 1048576).range("anchors", 1, 1048576).range("kl-weight", util::closed(0, 1));
-  a.range("loss-chunk", 1, 16777216).range("iters", 1, 1000000).range("seed", 0, std::numeric_limits<int64_t>::max());
+  a.range("iters", 1, 1000000).range("seed", 0, std::numeric_limits<int64_t>::max());
   a.range("draft-vocab", 0, 16777216, " (0: the full vocabulary)").range("reference", 0, 1).range("generic-ce", 0, 1);
   a.range("dspark-naive", 0, 1);
   if (!a.parse(argv)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench step: --json");  // before the runs
   BenchStepOptions o;
   const std::string cfg_file = a.str("drafter-config");
-  o.drafter = cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model").drafter : load_drafter_config(cfg_file);
+  const DrafterPreset preset =
+      cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model") : DrafterPreset{};
+  o.drafter = cfg_file.empty() ? preset.drafter : load_drafter_config(cfg_file);
   const DrafterFamily family = drafter::family_for_command(
       "bench step", a.str("drafter-family"), cfg_file.empty() ? std::nullopt : std::optional(o.drafter.family), cfg_file);
   if (o.drafter.family != family) {  // a preset with --drafter-family: the family's default settings
@@ -567,11 +568,13 @@ int bench_step_main(const std::vector<std::string>& argv) {
     o.drafter.validate("bench step: --model " + a.str("model") + " as drafter_family " + drafter_family_name(family));
   }
   o.model_name = cfg_file.empty() ? a.str("model") : cfg_file;
-  o.seq_len = a.i64("seq-len");
-  o.anchors = a.i64("anchors");
-  o.dtype = ops::parse_dtype(a.str("dtype"), "bench step: --dtype");
-  o.kl_weight = a.f64("kl-weight");
-  o.loss_chunk_rows = a.i64("loss-chunk");
+  const drafter::RunShape shape =
+      drafter::given_run_shape(a, shape_keys, cfg_file.empty() ? preset.shape : drafter::RunShape{});
+  o.seq_len = shape.max_len;
+  o.anchors = shape.num_anchors;
+  o.dtype = ops::scalar_type(shape.dtype);
+  o.kl_weight = shape.kl_weight;
+  o.loss_chunk_rows = shape.loss_chunk_rows;
   o.iters = a.i64("iters");
   o.workers = a.i64_list("workers");
   o.policies.clear();

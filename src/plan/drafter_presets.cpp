@@ -19,6 +19,32 @@ drafter::DrafterConfig drafter_for_target(const models::TargetConfig& t) {
   return d;
 }
 
+}  // namespace
+
+drafter::RunShape target_scale_shape() {
+  drafter::RunShape s;
+  s.max_len = 8000;
+  s.num_anchors = 1024;
+  s.block_size = kPresetBlockSize;
+  s.kl_weight = 0.15;
+  s.loss_chunk_rows = 1024;
+  s.dtype = util::Dtype::BF16;
+  return s;
+}
+
+drafter::RunShape cpu_step_shape() {
+  drafter::RunShape s;
+  s.max_len = 1024;
+  s.num_anchors = 64;
+  s.block_size = 16;
+  s.kl_weight = 0.15;
+  s.loss_chunk_rows = 256;
+  s.dtype = util::Dtype::F32;
+  return s;
+}
+
+namespace {
+
 // A CPU-sized drafter (no real target): every shape the planner's tests measure.
 drafter::DrafterConfig cpu_shape(int64_t hidden, int64_t mlp, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                  std::vector<std::string> layer_types, int64_t vocab) {
@@ -45,13 +71,15 @@ std::vector<DrafterPreset> named_shapes() {
     seed.drafter.head_dim = t.head_dim;                        // 256
     out.push_back(seed);
   }
-  out.push_back({"cpu-small", cpu_shape(256, 768, 4, 2, 64, {"full_attention", "full_attention"}, 8192), ""});
+  out.push_back({"cpu-small", cpu_shape(256, 768, 4, 2, 64, {"full_attention", "full_attention"}, 8192), "",
+                 cpu_step_shape()});
   DrafterPreset sliding{"cpu-sliding",
                         cpu_shape(384, 1024, 6, 2, 64, {"sliding_attention", "full_attention", "sliding_attention"}, 12288),
-                        ""};
+                        "", cpu_step_shape()};
   sliding.drafter.sliding_window = 256;
   out.push_back(sliding);
-  DrafterPreset vocab{"cpu-vocab", cpu_shape(192, 512, 4, 1, 48, {"full_attention", "full_attention"}, 32768), ""};
+  DrafterPreset vocab{"cpu-vocab", cpu_shape(192, 512, 4, 1, 48, {"full_attention", "full_attention"}, 32768), "",
+                      cpu_step_shape()};
   vocab.drafter.tie_word_embeddings = true;
   out.push_back(vocab);
   return out;
@@ -75,15 +103,12 @@ DrafterPreset drafter_preset(const std::string& name, const std::string& where) 
 }
 
 PlanSettings plan_preset(const std::string& name, const std::string& where) {
+  const DrafterPreset p = drafter_preset(name, where);
   PlanSettings s;
-  s.cfg = drafter_preset(name, where).drafter;
-  s.seq_len = 8000;
-  s.num_anchors = 1024;
-  s.dtype_bytes = 2;
+  s.cfg = p.drafter;
+  set_run_shape(s, p.shape);
   s.optimizer = PlanOptimizer::AdamW;
   s.master_fp32 = true;
-  s.kl_weight = 0.15;
-  s.loss_chunk_rows = 1024;
   s.device = PlanDevice::Cuda;
   return s;
 }

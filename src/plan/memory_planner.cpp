@@ -161,6 +161,15 @@ int64_t largest_param(const DrafterConfig& c) {
 
 }  // namespace
 
+void set_run_shape(PlanSettings& s, const drafter::RunShape& shape) {
+  s.seq_len = shape.max_len;
+  s.num_anchors = shape.num_anchors;
+  s.dtype_bytes = util::dtype_bytes(shape.dtype);
+  s.checkpoint = shape.activation_checkpoint;
+  s.loss_chunk_rows = shape.loss_chunk_rows;
+  s.kl_weight = shape.kl_weight;
+}
+
 MemoryPlan plan_memory(const PlanSettings& s) {
   if (s.seq_len <= 0 || s.num_anchors <= 0 || s.batch <= 0)
     throw std::invalid_argument("plan: seq_len, num_anchors and batch must be positive");

@@ -14,6 +14,7 @@
 #include "byte_size.h"
 #include "checkpoint_policy.h"
 #include "drafter_config.h"
+#include "run_shape.h"
 
 namespace dflash::plan {
 
@@ -33,8 +34,8 @@ struct PlanSettings {
   int64_t num_anchors = 0;    // N blocks per sequence (block size from cfg)
   int64_t dtype_bytes = 2;    // compute/weight dtype: 2 bf16/fp16, 4 fp32, 8 fp64
   drafter::CheckpointPolicy checkpoint;  // none
-  int64_t loss_chunk_rows = 1024;
-  double kl_weight = 0.0;     // > 0: soft labels (teacher hidden input + a third logits buffer)
+  int64_t loss_chunk_rows = drafter::RunShape{}.loss_chunk_rows;
+  double kl_weight = drafter::RunShape{}.kl_weight;  // > 0: soft labels (teacher hidden input + a third logits buffer)
   PlanOptimizer optimizer = PlanOptimizer::AdamW;
   bool master_fp32 = true;    // fp32 master weights (only when dtype is narrower than fp32)
   PlanDevice device = PlanDevice::Cuda;
@@ -58,6 +59,10 @@ struct MemoryPlan {
   std::string peak_phase;
   int64_t params = 0;
 };
+
+// The step's shape (drafter/run_shape.h) onto `s`: seq_len = max_len, anchors, dtype, checkpoint policy, loss chunk,
+// kl_weight; the block size stays the drafter config's (a command sets it when --block-size is given).
+void set_run_shape(PlanSettings& s, const drafter::RunShape& shape);
 
 MemoryPlan plan_memory(const PlanSettings& s);
 

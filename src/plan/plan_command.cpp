@@ -21,6 +21,7 @@
 #include "number_range.h"
 #include "node_planner.h"
 #include "plan_commands.h"
+#include "run_shape.h"
 #include "serving_engines.h"
 #include "target_loader.h"
 #include "target_presets.h"
@@ -33,8 +34,9 @@ using util::Args;
 
 namespace {
 
-// Bytes per element of a dtype name (util/dtype_names.h); torch-free, as the planner is.
-int64_t dtype_bytes_of(const std::string& s) { return util::dtype_bytes(util::parse_dtype(s, "plan: --dtype")); }
+// The step's shape: train's settings, names, defaults and ranges (drafter/run_shape.h).
+const std::vector<std::string> kPlanShape = {"max_len",         "num_anchors", "block_size", "dtype",
+                                             "activation_checkpoint", "loss_chunk_rows", "kl_weight"};
 
 PlanOptimizer optimizer_of(const std::string& s) {
   if (const auto o = plan_optimizer_from_text(s)) return *o;
@@ -100,8 +102,9 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family) {
   NodeSettings ns;
   // What --node does not read: it picks the checkpointing and loss chunk that fit each GPU itself, and plans
   // training on CUDA with AdamW and fp32 master weights.
-  a.refuse_given({"budget", "checkpoint", "loss-chunk"}, "with --node (it picks the activation checkpointing and loss "
-                 "chunk that fit a GPU; the GPU's memory is --gpu or --gpu-memory)");
+  a.refuse_given({"budget", "activation-checkpoint", "loss-chunk-rows"},
+                 "with --node (it picks the activation checkpointing and loss chunk that fit a GPU; the GPU's memory "
+                 "is --gpu or --gpu-memory)");
   a.refuse_given({"optimizer", "no-master", "device", "deterministic", "attention-backend", "draft-vocab"},
                  "with --node (it plans CUDA workers with AdamW, fp32 master weights, the fused attention and the full "
                  "vocabulary); plan without --node reads it");
@@ -110,6 +113,7 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family) {
   if (!a.str("preset").empty() == !a.str("target-config").empty())
     throw std::invalid_argument("plan --node: give the target as --preset " + target_preset_list() +
                                 " or --target-config FILE");
+  drafter::RunShape shape = target_scale_shape();  // the presets' scale (drafter_presets.h)
   if (!a.str("preset").empty()) {
     const DrafterPreset preset = drafter_preset(a.str("preset"), "plan --node");
     if (preset.target.empty())
@@ -117,10 +121,12 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family) {
                                   "target as --preset " + target_preset_list() + " or --target-config FILE");
     ns.target = models::target_preset(preset.target);
     ns.drafter = plan_preset(preset.name, "plan --node");
+    shape = preset.shape;
   } else {
     ns.target = read_target(a.str("target-config"));
     ns.drafter.cfg = a.str("config").empty()
-                         ? drafter_config_for_target(ns.target, a.i64("drafter-layers"), 16, a.i64("mask-token-id"), {})
+                         ? drafter_config_for_target(ns.target, a.i64("drafter-layers"), drafter::RunShape{}.block_size,
+                                                     a.i64("mask-token-id"), {})
                          : load_drafter_config(a.str("config"));
     if (ns.drafter.cfg.mask_token_id < 0) ns.drafter.cfg.mask_token_id = ns.target.vocab_size - 1;  // plans the same
     ns.drafter.cfg.validate(a.str("config").empty() ? "drafter config for target " + a.str("target-config") : a.str("config"));
@@ -132,17 +138,12 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family) {
                                   std::to_string(ns.drafter.cfg.hidden_size) + "/" +
                                   std::to_string(ns.drafter.cfg.vocab_size) + ") must equal the target's (" +
                                   std::to_string(ns.target.hidden_size) + "/" + std::to_string(ns.target.vocab_size) + ")");
-    ns.drafter.seq_len = 8000;  // the presets' scale (drafter_presets.h)
-    ns.drafter.num_anchors = 1024;
-    ns.drafter.kl_weight = 0.15;
   }
-  if (a.given("seq-len")) ns.drafter.seq_len = a.i64("seq-len");
-  if (a.given("anchors")) ns.drafter.num_anchors = a.i64("anchors");
-  check_step_shape(ns.drafter.seq_len, ns.drafter.num_anchors, "plan --node: --anchors", "--seq-len");
+  // The shape given over the preset's (checkpointing and loss chunk are refused above: --node picks them).
+  set_run_shape(ns.drafter, drafter::given_run_shape(a, {"max_len", "num_anchors", "kl_weight", "dtype"}, shape));
+  check_step_shape(ns.drafter.seq_len, ns.drafter.num_anchors, "plan --node: --num-anchors", "--max-len");
   if (a.given("batch")) ns.drafter.batch = a.i64("batch");
   if (a.given("block-size")) ns.drafter.cfg.block_size = a.i64("block-size");
-  if (a.given("kl-weight")) ns.drafter.kl_weight = a.f64("kl-weight");
-  if (a.given("dtype")) ns.drafter.dtype_bytes = dtype_bytes_of(a.str("dtype"));
   apply_family(ns.drafter, family, a, "plan --node");
   ns.drafter.device = PlanDevice::Cuda;
   ns.gpu = gpu_spec(a.str("gpu"));
@@ -171,14 +172,9 @@ int plan_main(const std::vector<std::string>& argv) {
   a.option("target-config", "FILE", "", "a target's config.json: plan the drafter `dflash train` would build for it");
   a.option("drafter-layers", "N", "5", "drafter layers (with --target-config)");
   a.option("mask-token-id", "ID", "-1", "mask token (with --target-config; only checked, memory does not depend on it)");
-  a.option("seq-len", "S", "4096", "context tokens per sequence");
-  a.option("anchors", "N", "512", "blocks per sequence");
+  // The step's shape, as train spells it (a preset's own shape unless given).
+  drafter::declare_run_shape(a, kPlanShape);
   a.option("batch", "B", "1", "sequences per step");
-  a.option("block-size", "B", "", "override the config's block size");
-  a.option("dtype", "DTYPE", "bf16", "weight/activation dtype: bf16 | fp16 | fp32 | fp64");
-  a.option("checkpoint", "POLICY", "none", "none | layer | every:K");
-  a.option("loss-chunk", "ROWS", "1024", "rows of logits per loss chunk");
-  a.option("kl-weight", "X", "0.15", "soft-label weight (0: hard labels only; dspark: 0, its L1 teacher replaces it)");
   a.option("optimizer", "NAME", "adamw", "adamw | sgd | none");
   a.flag("no-master", "no fp32 master weights");
   a.option("device", "NAME", "cuda", "cuda | cpu (attention backward workspace differs)");
@@ -203,8 +199,7 @@ int plan_main(const std::vector<std::string>& argv) {
   // where the setting is the same. GPU rates of 1 TFLOP/s to 1 EFLOP/s: inf, 1e308 or 1e-300 made every time 0 or
   // infinite.
   a.range("drafter-layers", 1, 256).range("mask-token-id", -1, 2147483647, " (-1: the last token id)");
-  a.range("seq-len", 1, 1048576).range("anchors", 1, 1048576).range("batch", 1, 65536).range("block-size", 2, 1024);
-  a.range("loss-chunk", 1, 16777216).range("kl-weight", util::closed(0, 1), " (0: hard labels only)");
+  a.range("batch", 1, 65536);
   a.range("gpus", 2, 256, " (the target and a drafter worker need a GPU each)");
   a.range("gpu-tflops", util::closed(1, 1e6)).range("target-efficiency", util::closed(0.01, 1));
   a.range("drafter-efficiency", util::closed(0.01, 1)).range("usable-memory", util::closed(0.05, 1));
@@ -236,7 +231,8 @@ int plan_main(const std::vector<std::string>& argv) {
                                a.str("config") + ": dflash_config.target_layer_ids");
   } else if (!a.str("target-config").empty()) {
     const models::TargetConfig t = read_target(a.str("target-config"));
-    s.cfg = drafter_config_for_target(t, a.i64("drafter-layers"), 16, a.i64("mask-token-id"), {});
+    s.cfg = drafter_config_for_target(t, a.i64("drafter-layers"), drafter::RunShape{}.block_size,
+                                      a.i64("mask-token-id"), {});
     if (s.cfg.mask_token_id < 0) s.cfg.mask_token_id = t.vocab_size - 1;  // no default mask: any id plans the same
     s.cfg.validate("drafter config for target " + a.str("target-config"));
   } else {
@@ -244,15 +240,12 @@ int plan_main(const std::vector<std::string>& argv) {
   }
   const bool preset = !a.str("preset").empty();
   auto pick = [&](const char* name) { return !preset || a.given(name); };
-  if (pick("seq-len")) s.seq_len = a.i64("seq-len");
-  if (pick("anchors")) s.num_anchors = a.i64("anchors");
-  check_step_shape(s.seq_len, s.num_anchors, "plan: --anchors", "--seq-len");
+  // A preset's shape, else train's defaults; the flags given over it.
+  set_run_shape(s, drafter::given_run_shape(
+                       a, kPlanShape, preset ? drafter_preset(a.str("preset"), "plan").shape : drafter::RunShape{}));
+  check_step_shape(s.seq_len, s.num_anchors, "plan: --num-anchors", "--max-len");
   if (pick("batch")) s.batch = a.i64("batch");
   if (a.given("block-size")) s.cfg.block_size = a.i64("block-size");
-  if (pick("dtype")) s.dtype_bytes = dtype_bytes_of(a.str("dtype"));
-  if (pick("checkpoint")) s.checkpoint = CheckpointPolicy::parse(a.str("checkpoint"));
-  if (pick("loss-chunk")) s.loss_chunk_rows = a.i64("loss-chunk");
-  if (pick("kl-weight")) s.kl_weight = a.f64("kl-weight");
   if (pick("optimizer")) s.optimizer = optimizer_of(a.str("optimizer"));
   if (a.on("no-master")) s.master_fp32 = false;
   if (pick("device")) s.device = device_of(a.str("device"));

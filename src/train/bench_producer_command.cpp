@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "run_shape.h"
 #include "atomic_output.h"
 #include "compute_settings.h"
 #include "created_folder.h"
@@ -141,19 +142,19 @@ WholeRun time_training(TrainConfig c, const std::string& target_devices, const s
 int bench_producer_main(const std::vector<std::string>& argv) {
   Args a("bench producer", "target replicas and pipelined stages vs one replica and stages in turn (CPU, one run)");
   a.option("target", "PATH", "", "the target (HF folder or .gguf)");
-  a.option("seq-len", "S", "256", "tokens per sample");
+  drafter::declare_run_shape(a, {"max_len"});  // tokens per sample, as train spells it
   a.option("micro-batches", "N", "16", "micro-batches (one sample each) the producer makes per configuration");
   a.option("threads", "N", "1", "intra-op threads of each target thread (replica or stage)");
   a.option("dtype", "DTYPE", "fp32", "the target's dtype");
   a.option("steps", "N", "12", "steps of each whole training run (0: skip the runs)");
   a.option("work-dir", "DIR", "bench-producer-runs", "a new folder for the training runs' outputs");
-  a.range("seq-len", 2, 1048576).range("micro-batches", 1, 1000000).range("threads", 0, 1024, " (0: every core)");
+  a.range("micro-batches", 1, 1000000).range("threads", 0, 1024, " (0: every core)");
   a.range("steps", 0, 1000000, " (0: skip the runs)");
   if (!a.parse(argv)) return 0;
   a.require("target");
-  const int64_t len = a.i64("seq-len"), micro = a.i64("micro-batches"), threads = a.i64("threads"), steps = a.i64("steps");
+  const int64_t len = a.i64("max-len"), micro = a.i64("micro-batches"), threads = a.i64("threads"), steps = a.i64("steps");
   if (len < 16 || micro < 2 || threads < 1 || (steps != 0 && steps < 3))
-    throw std::invalid_argument("bench producer: need --seq-len >= 16, --micro-batches >= 2, --threads >= 1, "
+    throw std::invalid_argument("bench producer: need --max-len >= 16, --micro-batches >= 2, --threads >= 1, "
                                 "--steps 0 or >= 3");
   const std::string work = a.str("work-dir");
   if (steps > 0 && fs::exists(work))

@@ -36,6 +36,13 @@ struct Field {
   Member member;
 };
 
+// A setting of the step's shape: its name, kind and help are the run shape's (drafter/run_shape.h), which plan,
+// bench step and doctor declare too.
+FieldInfo shape_info(const std::string& key) {
+  const drafter::RunShapeField& f = drafter::run_shape_field(key);
+  return {f.key, f.kind, f.help};
+}
+
 const std::vector<Field>& fields() {
   using C = TrainConfig;
   static const std::vector<Field> f = {
@@ -48,12 +55,12 @@ const std::vector<Field>& fields() {
       {{"target_layer_ids", "str", "comma list of target layers (empty: the default, docs/DFLASH.md)"},
        &C::target_layer_ids},
       {{"mask_token_id", "int", "block mask token id (required without drafter_config)"}, &C::mask_token_id},
-      {{"block_size", "int", "block size B (without drafter_config)"}, &C::block_size},
+      {shape_info("block_size"), &C::block_size},
       {{"steps", "int", "optimizer steps (0: from epochs)"}, &C::steps},
       {{"epochs", "int", "epochs when steps is 0"}, &C::epochs},
       {{"batch_size", "int", "sequences per micro-batch"}, &C::batch_size},
       {{"grad_accum", "int", "micro-batches per worker per step"}, &C::grad_accum},
-      {{"max_len", "int", "truncate sequences to this many tokens"}, &C::max_len},
+      {shape_info("max_len"), &C::max_len},
       {{"pack", "bool", "pack the micro-batch's samples into rows of max_len tokens (documents kept apart)"}, &C::pack},
       {{"lr", "float", "peak learning rate"}, &C::lr},
       {{"warmup_ratio", "float", "linear warmup fraction"}, &C::warmup_ratio},
@@ -64,16 +71,16 @@ const std::vector<Field>& fields() {
       {{"eps", "float", "AdamW epsilon"}, &C::eps},
       {{"clip", "float", "global gradient-norm clip (0: off)"}, &C::clip},
       {{"seed", "int", "seed: init, data order, anchors"}, &C::seed},
-      {{"num_anchors", "int", "anchors per sequence"}, &C::num_anchors},
+      {shape_info("num_anchors"), &C::num_anchors},
       {{"gamma", "float", "loss decay exp(-(k-1)/gamma) (0: by block size: 7 for B=16; dspark: exp(-j/gamma), 0: 4)"},
        &C::gamma},
       {{"loss_decay", "str", "exp: decay by gamma | none: every block slot weighs 1 (SpecForge's default)"},
        &C::loss_decay},
-      {{"kl_weight", "float", "soft-label weight"}, &C::kl_weight},
-      {{"dtype", "str", "drafter compute dtype: bf16 | fp32 | fp64"}, &C::dtype},
+      {shape_info("kl_weight"), &C::kl_weight},
+      {shape_info("dtype"), &C::dtype},
       {{"target_dtype", "str", "online target dtype: fp32 | bf16 | fp16 | fp64"}, &C::target_dtype},
-      {{"activation_checkpoint", "str", "none | layer | every:K"}, &C::activation_checkpoint},
-      {{"loss_chunk_rows", "int", "rows of logits per loss chunk"}, &C::loss_chunk_rows},
+      {shape_info("activation_checkpoint"), &C::activation_checkpoint},
+      {shape_info("loss_chunk_rows"), &C::loss_chunk_rows},
       {{"draft_vocab", "int", "draft vocabulary: the K most frequent answer tokens + EOS ids (0: full vocabulary)"},
        &C::draft_vocab},
       {{"drafter_devices", "str", "one worker thread per device, e.g. cpu,cpu"}, &C::drafter_devices},
@@ -165,6 +172,19 @@ std::string shown(double v) {
 void in_range(const std::string& key, int64_t v, int64_t lo, int64_t hi, const std::string& why = "") {
   require(v >= lo && v <= hi, key, "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + why,
           std::to_string(v));
+}
+
+// A setting of the step's shape: the run shape's range (drafter/run_shape.h), the one plan and bench step check.
+void shape_in_range(const std::string& key, double v) {
+  const drafter::RunShapeField& f = drafter::run_shape_field(key);
+  if (f.kind == "int") return in_range(key, int64_t(v), int64_t(f.range.lo), int64_t(f.range.hi), f.note);
+  if (const auto e = util::out_of_range(v, f.range, f.note)) require(false, key, *e, shown(v));
+}
+
+bool is_shape_key(const std::string& key) {
+  for (const drafter::RunShapeField& f : drafter::run_shape_fields())
+    if (f.key == key) return true;
+  return false;
 }
 
 // A setting written as text and read into a type of its own, once, when the file or flag is read. read() returns
@@ -349,25 +369,18 @@ std::vector<std::string> TrainConfig::drafter_device_list() const {
   return out;
 }
 
-std::vector<std::string> TrainConfig::target_device_list() const {
-  std::vector<std::string> out;
-  for (const auto& replica : util::parse_device_grid(target_devices, "train config: 'target_devices'").replicas)
-    for (const util::DeviceName& d : replica) out.push_back(d.str());
-  return out;
-}
-
 void TrainConfig::validate() const {
   require(!target.empty(), "target", "a model path (HF folder or .gguf)", "nothing");
   require(!data.empty(), "data", "a samples file or folder", "nothing");
   require(!out.empty(), "out", "a run directory", "nothing");
   in_range("drafter_layers", drafter_layers, 1, 256);
   in_range("mask_token_id", mask_token_id, -1, 2147483647, " (-1: from the drafter config)");
-  in_range("block_size", block_size, 2, 1024);
+  shape_in_range("block_size", block_size);
   in_range("steps", steps, 0, 1000000000000);
   if (steps == 0) in_range("epochs", epochs, 1, 1000000, " when steps is 0");
   in_range("batch_size", batch_size, 1, 65536);
   in_range("grad_accum", grad_accum, 1, 65536);
-  in_range("max_len", max_len, 2, 1048576);
+  shape_in_range("max_len", max_len);
   in_range("num_anchors", num_anchors, 1, max_len, " (at most one anchor per position of max_len)");
   // Every float setting has a finite range (util/number_range.h: finite, not subnormal, within the bounds);
   // docs/TRAINING.md "Limits" lists them.
@@ -381,14 +394,14 @@ void TrainConfig::validate() const {
            {"eps", eps, util::closed(1e-30, 1), ""},
            {"clip", clip, util::closed(0, 1e6), " (0: off)"},
            {"gamma", gamma, util::closed(0, 1e4), " (0: by block size)"},
-           {"kl_weight", kl_weight, util::closed(0, 1), ""},
            {"init_std", init_std, util::closed(1e-8, 10), ""},
            {"init_final_norm", init_final_norm, util::closed(1e-6, 1e3), ""}})
     if (const auto e = util::out_of_range(v, range, note)) require(false, key, *e, shown(v));
   require(loss_decay == drafter::LossDecay::Exp || gamma == 0, "gamma", "0 (unset) with loss_decay none (no decay, no gamma)",
           shown(gamma));
   require(dtype != util::Dtype::F16, "dtype", "bf16, fp32 or fp64", "'fp16'");
-  in_range("loss_chunk_rows", loss_chunk_rows, 1, 16777216);
+  shape_in_range("loss_chunk_rows", loss_chunk_rows);
+  shape_in_range("kl_weight", kl_weight);
   in_range("draft_vocab", draft_vocab, 0, 16777216, " (0: the full vocabulary; at most the target's vocabulary size)");
   // The spelling and shape of both device lists (util/device_list.h); train checks that the devices exist when the
   // run opens (run_context.cpp), doctor --config reports a missing one as a failed row.
@@ -581,8 +594,14 @@ bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
     const std::string shown = d.is_string() ? d.get<std::string>() : d.dump();
     // A switch turns a setting on; one that is on by default takes true|false so that a flag can turn it off.
     const bool on_by_default = f.info.kind == "bool" && d.get<bool>();
+    const bool shape = is_shape_key(f.info.key);  // the value name other commands show too (drafter/run_shape.h)
     a.option(flag_name(f.info.key),
-             on_by_default ? "true|false" : f.info.kind == "bool" ? "" : f.info.kind == "str" ? "VALUE" : f.info.kind == "int" ? "N" : "X",
+             shape            ? drafter::run_shape_field(f.info.key).value_name
+             : on_by_default  ? "true|false"
+             : f.info.kind == "bool" ? ""
+             : f.info.kind == "str"  ? "VALUE"
+             : f.info.kind == "int"  ? "N"
+                                     : "X",
              "", f.info.help + ((f.info.kind == "bool" && !on_by_default) || shown.empty() ? "" : " [" + shown + "]"));
   }
   if (!a.parse(argv)) return false;

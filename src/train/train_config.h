@@ -20,6 +20,7 @@
 #include "dtype_names.h"
 #include "loss_weighting.h"
 #include "report_to.h"
+#include "run_shape.h"
 #include "sample_format.h"
 
 namespace dflash::train {
@@ -30,17 +31,17 @@ struct TrainConfig {
   std::string drafter_config;
   int64_t drafter_layers = 1;
   std::vector<int64_t> target_layer_ids;  // empty = the default for (target layers, drafter layers)
-  int64_t mask_token_id = -1, block_size = 16;
-  int64_t steps = 0, epochs = 6, batch_size = 1, grad_accum = 1, max_len = 4096;
+  int64_t mask_token_id = -1, block_size = drafter::RunShape{}.block_size;
+  int64_t steps = 0, epochs = 6, batch_size = 1, grad_accum = 1, max_len = drafter::RunShape{}.max_len;
   bool pack = false;  // several samples per row of max_len tokens (sequence_packing.h)
   double lr = 6e-4, warmup_ratio = 0.04, min_lr_ratio = 0.0, weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
-  int64_t seed = 0, num_anchors = 512;
-  double gamma = 0.0, kl_weight = 0.0;
+  int64_t seed = 0, num_anchors = drafter::RunShape{}.num_anchors;
+  double gamma = 0.0, kl_weight = drafter::RunShape{}.kl_weight;
   drafter::LossDecay loss_decay = drafter::LossDecay::Exp;  // exp: w_k = exp(-(k-1)/gamma); none: every slot 1
-  util::Dtype dtype = util::Dtype::BF16, target_dtype = util::Dtype::F32;
-  drafter::CheckpointPolicy activation_checkpoint;  // none
-  int64_t loss_chunk_rows = 1024;
+  util::Dtype dtype = drafter::RunShape{}.dtype, target_dtype = util::Dtype::F32;
+  drafter::CheckpointPolicy activation_checkpoint = drafter::RunShape{}.activation_checkpoint;
+  int64_t loss_chunk_rows = drafter::RunShape{}.loss_chunk_rows;
   int64_t draft_vocab = 0;  // K > 0: LM head restricted to the K most frequent answer tokens (+ EOS ids)
   std::string drafter_devices = "cpu", target_devices = "cpu";
   int64_t checkpoint_every = 100, keep_checkpoints = 2, log_every = 10, threads = 0;
@@ -96,6 +97,10 @@ struct TrainConfig {
   drafter::DSparkHeads dspark_heads() const {
     return {markov_rank, markov_head_type, enable_confidence_head, confidence_head_with_markov};
   }
+  // The step's shape (drafter/run_shape.h: the settings plan, bench step and doctor share with train).
+  drafter::RunShape run_shape() const {
+    return {max_len, num_anchors, block_size, loss_chunk_rows, kl_weight, dtype, activation_checkpoint};
+  }
   drafter::DrafterFamily family() const { return drafter_family.value_or(drafter::DrafterFamily::DFlash); }
 
   // Throws std::invalid_argument naming the key and the expected value.
@@ -104,7 +109,6 @@ struct TrainConfig {
   void validate_report_settings() const;  // report_to's trackers' modes (part of validate(); `dflash report` too)
   // Each device as its canonical name (cpu, cuda:N), in order; target: every stage of every replica.
   std::vector<std::string> drafter_device_list() const;
-  std::vector<std::string> target_device_list() const;
 };
 
 // Field metadata, in documentation order (also drives the flag parser's help).

@@ -32,6 +32,12 @@ Args& Args::alias(const std::string& alias, const std::string& name) {
   return *this;
 }
 
+Args& Args::renamed(const std::string& old, const std::string& name) {
+  if (!opts_.count(name)) throw std::logic_error("old spelling --" + old + " of undeclared option --" + name);
+  renamed_[old] = name;
+  return *this;
+}
+
 Args& Args::positional(const std::string& name, const std::string& help, bool optional) {
   positionals_.push_back({name, help, optional});
   return *this;
@@ -66,6 +72,8 @@ bool Args::parse(const std::vector<std::string>& argv) {
       name = name.substr(0, eq);
     }
     if (const auto al = aliases_.find(name); al != aliases_.end()) name = al->second;
+    if (const auto r = renamed_.find(name); r != renamed_.end())
+      throw UsageError(command_ + ": --" + name + " is now --" + r->second);
     const auto it = opts_.find(name);
     if (it == opts_.end()) throw UsageError(command_ + ": unknown option --" + name + "\n" + help());
     if (it->second.value_name.empty()) {

@@ -31,6 +31,9 @@ class Args {
   Args& range(const std::string& name, int64_t lo, int64_t hi, const std::string& note = "");
   // --alias means --name (an older spelling kept working); help lists it beside the option.
   Args& alias(const std::string& alias, const std::string& name);
+  // --old is a spelling that no longer works: giving it is a UsageError "<command>: --old is now --name", so a
+  // script written for the old spelling stops with the new one named instead of a silent alias.
+  Args& renamed(const std::string& old, const std::string& name);
   // A positional argument, filled in declaration order; read it with str(name). Required unless a default is
   // given (`def` non-empty or `optional`).
   Args& positional(const std::string& name, const std::string& help, bool optional = false);
@@ -67,6 +70,7 @@ class Args {
   std::vector<std::string> order_;
   std::map<std::string, Opt> opts_;
   std::map<std::string, std::string> aliases_;  // alias -> option name
+  std::map<std::string, std::string> renamed_;  // old spelling -> option name
   std::vector<Positional> positionals_;
   std::map<std::string, std::string> values_;
   std::map<std::string, bool> given_;

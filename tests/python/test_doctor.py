@@ -328,7 +328,7 @@ def test_config_plans_a_family_drafter_as_plan_does(dflash_bin, tmp_path, family
     dflash.update(architectures=["DFlashDraftModel"], dflash_config={"mask_token_id": 255})
     (tmp_path / "dflash.json").write_text(json.dumps(dflash))
     settings = dict(loss_chunk_rows=16, attention_backend="auto", kl_weight=0, batch_size=1)
-    flags = ["--seq-len", "64", "--anchors", "6", "--batch", "1", "--dtype", "fp32", "--loss-chunk", "16",
+    flags = ["--max-len", "64", "--num-anchors", "6", "--batch", "1", "--dtype", "fp32", "--loss-chunk-rows", "16",
              "--kl-weight", "0", "--device", "cpu", "--attention-backend", "auto", "--json"]
     peaks = {}
     for name in ("drafter", "dflash"):

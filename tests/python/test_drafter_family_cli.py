@@ -137,8 +137,9 @@ def test_plan_counts_the_dflash2_convs_and_selector(dflash_bin, files):
 
 
 def bench_step(dflash_bin, files, *args):
-    out = run(dflash_bin, files, "bench", "step", "--seq-len", "32", "--anchors", "3", "--iters", "1",
-              "--loss-chunk", "8", "--policies", "none,layer", "--threads", "1", "--json", "b.json", *args)
+    out = run(dflash_bin, files, "bench", "step", "--max-len", "32", "--num-anchors", "3", "--iters", "1",
+              "--loss-chunk-rows", "8", "--dtype", "fp32", "--policies", "none,layer", "--threads", "1",
+              "--json", "b.json", *args)
     assert out.returncode == 0, out.stderr
     return json.loads((files / "b.json").read_text()), out.stdout
 
@@ -146,7 +147,7 @@ def bench_step(dflash_bin, files, *args):
 @pytest.mark.parametrize("family,source", [
     ("dspark", ["--drafter-config", "dspark.json"]),
     ("dflash2", ["--drafter-config", "dflash2.json"]),
-    ("dflash2", ["--drafter-family", "dflash2", "--model", "cpu-small", "--seq-len", "16", "--anchors", "1"]),
+    ("dflash2", ["--drafter-family", "dflash2", "--model", "cpu-small", "--max-len", "16", "--num-anchors", "1"]),
 ])
 def test_bench_step_runs_the_family_step_against_the_planner(dflash_bin, files, family, source):
     result, stdout = bench_step(dflash_bin, files, *source)

@@ -29,8 +29,8 @@ def plan(drafter_cli, *args):
 def test_planner_within_15_percent_of_measured(tmp_path, drafter_cli, model, seq, anchors, chunk, backend):
     out = tmp_path / "bench.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run([drafter_cli, "bench", "step", "--model", model, "--seq-len", str(seq), "--anchors", str(anchors),
-                    "--loss-chunk", str(chunk), "--iters", "1", "--policies", "none,every:2,layer",
+    subprocess.run([drafter_cli, "bench", "step", "--model", model, "--max-len", str(seq), "--num-anchors", str(anchors),
+                    "--loss-chunk-rows", str(chunk), "--iters", "1", "--policies", "none,every:2,layer",
                     "--attention-backend", backend, "--json", str(out)], check=True, capture_output=True, text=True,
                    env=env)
     result = json.loads(out.read_text())
@@ -48,7 +48,7 @@ def test_planner_within_15_percent_of_measured(tmp_path, drafter_cli, model, seq
 
 def test_qwen36_27b_preset_fits_the_acceptance_numbers(drafter_cli):
     none, _ = plan(drafter_cli, "--preset", "qwen3.6-27b")
-    layer, _ = plan(drafter_cli, "--preset", "qwen3.6-27b", "--checkpoint", "layer")
+    layer, _ = plan(drafter_cli, "--preset", "qwen3.6-27b", "--activation-checkpoint", "layer")
     assert none["settings"]["seq_len"] == 8000 and none["settings"]["num_anchors"] == 1024
     assert none["peak_bytes"] <= 60e9
     assert layer["peak_bytes"] <= 48e9
@@ -145,7 +145,7 @@ LARGE_VOCAB_FAMILIES = {
 def test_planner_within_10_percent_at_a_large_vocabulary(tmp_path, dflash_bin, family, dtype):
     cfg, out = tmp_path / "drafter.json", tmp_path / "bench.json"
     cfg.write_text(json.dumps(LARGE_VOCAB_FAMILIES[family]))
-    subprocess.run([dflash_bin, "bench", "step", "--drafter-config", str(cfg), "--seq-len", "96", "--anchors", "16",
+    subprocess.run([dflash_bin, "bench", "step", "--drafter-config", str(cfg), "--max-len", "96", "--num-anchors", "16",
                     "--dtype", dtype, "--kl-weight", "0", "--policies", "none", "--iters", "1", "--threads", "1",
                     "--reference", "0", "--generic-ce", "0", "--dspark-naive", "0", "--json", str(out)],
                    check=True, capture_output=True, text=True, timeout=120)

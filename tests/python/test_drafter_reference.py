@@ -88,7 +88,7 @@ def run_ours(build_dir, tmp_path, dtype, kl_weight, checkpoint, chunk_rows=7, ga
     out = tmp_path / f"out_{dtype}_{checkpoint}_{kl_weight}_{gamma}.safetensors"
     subprocess.run([str(build_dir / "drafter_cli"), "drafter", "selftest", "--config", str(tmp_path / "config.json"),
                     "--weights", str(tmp_path / "model.safetensors"), "--batch", str(tmp_path / "batch.safetensors"),
-                    "--out", str(out), "--dtype", dtype, "--kl-weight", str(kl_weight), "--checkpoint", checkpoint,
+                    "--out", str(out), "--dtype", dtype, "--kl-weight", str(kl_weight), "--activation-checkpoint", checkpoint,
                     "--chunk-rows", str(chunk_rows)] + (["--loss-decay", "none"] if gamma == "inf" else ["--gamma", str(gamma)]), check=True, capture_output=True, text=True)
     return load_file(str(out))
 

@@ -170,7 +170,7 @@ def test_bench_step_refuses_a_shape_the_machine_cannot_hold(dflash_bin, tmp_path
         cfg.update(architectures=["DFlash2DraftModel"], dflash_config=dict(
             HUGE["dflash_config"], conv_kernel_size=2, conv_group_size=16, selector_rank=65536, selector_top_k=16))
     path = write(tmp_path / "huge.json", cfg)
-    r = run(dflash_bin, "bench", "step", "--drafter-config", path, "--seq-len", 4096, "--anchors", 512,
+    r = run(dflash_bin, "bench", "step", "--drafter-config", path, "--max-len", 4096, "--num-anchors", 512,
             env={"DFLASH_TEST_AVAILABLE_MEMORY": "64GB"})
     one_line_error(r, "bench step: planned peak ", " per worker (at ",
                    "exceeds 64.00 GB available on cpu (refused before allocating)")
@@ -179,7 +179,7 @@ def test_bench_step_refuses_a_shape_the_machine_cannot_hold(dflash_bin, tmp_path
 def test_bench_step_and_train_compare_with_the_memory_available(dflash_bin, target_dir, offline_dir, tmp_path):
     """A shape that runs on any machine is refused when the (test's) available memory is smaller than its plan."""
     small = {"DFLASH_TEST_AVAILABLE_MEMORY": "1MB"}
-    r = run(dflash_bin, "bench", "step", "--model", "cpu-small", "--seq-len", 64, "--anchors", 4, env=small)
+    r = run(dflash_bin, "bench", "step", "--model", "cpu-small", "--max-len", 64, "--num-anchors", 4, env=small)
     one_line_error(r, "bench step: planned peak", "exceeds 1.0 MB available on cpu")
     tiny = {"DFLASH_TEST_AVAILABLE_MEMORY": "16KB"}  # the test's tiny drafter plans well under 1 MB
     r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "run", steps=1), env=tiny, check=False)
@@ -197,6 +197,6 @@ def test_bench_step_and_train_compare_with_the_memory_available(dflash_bin, targ
                                  ["plan", "--node", "--preset", "qwen3-8b"]])
 def test_more_anchors_than_positions_is_refused(dflash_bin, cmd):
     where = {"bench": "bench step", "plan": "plan --node" if "--node" in cmd else "plan"}[cmd[0]]
-    one_line_error(run(dflash_bin, *cmd, "--seq-len", 16, "--anchors", 64),
-                   f"{where}: --anchors must be at most --seq-len (one anchor per context position), got 64 anchors "
+    one_line_error(run(dflash_bin, *cmd, "--max-len", 16, "--num-anchors", 64),
+                   f"{where}: --num-anchors must be at most --max-len (one anchor per context position), got 64 anchors "
                    "for 16 positions")

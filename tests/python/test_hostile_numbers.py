@@ -54,7 +54,7 @@ def write_json(path, obj, raw=None):
     ("--target-efficiency", "1e-300", "--target-efficiency must be a finite number in [0.01, 1]"),
     ("--usable-memory", "nan", "--usable-memory must be a finite number in [0.05, 1], got nan"),
     ("--kl-weight", "nan", "--kl-weight must be a finite number in [0, 1] (0: hard labels only), got nan"),
-    ("--seq-len", "0", "--seq-len must be an integer in [1, 1048576], got 0"),
+    ("--max-len", "0", "--max-len must be an integer in [2, 1048576], got 0"),
 ])
 def test_plan_node_number_flags(dflash_bin, flag, value, want):
     one_line_error(run(dflash_bin, "plan", "--node", "--preset", "qwen3-8b", flag, value), "plan", want)
@@ -140,8 +140,8 @@ def test_loss_kl_weight_nan_is_refused():
 
 @pytest.mark.parametrize("extra,unused", [
     (["--budget", "90GB"], "--budget"),
-    (["--checkpoint", "layer"], "--checkpoint"),
-    (["--loss-chunk", "64"], "--loss-chunk"),
+    (["--activation-checkpoint", "layer"], "--activation-checkpoint"),
+    (["--loss-chunk-rows", "64"], "--loss-chunk-rows"),
     (["--optimizer", "sgd"], "--optimizer"),
     (["--draft-vocab", "100"], "--draft-vocab"),
     (["--drafter-layers", "3"], "--drafter-layers"),

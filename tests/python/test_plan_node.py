@@ -53,7 +53,7 @@ def test_bad_flags(dflash_bin):
 def test_bench_flops_reports_model_and_measured_time(dflash_bin, tmp_path):
     out = tmp_path / "flops.json"
     r = subprocess.run([dflash_bin, "bench", "flops", "--target-config", str(ROOT / "configs/small-hybrid-target.json"),
-                        "--seq-len", "64", "--anchors", "8", "--repeats", "1", "--gemm-size", "128", "--threads", "1",
+                        "--max-len", "64", "--num-anchors", "8", "--repeats", "1", "--gemm-size", "128", "--threads", "1",
                         "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(out.read_text())
@@ -66,7 +66,7 @@ def test_bench_flops_reports_model_and_measured_time(dflash_bin, tmp_path):
 # Drafter families (issues 39, 40): the node plan's drafter worker is the single-GPU plan of the same drafter, with the
 # family's heads / convs / selector and objective, and a DSpark producer ships the target's last hidden state.
 TARGET = ROOT / "configs/targets/qwen3-8b.json"
-SHAPE = ["--seq-len", 2048, "--anchors", 256]  # T = 256 x 16 block tokens per sample
+SHAPE = ["--max-len", 2048, "--num-anchors", 256]  # T = 256 x 16 block tokens per sample
 ARCH = {"dspark": "Qwen3DSparkModel", "dflash2": "DFlash2DraftModel"}
 
 

@@ -190,7 +190,7 @@ def test_commands_that_time_one_copy_refuse_replicas(dflash_bin, target, tmp_pat
 
 
 def test_bench_producer_prints_its_three_ratios(dflash_bin, target, tmp_path):
-    r = _run(dflash_bin, "bench", "producer", "--target", target, "--seq-len", 32, "--micro-batches", 4, "--steps", 3,
+    r = _run(dflash_bin, "bench", "producer", "--target", target, "--max-len", 32, "--micro-batches", 4, "--steps", 3,
              "--work-dir", tmp_path / "runs")
     for row in ("2 replicas / 1", "pipelined / in turn", "target_devices cpu;cpu"):
         assert row in r.stdout, r.stdout
@@ -203,7 +203,7 @@ def test_bench_producer_takes_away_its_work_dir_when_a_training_run_fails(dflash
     """A failing inner run (the test hook makes worker 0 throw) leaves none of the folders the bench made; the
     folder that was there before stays, with what it held."""
     (tmp_path / "mine.txt").write_text("x")
-    r = _run(dflash_bin, "bench", "producer", "--target", target, "--seq-len", 32, "--micro-batches", 2, "--steps", 3,
+    r = _run(dflash_bin, "bench", "producer", "--target", target, "--max-len", 32, "--micro-batches", 2, "--steps", 3,
              "--work-dir", tmp_path / "new" / "runs", check=False, env={"DFLASH_TEST_FAIL_WORKER": "0"})
     assert r.returncode == 1, r.stderr
     assert "worker 0 (cpu): test failure" in r.stderr, r.stderr
