@@ -136,7 +136,6 @@ nlohmann::json doctor_versions() {
   const ops::CudaVersions cuda = ops::cuda_versions();
   nlohmann::json runnable = nlohmann::json::array();
   for (const auto isa : kernels::runnable_isas()) runnable.push_back(kernels::isa_name(isa));
-  const char* forced = std::getenv("DFLASH_CPU_ISA");
   return {{"dflash", source_version()},
           {"torch", TORCH_VERSION},
           {"cuda_runtime", cuda.runtime},
@@ -148,7 +147,7 @@ nlohmann::json doctor_versions() {
           {"gloo", have_gloo()},
           {"cpu_isa", kernels::isa_name(kernels::cpu_isa())},
           {"cpu_isas", runnable},
-          {"cpu_isa_forced", forced ? forced : ""},
+          {"cpu_isa_forced", kernels::cpu_isa_forced()},
           {"threads", at::get_num_threads()}};
 }
 

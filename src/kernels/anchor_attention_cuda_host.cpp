@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace dflash::kernels::cuda {
 
@@ -94,6 +96,16 @@ bool parse_smem_limit(const char* text, int64_t& bytes) {
     if (*c < '0' || *c > '9') return false;
   bytes = std::strtoll(text, nullptr, 10);
   return bytes > 0;
+}
+
+int64_t smem_limit_switch() {
+  const char* text = std::getenv("DFLASH_CUDA_SMEM_LIMIT");
+  if (!text) return 0;
+  int64_t bytes = 0;
+  if (!parse_smem_limit(text, bytes))
+    throw std::invalid_argument(std::string("DFLASH_CUDA_SMEM_LIMIT must be a positive number of bytes (e.g. 101376), "
+                                            "got '") + text + "'");
+  return bytes;
 }
 
 const char* anchor_attention_cuda_unsupported(const AnchorAttentionShape& s) {

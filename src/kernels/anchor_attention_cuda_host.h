@@ -70,6 +70,10 @@ std::string no_tile_fits(TileKernel k, int head_dim, int64_t limit, const Static
 // DFLASH_CUDA_SMEM_LIMIT: a positive byte count that caps the device's limit (to run the small-memory
 // configurations on a large GPU). Returns false for anything else (empty, signs, units, zero).
 bool parse_smem_limit(const char* text, int64_t& bytes);
+// The switch itself, read from the environment here only: 0 when unset, else its bytes; a value parse_smem_limit
+// refuses throws std::invalid_argument "DFLASH_CUDA_SMEM_LIMIT must be a positive number of bytes (e.g. 101376),
+// got '<text>'".
+int64_t smem_limit_switch();
 
 // Why this shape cannot run on the GPU kernels (dtype, head dim, sizes), or nullptr when it can.
 const char* anchor_attention_cuda_unsupported(const AnchorAttentionShape& s);

@@ -23,7 +23,8 @@ bool runnable(CpuIsa isa) {
 
 CpuIsa choose() {
   const auto isas = runnable_isas();
-  if (const char* want = std::getenv("DFLASH_CPU_ISA"); want && *want) {
+  if (const std::string& w = cpu_isa_forced(); !w.empty()) {
+    const char* want = w.c_str();
     for (CpuIsa i : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Base})
       if (want == std::string(isa_name(i))) {
         if (std::find(isas.begin(), isas.end(), i) != isas.end()) return i;
@@ -44,12 +45,20 @@ std::atomic<CpuIsa>& chosen() {
 
 }  // namespace
 
+const std::string& cpu_isa_forced() {
+  static const std::string forced = [] {
+    const char* v = std::getenv("DFLASH_CPU_ISA");  // the one read of the switch
+    return std::string(v ? v : "");
+  }();
+  return forced;
+}
+
 std::string cpu_isa_switch_error() {
-  const char* want = std::getenv("DFLASH_CPU_ISA");
-  if (!want || !*want) return "";
+  const std::string& want = cpu_isa_forced();
+  if (want.empty()) return "";
   for (CpuIsa i : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Base})
-    if (want == std::string(isa_name(i))) return "";
-  return std::string("DFLASH_CPU_ISA: expected base, avx2 or avx512, got '") + want + "'";
+    if (want == isa_name(i)) return "";
+  return "DFLASH_CPU_ISA: expected base, avx2 or avx512, got '" + want + "'";
 }
 
 CpuIsa cpu_isa() { return chosen().load(std::memory_order_relaxed); }

@@ -15,6 +15,8 @@ CpuIsa cpu_isa();
 // "" when DFLASH_CPU_ISA is unset, empty or the name of a set; else a one-line error naming the variable, its
 // value and the names it takes.
 std::string cpu_isa_switch_error();
+// DFLASH_CPU_ISA as the environment set it when first asked ("" when unset): the one place that reads it.
+const std::string& cpu_isa_forced();
 const char* isa_name(CpuIsa isa);
 // The sets this binary carries that this CPU can run, best first (Base always).
 std::vector<CpuIsa> runnable_isas();

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -76,12 +77,15 @@ constexpr size_t kMaxPendingChecks = 256;  // beyond this, wait for the oldest i
 // DFLASH_CUDA_SMEM_LIMIT caps every device's limit, for tests and diagnostics: the small-memory configurations
 // on a large GPU. 0 when unset.
 int64_t smem_cap() {
-  const char* text = std::getenv("DFLASH_CUDA_SMEM_LIMIT");
-  if (!text) return 0;
-  int64_t bytes = 0;
-  TORCH_CHECK(kc::parse_smem_limit(text, bytes),
-              "DFLASH_CUDA_SMEM_LIMIT must be a positive number of bytes (e.g. 101376), got '", text, "'");
-  return bytes;
+  std::string error;
+  int64_t cap = 0;
+  try {
+    cap = kc::smem_limit_switch();
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  TORCH_CHECK(error.empty(), error);
+  return cap;
 }
 
 DeviceState& device_state(int index) {

@@ -1,7 +1,5 @@
 #include "environment_switches.h"
 
-#include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -15,12 +13,7 @@ void check_environment_switches() {
   Fault fault;
   if (const std::string bad = read_fault_inject(fault); !bad.empty()) throw std::invalid_argument(bad);
   if (const std::string bad = kernels::cpu_isa_switch_error(); !bad.empty()) throw std::invalid_argument(bad);
-  if (const char* s = std::getenv("DFLASH_CUDA_SMEM_LIMIT")) {
-    int64_t bytes = 0;
-    if (!kernels::cuda::parse_smem_limit(s, bytes))
-      throw std::invalid_argument(std::string("DFLASH_CUDA_SMEM_LIMIT must be a positive number of bytes (e.g. "
-                                              "101376), got '") + s + "'");
-  }
+  kernels::cuda::smem_limit_switch();  // throws on a malformed value
 }
 
 }  // namespace dflash::ops

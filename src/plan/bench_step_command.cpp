@@ -122,6 +122,12 @@ struct MemoryProbe {
 #endif
 };
 
+// DFLASH_BENCH_TRACE set: live and peak memory after forward and backward on stderr (read here only, once).
+bool bench_trace() {
+  static const bool on = std::getenv("DFLASH_BENCH_TRACE") != nullptr;
+  return on;
+}
+
 struct StepResult {
   std::vector<double> seconds;    // per iteration: the slowest worker's time
   double measured_bytes = 0;
@@ -217,7 +223,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
     // Building the replicas draws every weight in fp64 before casting it (init_drafter_weights): a [V, r] head of
     // DSpark or DFlash2 passes through 8 bytes an element once. Setup, not the step: its transients leave the peak.
     probe.restart_peak();
-    if (std::getenv("DFLASH_BENCH_TRACE"))
+    if (bench_trace())
       std::fprintf(stderr, "  before forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
                    (probe.peak() - baseline) / 1e6);
     if (threads_each <= 0) threads_each = std::max(1, at::get_num_threads() / int(workers));
@@ -227,7 +233,7 @@ StepResult run_policy(const DrafterConfig& c, at::ScalarType dtype, int64_t seq,
       auto work = [&](Replica& rep) {
         {
           DrafterLossResult res = drafter_loss(c, rep.w, t, rep.feats, rep.last, rep.s, rep.blocks, opt, policy);
-          if (std::getenv("DFLASH_BENCH_TRACE") && workers == 1)
+          if (bench_trace() && workers == 1)
             std::fprintf(stderr, "  after forward: rss %.1f MB hwm %.1f MB\n", (probe.now() - baseline) / 1e6,
                          (probe.peak() - baseline) / 1e6);
           res.loss.backward();
