@@ -2,7 +2,6 @@
 // names before it starts (doctor.h). The drafter config is resolved as `dflash train` resolves it, from config
 // files only; the self-check specs and the planner's settings are the trainer's own (run_attention_specs,
 // run_plan_settings).
-#include <algorithm>
 #include <utility>
 
 #include "compute_settings.h"
@@ -55,14 +54,7 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     if (cfg.out.empty()) cfg.out = "-";
     validate_run_settings(cfg, "doctor --config");  // train's own reading: the same configs pass, the same errors
     compute = ops::scalar_type(cfg.dtype);
-    for (const std::string& name : cfg.drafter_device_list()) {
-      const at::Device dev = ops::parse_device_name(name, "train config: 'drafter_devices'");
-      const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
-      if (it == devices.end())
-        devices.emplace_back(dev, 1);
-      else
-        ++it->second;
-    }
+    devices = drafter_device_workers(cfg);
     d = resolve_drafter_config_from_files(cfg);
     std::vector<int64_t> windows;
     for (int64_t i = 0; i < d.num_hidden_layers; ++i) windows.push_back(d.window_for_layer(i));

@@ -20,7 +20,7 @@ DeviceLayout parse_device_layout_spelling(const std::string& spec, const std::st
   DeviceLayout layout;
   for (const auto& replica : util::parse_device_grid(spec, where).replicas) {
     layout.replicas.emplace_back();
-    for (const util::DeviceName& d : replica) layout.replicas.back().push_back(ops::parse_device_name(d.str(), where));
+    for (const util::DeviceName& d : replica) layout.replicas.back().push_back(ops::device_of(d));
   }
   return layout;
 }

@@ -41,20 +41,16 @@ at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
 
 std::string dtype_name(at::ScalarType t) { return util::dtype_name(dtype_of(t)); }
 
-namespace {
-
-at::Device to_device(const util::DeviceName& d) {
+at::Device device_of(const util::DeviceName& d) {
   static_assert(util::kMaxDeviceIndex <= std::numeric_limits<c10::DeviceIndex>::max(),
                 "the grammar's index limit must fit LibTorch's index type");
   return d.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index)) : at::Device(at::kCPU);
 }
 
-}  // namespace
-
 at::Device parse_device_name(const std::string& name, const std::string& where) {
   // The grammar is checked by hand (util/device_list.h): c10's own parser reports a bad string with a C++ stack
   // trace and keeps an index in 8 bits, so cuda:256 would become cuda:0.
-  return to_device(util::parse_one_device(name, where));
+  return device_of(util::parse_one_device(name, where));
 }
 
 void check_device_available(at::Device d, const std::string& name, const std::string& where) {
@@ -77,7 +73,7 @@ at::Device parse_device(const std::string& name, const std::string& where) {
 
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where) {
   std::vector<at::Device> out;
-  for (const util::DeviceName& d : util::parse_device_list(list, where)) out.push_back(to_device(d));
+  for (const util::DeviceName& d : util::parse_device_list(list, where)) out.push_back(device_of(d));
   for (const at::Device& d : out)
     check_device_available(d, d.str(), d.str() == list ? where : where + " " + util::quoted_device_text(list));
   return out;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "device_list.h"
 #include "dtype_names.h"
 
 namespace dflash::ops {
@@ -27,6 +28,8 @@ at::Device parse_device(const std::string& name, const std::string& where);
 // parse_device in two halves: the spelling only ("cpu", "cuda", "cuda:N"), then whether this machine has it.
 at::Device parse_device_name(const std::string& name, const std::string& where);
 void check_device_available(at::Device d, const std::string& name, const std::string& where);
+// A device of the grammar's parse as LibTorch's (no check that this machine has it).
+at::Device device_of(const util::DeviceName& d);
 // A comma list of devices, one worker each: at least one, no empty entry, no ';', each on this machine.
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where);
 

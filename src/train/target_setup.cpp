@@ -116,10 +116,21 @@ plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::Draf
   return ps;
 }
 
+std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainConfig& cfg) {
+  std::vector<std::pair<at::Device, int64_t>> devices;
+  for (const util::DeviceName& name : cfg.drafter_device_list()) {
+    const at::Device dev = ops::device_of(name);
+    const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
+    if (it == devices.end()) devices.emplace_back(dev, 1);
+    else ++it->second;
+  }
+  return devices;
+}
+
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
   if (!cfg.budget.set()) return;
   const plan::PlanSettings ps = run_plan_settings(
-      cfg, d, compute, cfg.drafter_device_list().front().rfind("cuda", 0) == 0 ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
+      cfg, d, compute, cfg.drafter_device_list().front().cuda ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
   const double budget = cfg.budget.bytes;
   const auto plan = plan::plan_memory(ps);
   if (plan.peak_bytes <= budget) return;
@@ -134,14 +145,7 @@ void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::S
 
 void check_memory(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
   check_budget(cfg, d, compute);
-  std::vector<std::pair<at::Device, int64_t>> devices;  // each drafter device once, with its worker count
-  for (const std::string& name : cfg.drafter_device_list()) {
-    const at::Device dev = ops::parse_device_name(name, "train config: 'drafter_devices'");
-    const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
-    if (it == devices.end()) devices.emplace_back(dev, 1);
-    else ++it->second;
-  }
-  for (const auto& [dev, workers] : devices) {
+  for (const auto& [dev, workers] : drafter_device_workers(cfg)) {
     const plan::PlanSettings ps =
         run_plan_settings(cfg, d, compute, dev.is_cuda() ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
     const plan::MemoryPlan p = plan::plan_memory(ps);

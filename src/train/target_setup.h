@@ -3,7 +3,10 @@
 // which the step producer runs. The memory budget is checked before any weight is read.
 #pragma once
 #include <memory>
+#include <utility>
+#include <vector>
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include "drafter_config.h"
@@ -68,6 +71,8 @@ plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::Draf
 // `budget` (when set): the planned peak of one worker's micro-batch must fit it, else an std::invalid_argument
 // naming both and the settings that would fit. Checked before any weight is read.
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);
+// Each drafter device once, in order, with the number of workers drafter_devices puts on it.
+std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainConfig& cfg);
 // check_budget, then each drafter device: the planned peak of its workers must fit what it has available
 // (plan/memory_fit.h, the comparison `doctor --config` reports), else an std::invalid_argument naming the peak, the
 // memory available and the settings that would fit. Checked before any weight is read.

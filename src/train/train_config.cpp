@@ -362,11 +362,8 @@ const std::vector<FieldInfo>& train_fields() {
   return out;
 }
 
-std::vector<std::string> TrainConfig::drafter_device_list() const {
-  std::vector<std::string> out;
-  for (const util::DeviceName& d : util::parse_device_list(drafter_devices, "train config: 'drafter_devices'"))
-    out.push_back(d.str());
-  return out;
+std::vector<util::DeviceName> TrainConfig::drafter_device_list() const {
+  return util::parse_device_list(drafter_devices, "train config: 'drafter_devices'");
 }
 
 void TrainConfig::validate() const {

@@ -15,6 +15,7 @@
 #include "attention_backend.h"
 #include "byte_size.h"
 #include "checkpoint_policy.h"
+#include "device_list.h"
 #include "dflash2_settings.h"
 #include "drafter_family.h"
 #include "dtype_names.h"
@@ -107,8 +108,8 @@ struct TrainConfig {
   void validate() const;
   void validate_family_settings() const;  // drafter_family and DSpark's settings (part of validate())
   void validate_report_settings() const;  // report_to's trackers' modes (part of validate(); `dflash report` too)
-  // Each device as its canonical name (cpu, cuda:N), in order; target: every stage of every replica.
-  std::vector<std::string> drafter_device_list() const;
+  // drafter_devices parsed (util/device_list.h), in order: one worker each.
+  std::vector<util::DeviceName> drafter_device_list() const;
 };
 
 // Field metadata, in documentation order (also drives the flag parser's help).
