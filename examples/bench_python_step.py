@@ -115,9 +115,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="seed-scaled",
                    help="shape; the flags below override single fields")
-    p.add_argument("--seq", type=int, help="S, context length")
-    p.add_argument("--anchors", type=int, help="N blocks")
-    p.add_argument("--block", type=int)
+    # The step's shape is spelt as `dflash train` spells it (src/drafter/run_shape.h).
+    p.add_argument("--max-len", dest="seq", type=int, help="S, context length")
+    p.add_argument("--num-anchors", dest="anchors", type=int, help="N blocks")
+    p.add_argument("--block-size", dest="block", type=int, help="B")
     p.add_argument("--heads", type=int)
     p.add_argument("--kv-heads", type=int)
     p.add_argument("--head-dim", type=int)
@@ -127,13 +128,17 @@ def main():
     p.add_argument("--vocab", type=int)
     p.add_argument("--features", type=int, help="target layers concatenated into the context features")
     p.add_argument("--kl-weight", type=float, help="soft-label weight")
-    p.add_argument("--loss-chunk", type=int, default=1024)
+    p.add_argument("--loss-chunk-rows", type=int, default=1024)
     p.add_argument("--reps", type=int, default=2, help="timed steps per implementation, after one warm-up")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--impls", default="dflash,per_block_sdpa,dense_sdpa")
     p.add_argument("--json", default="", help="also write the results here")
+    for old, new in (("--seq", "--max-len"), ("--anchors", "--num-anchors"), ("--block", "--block-size"),
+                     ("--loss-chunk", "--loss-chunk-rows")):
+        if any(x == old or x.startswith(old + "=") for x in sys.argv[1:]):
+            p.error(f"{old} is now {new}")
     a = p.parse_args()
     shape = dict(PRESETS[a.preset])
     shape.setdefault("kl_weight", 0.0)
@@ -150,7 +155,8 @@ def main():
                          num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
                          head_dim=shape["head_dim"], num_hidden_layers=shape["layers"],
                          num_target_features=shape["features"], block_size=shape["block"], vocab_size=shape["vocab"],
-                         mask_token_id=shape["vocab"] - 1, loss_chunk_rows=a.loss_chunk, kl_weight=shape["kl_weight"])
+                         mask_token_id=shape["vocab"] - 1, loss_chunk_rows=a.loss_chunk_rows,
+                         kl_weight=shape["kl_weight"])
     batch = pd.make_batch(c, torch.Generator().manual_seed(0), batch=1, seq=shape["seq"], num_anchors=shape["anchors"],
                           dtype=dtype, device=dev)
     mem = PeakMemory(dev)
@@ -186,7 +192,7 @@ def main():
     print(f"drafter step, {a.dtype}, {a.device}, {a.threads} threads: S={shape['seq']} N={shape['anchors']} "
           f"B={shape['block']} Hq={shape['heads']} Hkv={shape['kv_heads']} D={shape['head_dim']}, hidden "
           f"{shape['hidden']}, MLP {shape['intermediate']}, {shape['layers']} layer(s), vocab {shape['vocab']}, "
-          f"kl_weight {shape['kl_weight']}, loss chunk {a.loss_chunk}; median of {a.reps} steps after a warm-up")
+          f"kl_weight {shape['kl_weight']}, loss chunk {a.loss_chunk_rows}; median of {a.reps} steps after a warm-up")
     print(f"{'impl':<16}{'s/step':>10}{'CPU s/step':>12}{'peak MB':>12}{'time vs 1st':>13}{'mem vs 1st':>12}"
           f"{'first loss':>14}{'grad diff':>11}")
     rows = []

@@ -38,7 +38,7 @@ if ((DRY)); then
   # The same drafter family scaled down, and a short sequence: every code path of the GPU run, in seconds.
   STEP_SHAPE=(--model cpu-small --max-len 256 --num-anchors 16 --dtype fp32 --loss-chunk-rows 256 --iters 1)
   PLAN_SHAPE=(--preset seed-27b --max-len 256 --num-anchors 16)
-  PY_SHAPE=(--preset seed-scaled --seq 256 --anchors 16 --hidden 256 --intermediate 512 --heads 4 --kv-heads 2
+  PY_SHAPE=(--preset seed-scaled --max-len 256 --num-anchors 16 --hidden 256 --intermediate 512 --heads 4 --kv-heads 2
             --head-dim 64 --vocab 4096 --kl-weight 0.15 --reps 1 --dtype fp32)
   PY_IMPLS=dflash,per_block_sdpa
 else
