@@ -34,8 +34,8 @@ std::string env_or_throw(const char* name) {
   return v;
 }
 
-int env_int(const char* name) {
-  const std::string v = env_or_throw(name);
+// `v`, the value of the variable `name`, as an integer.
+int int_value(const char* name, const std::string& v) {
   try {
     size_t used = 0;
     const int x = std::stoi(v, &used);
@@ -44,6 +44,8 @@ int env_int(const char* name) {
   }
   throw std::invalid_argument(std::string("distributed: ") + name + " must be an integer, got '" + v + "'");
 }
+
+int env_int(const char* name) { return int_value(name, env_or_throw(name)); }
 
 [[maybe_unused]] c10::intrusive_ptr<c10d::TCPStore> make_store(int rank, int world, const std::string& addr, int port,
                                                                 std::chrono::seconds timeout) {
@@ -180,10 +182,11 @@ std::string resolve_backend(const std::string& setting, const at::Device& grad_d
 
 std::unique_ptr<Collective> collective_from_env(const std::string& setting, const at::Device& grad_device) {
   const std::string backend = resolve_backend(setting, grad_device);
-  const char* ws = std::getenv("WORLD_SIZE");
-  if (!ws || std::string(ws).empty()) return std::make_unique<Single>();
-  if (std::string(ws) == "1" && setting == "auto") return std::make_unique<Single>();
-  const int world = env_int("WORLD_SIZE"), rank = env_int("RANK");
+  const char* ws_text = std::getenv("WORLD_SIZE");  // read once: unset or empty means a single process
+  const std::string ws = ws_text ? ws_text : "";
+  if (ws.empty()) return std::make_unique<Single>();
+  if (ws == "1" && setting == "auto") return std::make_unique<Single>();
+  const int world = int_value("WORLD_SIZE", ws), rank = env_int("RANK");
   if (world < 1 || rank < 0 || rank >= world)
     throw std::invalid_argument("distributed: need 0 <= RANK < WORLD_SIZE, got RANK=" + std::to_string(rank) +
                                 " WORLD_SIZE=" + std::to_string(world));
