@@ -95,10 +95,18 @@ void apply_family(PlanSettings& s, drafter::DrafterFamily family, const Args& a,
   }
 }
 
+// Where the drafter comes from, as the command line says, read once: a preset, a drafter config file or a target's
+// config.json ("" for those not given).
+struct PlanSource {
+  std::string preset, config, target_config;
+};
+
+PlanSource source_of(const Args& a) { return {a.str("preset"), a.str("config"), a.str("target-config")}; }
+
 }  // namespace
 
 // --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
-int plan_node_main(const Args& a, drafter::DrafterFamily family) {
+int plan_node_main(const Args& a, drafter::DrafterFamily family, const PlanSource& src) {
   NodeSettings ns;
   // What --node does not read: it picks the checkpointing and loss chunk that fit each GPU itself, and plans
   // training on CUDA with AdamW and fp32 master weights.
@@ -108,14 +116,14 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family) {
   a.refuse_given({"optimizer", "no-master", "device", "deterministic", "attention-backend", "draft-vocab"},
                  "with --node (it plans CUDA workers with AdamW, fp32 master weights, the fused attention and the full "
                  "vocabulary); plan without --node reads it");
-  if (!a.str("preset").empty()) a.refuse_given({"drafter-layers", "mask-token-id"}, "with --preset (only with --target-config)");
-  if (!a.str("config").empty()) a.refuse_given({"drafter-layers", "mask-token-id"}, "with --config (only with --target-config)");
-  if (!a.str("preset").empty() == !a.str("target-config").empty())
+  if (!src.preset.empty()) a.refuse_given({"drafter-layers", "mask-token-id"}, "with --preset (only with --target-config)");
+  if (!src.config.empty()) a.refuse_given({"drafter-layers", "mask-token-id"}, "with --config (only with --target-config)");
+  if (!src.preset.empty() == !src.target_config.empty())
     throw std::invalid_argument("plan --node: give the target as --preset " + target_preset_list() +
                                 " or --target-config FILE");
   drafter::RunShape shape = target_scale_shape();  // the presets' scale (drafter_presets.h)
-  if (!a.str("preset").empty()) {
-    const DrafterPreset preset = drafter_preset(a.str("preset"), "plan --node");
+  if (!src.preset.empty()) {
+    const DrafterPreset preset = drafter_preset(src.preset, "plan --node");
     if (preset.target.empty())
       throw std::invalid_argument("plan --node: preset '" + preset.name + "' drafts for no real target; give the "
                                   "target as --preset " + target_preset_list() + " or --target-config FILE");
@@ -123,16 +131,16 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family) {
     ns.drafter = plan_preset(preset.name, "plan --node");
     shape = preset.shape;
   } else {
-    ns.target = read_target(a.str("target-config"));
-    ns.drafter.cfg = a.str("config").empty()
+    ns.target = read_target(src.target_config);
+    ns.drafter.cfg = src.config.empty()
                          ? drafter_config_for_target(ns.target, a.i64("drafter-layers"), drafter::RunShape{}.block_size,
                                                      a.i64("mask-token-id"), {})
-                         : load_drafter_config(a.str("config"));
+                         : load_drafter_config(src.config);
     if (ns.drafter.cfg.mask_token_id < 0) ns.drafter.cfg.mask_token_id = ns.target.vocab_size - 1;  // plans the same
-    ns.drafter.cfg.validate(a.str("config").empty() ? "drafter config for target " + a.str("target-config") : a.str("config"));
+    ns.drafter.cfg.validate(src.config.empty() ? "drafter config for target " + src.target_config : src.config);
     check_capturable_layer_ids(ns.drafter.cfg.target_layer_ids, ns.target.num_hidden_layers,
-                               a.str("config").empty() ? "plan --node: target_layer_ids"
-                                                       : a.str("config") + ": dflash_config.target_layer_ids");
+                               src.config.empty() ? "plan --node: target_layer_ids"
+                                                       : src.config + ": dflash_config.target_layer_ids");
     if (ns.drafter.cfg.hidden_size != ns.target.hidden_size || ns.drafter.cfg.vocab_size != ns.target.vocab_size)
       throw std::invalid_argument("plan --node: the drafter config's hidden_size/vocab_size (" +
                                   std::to_string(ns.drafter.cfg.hidden_size) + "/" +
@@ -204,45 +212,46 @@ int plan_main(const std::vector<std::string>& argv) {
   a.range("gpu-tflops", util::closed(1, 1e6)).range("target-efficiency", util::closed(0.01, 1));
   a.range("drafter-efficiency", util::closed(0.01, 1)).range("usable-memory", util::closed(0.05, 1));
   if (!a.parse(argv)) return 0;
+  const PlanSource src = source_of(a);
   // The family first: the planner counts DSpark's (its heads and objective) and DFlash2's (convs and selector) extra
   // memory and FLOPs, with --node too.
   drafter::DrafterFamily family;
   {
-    const std::string config = a.str("config");
+    const std::string config = src.config;
     const std::optional<drafter::DrafterFamily> from_config =
         config.empty() ? std::nullopt : std::optional(drafter::load_drafter_config(config).family);
     family = drafter::family_for_command("plan", a.str("drafter-family"), from_config, config);
   }
-  if (a.on("node")) return plan_node_main(a, family);
+  if (a.on("node")) return plan_node_main(a, family, src);
 
   using namespace dflash::drafter;
   a.refuse_given({"gpus", "gpu", "gpu-memory", "gpu-tflops", "target-efficiency", "drafter-efficiency", "usable-memory"},
                  "without --node (the memory of one drafter worker; --budget SIZE checks it against a memory size)");
-  if (a.str("target-config").empty())
+  if (src.target_config.empty())
     a.refuse_given({"drafter-layers", "mask-token-id"}, "without --target-config (--config and --preset name the drafter)");
   PlanSettings s;
-  if (int(!a.str("preset").empty()) + int(!a.str("config").empty()) + int(!a.str("target-config").empty()) > 1)
+  if (int(!src.preset.empty()) + int(!src.config.empty()) + int(!src.target_config.empty()) > 1)
     throw std::invalid_argument("plan: give only one of --config, --preset and --target-config");
-  if (!a.str("preset").empty()) {
-    s = plan_preset(a.str("preset"), "plan");
-  } else if (!a.str("config").empty()) {
-    s.cfg = load_drafter_config(a.str("config"));
+  if (!src.preset.empty()) {
+    s = plan_preset(src.preset, "plan");
+  } else if (!src.config.empty()) {
+    s.cfg = load_drafter_config(src.config);
     check_capturable_layer_ids(s.cfg.target_layer_ids, s.cfg.num_target_layers,
-                               a.str("config") + ": dflash_config.target_layer_ids");
-  } else if (!a.str("target-config").empty()) {
-    const models::TargetConfig t = read_target(a.str("target-config"));
+                               src.config + ": dflash_config.target_layer_ids");
+  } else if (!src.target_config.empty()) {
+    const models::TargetConfig t = read_target(src.target_config);
     s.cfg = drafter_config_for_target(t, a.i64("drafter-layers"), drafter::RunShape{}.block_size,
                                       a.i64("mask-token-id"), {});
     if (s.cfg.mask_token_id < 0) s.cfg.mask_token_id = t.vocab_size - 1;  // no default mask: any id plans the same
-    s.cfg.validate("drafter config for target " + a.str("target-config"));
+    s.cfg.validate("drafter config for target " + src.target_config);
   } else {
     throw std::invalid_argument("plan: give --config FILE, --target-config FILE or --preset " + target_preset_list());
   }
-  const bool preset = !a.str("preset").empty();
+  const bool preset = !src.preset.empty();
   auto pick = [&](const char* name) { return !preset || a.given(name); };
   // A preset's shape, else train's defaults; the flags given over it.
   set_run_shape(s, drafter::given_run_shape(
-                       a, kPlanShape, preset ? drafter_preset(a.str("preset"), "plan").shape : drafter::RunShape{}));
+                       a, kPlanShape, preset ? drafter_preset(src.preset, "plan").shape : drafter::RunShape{}));
   check_step_shape(s.seq_len, s.num_anchors, "plan: --num-anchors", "--max-len");
   if (pick("batch")) s.batch = a.i64("batch");
   if (a.given("block-size")) s.cfg.block_size = a.i64("block-size");

@@ -81,7 +81,8 @@ TEST(RunShape, OldSpellingsAreUsageErrorsNamingTheNewOne) {
            {"checkpoint", "activation-checkpoint"}}) {
     util::Args a("bench step", "test");
     drafter::declare_run_shape(a, {"max_len", "num_anchors", "loss_chunk_rows", "activation_checkpoint"});
-    EXPECT_EQ(error_of<util::UsageError>([&] { a.parse({"--" + old, "8"}); }), "bench step: --" + old + " is now --" + now);
+    EXPECT_EQ(error_of<util::UsageError>([&] { a.parse({"--" + old, "8"}); }),
+              "bench step: --" + old + " is now --" + now);
   }
   util::Args a("plan", "test");
   drafter::declare_run_shape(a, {"dtype"});
