@@ -140,7 +140,7 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family, const PlanSourc
     ns.drafter.cfg.validate(src.config.empty() ? "drafter config for target " + src.target_config : src.config);
     check_capturable_layer_ids(ns.drafter.cfg.target_layer_ids, ns.target.num_hidden_layers,
                                src.config.empty() ? "plan --node: target_layer_ids"
-                                                       : src.config + ": dflash_config.target_layer_ids");
+                                                  : src.config + ": dflash_config.target_layer_ids");
     if (ns.drafter.cfg.hidden_size != ns.target.hidden_size || ns.drafter.cfg.vocab_size != ns.target.vocab_size)
       throw std::invalid_argument("plan --node: the drafter config's hidden_size/vocab_size (" +
                                   std::to_string(ns.drafter.cfg.hidden_size) + "/" +
