@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "row_top_k.h"
+
 namespace dflash::drafter {
 
 namespace {
@@ -16,10 +18,7 @@ namespace {
 constexpr int64_t kGatherElements = int64_t(1) << 22;
 
 at::Tensor apply_unary(const at::Tensor& raw, const UnaryLogitOptions& opt) {
-  at::Tensor u = opt.output_multiplier == 1.0 ? raw : raw * opt.output_multiplier;
-  if (opt.final_logit_softcapping > 0)
-    u = at::tanh(u / opt.final_logit_softcapping) * opt.final_logit_softcapping;
-  return u;
+  return ops::unary_logits(raw, opt.output_multiplier, opt.final_logit_softcapping);
 }
 
 void check_head(const at::Tensor& hidden, const at::Tensor& lm_head, const char* where) {

@@ -8,7 +8,8 @@
 namespace dflash::drafter {
 
 DFlash2Stats dflash2_selector_objective(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& lm_head,
-                                        const BlockBatch& blocks, int64_t block_size, const DFlash2LossOptions& opt) {
+                                        const BlockBatch& blocks, int64_t block_size, const DFlash2LossOptions& opt,
+                                        const Candidates& unary_top) {
   const int64_t B = block_size;
   if (B < 2 || hidden.dim() != 3 || hidden.size(1) % B != 0 || blocks.labels.sizes() != hidden.sizes().slice(0, 2) ||
       blocks.weights.sizes() != blocks.labels.sizes() || blocks.block_ids.sizes() != blocks.labels.sizes())
@@ -22,13 +23,21 @@ DFlash2Stats dflash2_selector_objective(const SelectorWeights& w, const at::Tens
   const at::Tensor preds = at::cat({anchor_tokens.unsqueeze(1), labels.narrow(1, 1, B - 2)}, 1);  // [M, B-1]
   const at::Tensor y = labels.narrow(1, 1, B - 1), wt = weights.narrow(1, 1, B - 1);
 
+  const bool given = unary_top.ids.defined();
+  if (given && (unary_top.ids.dim() != 3 || unary_top.ids.sizes().slice(0, 2) != hidden.sizes().slice(0, 2) ||
+                unary_top.ids.size(2) != K || unary_top.logits.sizes() != unary_top.ids.sizes()))
+    throw std::invalid_argument("dflash2 objective: the given unary top-K must be [b, N*B, selector_top_k]");
+  const Candidates top = given ? Candidates{unary_top.ids.reshape({M, B, K}), unary_top.logits.reshape({M, B, K})}
+                               : Candidates{};
   const int64_t per_chunk = std::max<int64_t>(1, opt.chunk_rows / (B - 1));
   DFlash2Stats st;
   auto add = [](at::Tensor& acc, const at::Tensor& v) { acc = acc.defined() ? acc + v : v; };
   for (int64_t m0 = 0; m0 < M; m0 += per_chunk) {
     const int64_t nb = std::min(per_chunk, M - m0);
     const at::Tensor hb = h.narrow(0, m0, nb), drafted = hb.narrow(1, 1, B - 1);  // [nb, B-1, d]
-    const Candidates c = top_candidates(drafted.detach(), lm_head, K, opt.selector.unary, opt.selector.vocab_chunk);
+    const Candidates c =
+        given ? Candidates{top.ids.narrow(0, m0, nb).narrow(1, 1, B - 1), top.logits.narrow(0, m0, nb).narrow(1, 1, B - 1)}
+              : top_candidates(drafted.detach(), lm_head, K, opt.selector.unary, opt.selector.vocab_chunk);
     const Candidates flat{c.ids.reshape({-1, K}), c.logits.reshape({-1, K})};
     const SelectorLossTerms t =
         selector_loss_terms(w, drafted.reshape({-1, d}), lm_head, flat, preds.narrow(0, m0, nb).reshape(-1),

@@ -32,8 +32,11 @@ struct DFlash2Stats {
 };
 
 // hidden [b, N*B, d] (the drafter's final-normed hidden states), lm_head [V, d] (frozen), blocks from
-// build_block_batch with block size B.
+// build_block_batch with block size B. unary_top: the top-K of every row of hidden ([b, N*B, K]) when the caller
+// has it already (the chunked unary loss takes it from its own logits: ops::chunked_lm_loss_with_top_k; only rows
+// of weight > 0 are read); undefined: found here, a second LM-head pass.
 DFlash2Stats dflash2_selector_objective(const SelectorWeights& w, const at::Tensor& hidden, const at::Tensor& lm_head,
-                                        const BlockBatch& blocks, int64_t block_size, const DFlash2LossOptions& opt);
+                                        const BlockBatch& blocks, int64_t block_size, const DFlash2LossOptions& opt,
+                                        const Candidates& unary_top = {});
 
 }  // namespace dflash::drafter

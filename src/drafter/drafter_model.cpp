@@ -92,18 +92,30 @@ DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, 
     if (soft && !target_last_hidden.defined())
       throw std::invalid_argument("drafter_loss: kl_weight > 0 needs the target's last hidden states");
     const at::Tensor teacher = soft ? target_last_hidden.reshape({-1, H}) : at::Tensor();
-    auto [loss, row_ce, correct] = chunked_lm_loss(r.hidden.reshape({-1, H}), t.lm_head, blocks.labels,
-                                                   blocks.weights, teacher, blocks.teacher_index, opt.chunk);
-    r.loss = loss;
-    row_correct = correct;
-    if (c.family == DrafterFamily::DFlash2) {
+    // DFlash2 on the CPU: the selector's top-K comes from the unary loss's own logits (no second LM-head pass).
+    const bool dflash2 = c.family == DrafterFamily::DFlash2;
+    ops::UnaryTopKOptions top;
+    if (dflash2 && r.hidden.device().is_cpu())
+      top = {opt.dflash2.selector.top_k, opt.dflash2.selector.unary.output_multiplier,
+             opt.dflash2.selector.unary.final_logit_softcapping};
+    const ops::ChunkedLossWithTopK u = ops::chunked_lm_loss_with_top_k(
+        r.hidden.reshape({-1, H}), t.lm_head, blocks.labels, blocks.weights, teacher, blocks.teacher_index, opt.chunk,
+        top);
+    r.loss = u.loss;
+    row_correct = u.row_correct;
+    if (dflash2) {
       DFlash2LossOptions o = opt.dflash2;
       o.chunk_rows = opt.chunk.chunk_rows;
+      Candidates given;
+      if (top.k > 0) {
+        const auto shape = r.hidden.sizes().slice(0, 2).vec();
+        given = {u.top_ids.view({shape[0], shape[1], top.k}), u.top_logits.view({shape[0], shape[1], top.k})};
+      }
       if (o.selector_weight == 0.0) {  // measured only
         at::NoGradGuard no_grad;
-        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o);
+        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o, given);
       } else {
-        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o);
+        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o, given);
         r.loss = r.loss + o.selector_weight * r.dflash2.selector_loss.to(r.loss.scalar_type());
       }
     }

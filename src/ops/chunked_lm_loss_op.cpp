@@ -15,6 +15,7 @@
 
 #include "cross_entropy_rows.h"
 #include "fault_injection.h"
+#include "row_top_k.h"
 
 namespace dflash::ops {
 namespace {
@@ -41,13 +42,25 @@ void logits_to_grad_(at::Tensor& logits, const at::Tensor& lse, const at::Tensor
   logits.mul_(row_scale.unsqueeze(1));
 }
 
+// The top-K of the unary logits of a chunk's rows (DFlash2's selector candidates), taken before the logits are
+// overwritten by their gradient. `dtype` is the hidden's: the unary transform rounds as the selector's own pass did.
+void keep_top_k(const at::Tensor& logits, at::ScalarType dtype, const UnaryTopKOptions& top, const at::Tensor& idx,
+                at::Tensor& top_ids, at::Tensor& top_logits) {
+  if (top.k == 0) return;
+  auto [v, i] = row_top_k(unary_logits(logits.to(dtype), top.output_multiplier, top.final_logit_softcapping), top.k);
+  top_ids.index_copy_(0, idx, i);
+  top_logits.index_copy_(0, idx, v);
+}
+
 // One chunk of hard-label rows through the fused kernel: logits stay in the hidden dtype (the GEMM's own
 // output), the kernel writes ce/lse/correct per row and, when wsum > 0, the gradient over the logits, which
 // the backward GEMM then reads directly.
 void fused_chunk(const at::Tensor& rows_hidden, const at::Tensor& lm_head, const at::Tensor& lab,
                  const at::Tensor& wrow, double wsum, const at::Tensor& idx, at::Tensor& total, at::Tensor& row_ce,
-                 at::Tensor& row_correct, at::Tensor& dhidden) {
+                 at::Tensor& row_correct, at::Tensor& dhidden, const UnaryTopKOptions& top, at::Tensor& top_ids,
+                 at::Tensor& top_logits) {
   at::Tensor logits = at::linear(rows_hidden, lm_head).contiguous();
+  keep_top_k(logits, logits.scalar_type(), top, idx, top_ids, top_logits);
   const int64_t r = logits.size(0);
   const at::Tensor lab_c = lab.contiguous();
   const at::Tensor scale = wsum > 0 ? (wrow / wsum).to(at::kFloat).contiguous() : at::Tensor();
@@ -73,6 +86,7 @@ void fused_chunk(const at::Tensor& rows_hidden, const at::Tensor& lm_head, const
 
 struct LossPass {
   at::Tensor loss, row_ce, row_correct, dhidden;  // dhidden: d loss / d hidden, undefined unless need_grad
+  at::Tensor top_ids, top_logits;                 // [R, k] when top.k > 0, else empty [0, 0]
 };
 
 // The whole loss, chunk by chunk. The gradient w.r.t. hidden is computed here, while each chunk's logits
@@ -81,7 +95,7 @@ struct LossPass {
 // no stored logits; the price is one [R, H] tensor kept from forward to backward instead of `hidden`.
 LossPass loss_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                    const at::Tensor& weights, const at::Tensor& teacher_hidden, const at::Tensor& teacher_index,
-                   int64_t chunk_rows, double kl_weight, bool need_grad, bool fused_ce) {
+                   int64_t chunk_rows, double kl_weight, bool need_grad, bool fused_ce, const UnaryTopKOptions& top) {
   const at::ScalarType acc = acc_of(hidden);
   const at::Tensor w = weights.to(acc);
   const at::Tensor rows = at::nonzero(w > 0).view({-1});
@@ -95,16 +109,21 @@ LossPass loss_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at
   p.row_ce = at::zeros({hidden.size(0)}, hidden.options().dtype(acc));
   p.row_correct = at::zeros({hidden.size(0)}, hidden.options().dtype(at::kBool));
   if (need_grad) p.dhidden = at::zeros_like(hidden);
+  // Rows of weight 0 are not computed: they keep columns 0..k-1 with logits 0 (valid ids that weigh nothing).
+  const auto long_opts = hidden.options().dtype(at::kLong);
+  p.top_ids = top.k > 0 ? at::arange(top.k, long_opts).repeat({hidden.size(0), 1}) : at::empty({0, 0}, long_opts);
+  p.top_logits = at::zeros({top.k > 0 ? hidden.size(0) : 0, top.k}, hidden.options());
   for (int64_t c0 = 0; c0 < rows.size(0); c0 += chunk_rows) {
     const at::Tensor idx = rows.narrow(0, c0, std::min(chunk_rows, rows.size(0) - c0));
     const at::Tensor lab = labels.index_select(0, idx);
     const at::Tensor wrow = w.index_select(0, idx);
     if (fused) {
       fused_chunk(hidden.index_select(0, idx), lm_head, lab, wrow, need_grad && wsum_value > 0 ? wsum_value : 0,
-                  idx, total, p.row_ce, p.row_correct, p.dhidden);
+                  idx, total, p.row_ce, p.row_correct, p.dhidden, top, p.top_ids, p.top_logits);
       continue;
     }
     at::Tensor logits = chunk_logits(hidden.index_select(0, idx), lm_head, acc);
+    keep_top_k(logits, hidden.scalar_type(), top, idx, p.top_ids, p.top_logits);
     const at::Tensor lse = at::logsumexp(logits, -1);
     const at::Tensor ce = lse - logits.gather(1, lab.unsqueeze(1)).squeeze(1);
     p.row_ce.index_copy_(0, idx, ce);
@@ -135,12 +154,12 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& lm_head,
                                const at::Tensor& labels, const at::Tensor& weights, const at::Tensor& teacher_hidden,
                                const at::Tensor& teacher_index, int64_t chunk_rows, double kl_weight, bool need_grad,
-                               bool fused_ce) {
+                               bool fused_ce, int64_t top_k, double output_multiplier, double softcap) {
     LossPass p = loss_pass(hidden, lm_head, labels, weights, teacher_hidden, teacher_index, chunk_rows, kl_weight,
-                           need_grad, fused_ce);
+                           need_grad, fused_ce, {top_k, output_multiplier, softcap});
     if (need_grad) ctx->save_for_backward({p.dhidden});
-    ctx->mark_non_differentiable({p.row_ce, p.row_correct});
-    return {p.loss, p.row_ce, p.row_correct};
+    ctx->mark_non_differentiable({p.row_ce, p.row_correct, p.top_ids, p.top_logits});
+    return {p.loss, p.row_ce, p.row_correct, p.top_ids, p.top_logits};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -152,8 +171,9 @@ class ChunkedLossFunction : public torch::autograd::Function<ChunkedLossFunction
       if (grads[0].defined()) dhidden = dhidden * grads[0].to(dhidden.scalar_type());
       else dhidden = at::zeros_like(dhidden);
     }
-    return {dhidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    variable_list out(13);  // one per forward input; only hidden gets a gradient
+    out[0] = dhidden;
+    return out;
   }
 };
 
@@ -174,16 +194,30 @@ void check_or_throw_value_error(const at::Tensor& hidden, const at::Tensor& lm_h
   TORCH_CHECK_VALUE(bad.empty(), bad);
 }
 
-LossOutputs loss_autograd(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
-                          const at::Tensor& weights, const std::optional<at::Tensor>& teacher_hidden,
-                          const std::optional<at::Tensor>& teacher_index, int64_t chunk_rows, double kl_weight,
-                          bool fused_ce) {
+// The loss through its autograd function (hidden gets a gradient when grad mode is on and it requires one), with
+// all five outputs.
+LossPass loss_with_top_k(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
+                         const at::Tensor& weights, const std::optional<at::Tensor>& teacher_hidden,
+                         const std::optional<at::Tensor>& teacher_index, int64_t chunk_rows, double kl_weight,
+                         bool fused_ce, const UnaryTopKOptions& top) {
   check_or_throw_value_error(hidden, lm_head, labels, weights, teacher_hidden, teacher_index, chunk_rows, kl_weight);
   const auto [th, ti] = teacher_inputs(hidden, teacher_hidden, teacher_index, kl_weight);
   const bool need_grad = at::GradMode::is_enabled() && hidden.requires_grad();
   auto out = ChunkedLossFunction::apply(hidden, lm_head.detach(), labels.reshape({-1}), weights.reshape({-1}), th, ti,
-                                        chunk_rows, kl_weight, need_grad, fused_ce);
-  return {out[0], out[1], out[2]};
+                                        chunk_rows, kl_weight, need_grad, fused_ce, top.k, top.output_multiplier,
+                                        top.final_logit_softcapping);
+  LossPass p;
+  p.loss = out[0], p.row_ce = out[1], p.row_correct = out[2], p.top_ids = out[3], p.top_logits = out[4];
+  return p;
+}
+
+LossOutputs loss_autograd(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
+                          const at::Tensor& weights, const std::optional<at::Tensor>& teacher_hidden,
+                          const std::optional<at::Tensor>& teacher_index, int64_t chunk_rows, double kl_weight,
+                          bool fused_ce) {
+  const LossPass p = loss_with_top_k(hidden, lm_head, labels, weights, teacher_hidden, teacher_index, chunk_rows,
+                                     kl_weight, fused_ce, {});
+  return {p.loss, p.row_ce, p.row_correct};
 }
 
 LossOutputs loss_inference(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
@@ -193,7 +227,7 @@ LossOutputs loss_inference(const at::Tensor& hidden, const at::Tensor& lm_head, 
   check_or_throw_value_error(hidden, lm_head, labels, weights, teacher_hidden, teacher_index, chunk_rows, kl_weight);
   const auto [th, ti] = teacher_inputs(hidden, teacher_hidden, teacher_index, kl_weight);
   LossPass p = loss_pass(hidden, lm_head, labels.reshape({-1}), weights.reshape({-1}), th, ti, chunk_rows, kl_weight,
-                         false, fused_ce);
+                         false, fused_ce, {});
   return {p.loss, p.row_ce, p.row_correct};
 }
 
@@ -261,6 +295,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> chunked_lm_loss(const at::Tensor&
                                  const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t, double,
                                  bool)>();
   return op.call(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows, opt.kl_weight, opt.fused_ce);
+}
+
+ChunkedLossWithTopK chunked_lm_loss_with_top_k(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                               const at::Tensor& labels, const at::Tensor& weights,
+                                               const at::Tensor& teacher_hidden, const at::Tensor& teacher_index,
+                                               const ChunkedLossOptions& opt, const UnaryTopKOptions& top) {
+  if (top.k < 0 || (top.k > 0 && (!hidden.defined() || !hidden.device().is_cpu())))
+    throw std::invalid_argument("chunked_lm_loss: the selector's top-K is taken on the CPU only, with k >= 0");
+  const std::optional<at::Tensor> th = teacher_hidden.defined() ? std::optional(teacher_hidden) : std::nullopt;
+  const std::optional<at::Tensor> ti = teacher_index.defined() ? std::optional(teacher_index) : std::nullopt;
+  if (const std::string bad = check_chunked_lm_loss_args(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows,
+                                                         opt.kl_weight);
+      !bad.empty())
+    throw std::invalid_argument(bad);
+  const LossPass p = loss_with_top_k(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows, opt.kl_weight,
+                                     opt.fused_ce, top);
+  return {p.loss, p.row_ce, p.row_correct, p.top_ids, p.top_logits};
 }
 
 }  // namespace dflash::ops

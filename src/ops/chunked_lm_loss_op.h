@@ -37,6 +37,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> chunked_lm_loss(const at::Tensor&
                                                                const at::Tensor& teacher_index,
                                                                const ChunkedLossOptions& opt);
 
+// DFlash2's selector candidates from the loss's own logits (row_top_k.h): each row's top k of
+// unary_logits(logits, output_multiplier, final_logit_softcapping). k = 0: none.
+struct UnaryTopKOptions {
+  int64_t k = 0;
+  double output_multiplier = 1.0;
+  double final_logit_softcapping = 0.0;
+};
+
+struct ChunkedLossWithTopK {
+  at::Tensor loss, row_ce, row_correct;  // as chunked_lm_loss's
+  // [R, k] in hidden's dtype, by descending value, ties to the lower id. Rows of weight 0 are not computed:
+  // they hold ids 0..k-1 with logits 0.
+  at::Tensor top_ids, top_logits;
+};
+
+// chunked_lm_loss plus the top-K of the rows it computes, with no second LM-head pass. C++ only (not in the op's
+// schema); hidden on the CPU when top.k > 0 (else std::invalid_argument).
+ChunkedLossWithTopK chunked_lm_loss_with_top_k(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                               const at::Tensor& labels, const at::Tensor& weights,
+                                               const at::Tensor& teacher_hidden, const at::Tensor& teacher_index,
+                                               const ChunkedLossOptions& opt, const UnaryTopKOptions& top);
+
 // Empty when the arguments are usable, else what is wrong (the message both error paths use).
 std::string check_chunked_lm_loss_args(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                                        const at::Tensor& weights, const std::optional<at::Tensor>& teacher_hidden,

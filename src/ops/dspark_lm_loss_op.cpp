@@ -92,8 +92,11 @@ void fused_chunk(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
   p.dhidden.index_copy_(0, idx, at::matmul(logits, lm_head));
   if (has_markov) {
     p.dmarkov.index_copy_(0, idx, at::matmul(logits, w2).to(markov.scalar_type()));
-    if (dt == at::kFloat) p.dw2.addmm_(logits.t(), u);
-    else p.dw2.add_(at::mm(logits.t(), u));  // bf16 GEMM (float accumulation inside), summed in float32
+    // dW2: the first chunk's GEMM is written as it comes (in the hidden dtype: W2's when it is the only chunk);
+    // later chunks sum into a float32 copy (bf16 GEMMs accumulate in float inside, the chunks too).
+    if (!p.dw2.defined()) p.dw2 = at::mm(logits.t(), u);
+    else if (p.dw2.scalar_type() == at::kFloat && dt == at::kFloat) p.dw2.addmm_(logits.t(), u);
+    else p.dw2 = p.dw2.to(at::kFloat).add_(at::mm(logits.t(), u));
   }
 }
 
@@ -109,8 +112,13 @@ Pass dspark_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
   const at::Tensor rows = at::nonzero(w > 0).view({-1});
   const double den = w.sum().item<double>() + o.den_eps;
   const bool has_markov = present(markov), has_teacher = present(teacher_hidden), has_conf = present(confidence);
+  // The fused CPU kernel for float32 / bf16 (the LM head in the hidden states' dtype, as the GEMM needs).
+  const bool fused = o.fused && hidden.device().is_cpu() && (dt == at::kFloat || dt == at::kBFloat16) &&
+                     lm_head.scalar_type() == dt;
+  // W2 in the hidden dtype (a no-op for the trainer's weights); the accumulation-dtype copy only where the generic
+  // passes read it (a [V, r] copy per step in bf16).
   const at::Tensor w2 = has_markov ? w2_in.to(dt) : at::Tensor();
-  const at::Tensor w2_acc = has_markov ? w2_in.to(acc) : at::Tensor();
+  const at::Tensor w2_acc = has_markov && !fused ? w2_in.to(acc) : at::Tensor();
   const auto acc_opts = hidden.options().dtype(acc);
   at::Tensor ce_sum = at::zeros({}, acc_opts), l1_sum = at::zeros({}, acc_opts), bce_sum = at::zeros({}, acc_opts);
   Pass p;
@@ -119,12 +127,10 @@ Pass dspark_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
   const bool grads = need_grad && den > 0;
   if (need_grad) {
     p.dhidden = at::zeros_like(hidden);
-    if (has_markov) p.dmarkov = at::zeros_like(markov), p.dw2 = at::zeros_like(w2_acc);
+    if (has_markov) p.dmarkov = at::zeros_like(markov);
+    if (has_markov && !fused) p.dw2 = at::zeros_like(w2_acc);  // the fused chunks write dW2 themselves
     if (has_conf) p.dconf = at::zeros_like(confidence);
   }
-  // The fused CPU kernel for float32 / bf16 (the LM head in the hidden states' dtype, as the GEMM needs).
-  const bool fused = o.fused && hidden.device().is_cpu() && (dt == at::kFloat || dt == at::kBFloat16) &&
-                     lm_head.scalar_type() == dt;
   Sums sums{ce_sum, l1_sum, bce_sum};
   for (int64_t c0 = 0; c0 < rows.size(0); c0 += o.chunk_rows) {
     const at::Tensor idx = rows.narrow(0, c0, std::min(o.chunk_rows, rows.size(0) - c0));
@@ -184,6 +190,7 @@ Pass dspark_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
   }
   p.terms = den > 0 ? at::stack({ce_sum, l1_sum, bce_sum}) / den : at::stack({ce_sum, l1_sum, bce_sum});
   p.loss = o.ce_weight * p.terms[0] + o.l1_weight * p.terms[1] + o.confidence_weight * p.terms[2];
+  if (has_markov && need_grad && !p.dw2.defined()) p.dw2 = at::zeros_like(w2_in);  // no chunk ran
   if (p.dw2.defined()) p.dw2 = p.dw2.to(w2_in.scalar_type());
   return p;
 }

@@ -35,6 +35,7 @@ struct BenchStepOptions {
   bool reference = true;      // the plain-PyTorch step on the same shapes (CPU)
   bool generic_ce = true;     // the first policy again with the generic cross-entropy (dspark: its generic objective)
   bool dspark_naive = true;   // drafter_family dspark: its chunked objective vs the naive full-logits one
+  bool vs_dflash = true;      // dspark / dflash2: DFlash's step on the same shapes, measured and FLOP-floor ratios
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
 };
 
@@ -46,7 +47,8 @@ bool plan_within_tolerance(double planned, double measured);
 // The family is o.drafter.family: dflash, dspark (its blocks, teacher and objective) or dflash2 (its convs and
 // selector), each as training runs it. Prints the table as it goes and returns it as JSON: {"model", "device", "attention_backend", "settings", "runs":
 // [{"policy", "workers", "mean_seconds", "measured_peak_bytes", "planned_peak_bytes", "ratio", "loss", ...}],
-// "generic_ce", "draft_vocab", "reference", "dspark_objective" (bench_step_dspark.h)}. Uses the calling thread's intra-op thread count.
+// "generic_ce", "draft_vocab", "reference", "dspark_objective" (bench_step_dspark.h), "vs_dflash" ({"measured_ratio",
+// "flop_floor_ratio", ...}: a family's step over DFlash's)}. Uses the calling thread's intra-op thread count.
 nlohmann::json run_bench_step(const BenchStepOptions& o);
 
 }  // namespace dflash::plan

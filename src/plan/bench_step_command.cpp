@@ -42,6 +42,7 @@
 #include "dtype_names.h"
 #include "memory_fit.h"
 #include "memory_planner.h"
+#include "node_planner.h"
 #include "plan_commands.h"
 #include "python_driver.h"
 #include "run_shape.h"
@@ -374,6 +375,37 @@ void compare_generic_ce(const BenchStepOptions& o, ops::AttentionBackend attenti
                        {"loss", r.loss}};
 }
 
+// DSpark or DFlash2: DFlash's step on the same shapes (the first policy, one worker), and the family's measured
+// time over it next to the planner's FLOP floor (drafter_step_flops of each step): what the family would cost if
+// every step ran at one FLOP rate.
+void compare_dflash_step(const BenchStepOptions& o, ops::AttentionBackend attention, const MemoryProbe& probe,
+                         nlohmann::json& out) {
+  const CheckpointPolicy pol = o.policies.front();
+  double family_mean = 0;
+  for (const auto& run : out["runs"])
+    if (run["policy"] == pol.name() && run["workers"] == 1) family_mean = run["mean_seconds"].get<double>();
+  if (family_mean == 0)  // no lone worker was timed: time one
+    family_mean = mean_of(run_policy(o.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol,
+                                     o.iters, o.seed, probe, true, 1, attention).seconds);
+  BenchStepOptions d = o;
+  d.drafter.family = DrafterFamily::DFlash;
+  d.drafter.dspark = DSparkHeads{};
+  d.drafter.dflash2 = DFlash2Settings{};
+  const StepResult r = run_policy(d.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol,
+                                  o.iters, o.seed, probe, true, 1, attention);
+  const double mean = mean_of(r.seconds);
+  const double family_flops = drafter_step_flops(plan_of(o, pol, attention)).total();
+  const double dflash_flops = drafter_step_flops(plan_of(d, pol, attention)).total();
+  std::printf("%-10s %14.3f %14s %14s %9s   DFlash's step on the same shapes (%s %s: %.2fx its time, FLOP floor "
+              "%.2fx)\n",
+              "dflash", mean, human_bytes(r.measured_bytes).c_str(), "-", "-", drafter_family_name(o.drafter.family),
+              pol.name().c_str(), family_mean / mean, family_flops / dflash_flops);
+  out["vs_dflash"] = {{"policy", pol.name()},           {"dflash_mean_seconds", mean},
+                      {"dflash_seconds", r.seconds},    {"family_mean_seconds", family_mean},
+                      {"measured_ratio", family_mean / mean}, {"family_flops", family_flops},
+                      {"dflash_flops", dflash_flops},   {"flop_floor_ratio", family_flops / dflash_flops}};
+}
+
 // The first policy again, side by side, with the loss over K rows instead of the whole vocabulary.
 void compare_draft_vocab(const BenchStepOptions& o, ops::AttentionBackend attention, const MemoryProbe& probe,
                          nlohmann::json& out) {
@@ -515,6 +547,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   // The same switch turns DSpark's fused objective kernel off; the plain-PyTorch step is DFlash's.
   if (o.generic_ce) compare_generic_ce(o, attention, probe, out);
   if (o.draft_vocab > 0) compare_draft_vocab(o, attention, probe, out);
+  if (o.vs_dflash && family != DrafterFamily::DFlash) compare_dflash_step(o, attention, probe, out);
   if (o.reference && !o.cuda && family == DrafterFamily::DFlash) compare_pytorch_reference(o, out);
   if (o.dspark_naive && family == DrafterFamily::DSpark)
     out["dspark_objective"] = compare_dspark_objective(o, [&] { return probe.reset(); }, [&] { return probe.peak(); });
@@ -553,11 +586,14 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("dspark-naive", "0|1", "1",
            "drafter_family dspark: also time its chunked objective against the naive full-logits one on the same "
            "inputs (time, peak memory, loss and gradient difference)");
+  a.option("vs-dflash", "0|1", "1",
+           "drafter_family dspark or dflash2: also time DFlash's step on the same shapes and print the family's time "
+           "over it next to the planner's FLOP-floor ratio");
   a.option("attention-backend", "NAME", "auto",
            "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
   a.range("iters", 1, 1000000).range("seed", 0, std::numeric_limits<int64_t>::max());
   a.range("draft-vocab", 0, 16777216, " (0: the full vocabulary)").range("reference", 0, 1).range("generic-ce", 0, 1);
-  a.range("dspark-naive", 0, 1);
+  a.range("dspark-naive", 0, 1).range("vs-dflash", 0, 1);
   if (!a.parse(argv)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench step: --json");  // before the runs
   BenchStepOptions o;
@@ -593,6 +629,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   o.reference = a.on("reference");
   o.generic_ce = a.on("generic-ce");
   o.dspark_naive = a.on("dspark-naive");
+  o.vs_dflash = a.on("vs-dflash");
   o.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend");
   ops::set_threads(a.i64("threads"), "bench step: --threads");
   const nlohmann::json out = run_bench_step(o);

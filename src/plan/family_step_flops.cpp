@@ -34,7 +34,8 @@ FamilyFlops family_step_flops(const PlanSettings& s) {
       if (s.checkpoint.applies(i)) f.recompute += layer;
     }
     const double rows = T * (B - 1) / B;
-    f.lm_head = 2 * rows * V * d;
+    // On the CPU the selector's top-K comes from the unary loss's own logits: no pass of its own.
+    f.lm_head = s.device == PlanDevice::Cpu ? 0 : 2 * rows * V * d;
     f.heads += 2 * 2 * rows * K * d + 3 * 2 * rows * (r * d + K * r) + 2 * rows * (r * d + K * K * r);
   }
   return f;

@@ -13,7 +13,8 @@
 //            the selector: U at the K candidates, forward + d(hidden) 2 x 2 rows K d; the hidden projection and the
 //            scores, 3 x 2 rows (r d + K r); the metrics' walk, forward only: the projection again and the K x K
 //            lattice 2 rows (r d + K K r)
-//   lm_head  the top-K pass through the frozen LM head, forward only: 2 rows V d.
+//   lm_head  the top-K pass through the frozen LM head, forward only: 2 rows V d (0 on the CPU, where the unary
+//            loss hands the selector the top-K of its own logits).
 #pragma once
 #include "memory_planner.h"
 

@@ -51,13 +51,16 @@ Dims dims_of(const PlanSettings& s) {
     // dW2 [V, r] in fp32 built during the loss, and per row the Markov features, their gradient and the rnn/gate
     // activations autograd keeps (about 6 x r), plus the confidence logit and its gradient.
     const double r = double(c.dspark.markov_rank);
-    d.heads = d.V * r * d.a + 6 * d.T * r * d.e + 2 * d.T * d.a;
-    // Narrower than fp32: the op also holds W2's fp32 copy [V, r] for the whole pass (dspark_lm_loss_op.cpp).
-    if (d.e < d.a) d.heads += d.V * r * d.a;
     d.dspark_fused = s.device == PlanDevice::Cpu && (s.dtype_bytes == 4 || s.dtype_bytes == 2);
+    // The fused chunks write dW2 in the compute dtype when there is one chunk (dspark_lm_loss_op.cpp), else in fp32.
+    const bool dw2_narrow = d.dspark_fused && double(s.loss_chunk_rows) >= d.T;
+    d.heads = d.V * r * (dw2_narrow ? d.e : d.a) + 6 * d.T * r * d.e + 2 * d.T * d.a;
+    // Narrower than fp32, generic passes: the op also holds W2's fp32 copy [V, r] for the whole pass.
+    if (d.e < d.a && !d.dspark_fused) d.heads += d.V * r * d.a;
     // Measured (docs/BENCHMARKS.md): the bf16 GEMM logits^T u allocates its [V, r] output in fp32 and then the
-    // bf16 result, both while the chunk's logits are alive; at a large vocabulary this is the step's peak.
-    if (d.dspark_fused && d.e == 2) d.dw2_gemm = d.V * r * (d.a + d.e);
+    // bf16 result, both while the chunk's logits are alive; at a large vocabulary this is the step's peak. With one
+    // chunk that bf16 result is dW2 itself (counted in heads above).
+    if (d.dspark_fused && d.e == 2) d.dw2_gemm = d.V * r * (dw2_narrow ? d.a : d.a + d.e);
   }
   return d;
 }
@@ -230,9 +233,12 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   // logits.
   phase("forward: loss chunk", base + saved_sum + final_norm + d.T * d.H * d.e + loss_chunk,
         "static + shared + all saved + final norm + d(hidden) + one loss chunk");
-  if (x2.selector_saved > 0)  // DFlash2: the selector term runs after the LM-head loss, its graph kept for backward
-    phase("forward: selector chunk", base + saved_sum + final_norm + d.T * d.H * d.e + x2.selector_saved + x2.selector_chunk,
-          "... + the selector's saved rows x K x r + one chunk's top-K logits");
+  // DFlash2: the selector term runs after the LM-head loss, its graph kept for backward. On the CPU its top-K comes
+  // from the loss's own logits (chunked_lm_loss_with_top_k): no vocabulary chunk of its own.
+  const double selector_chunk = s.device == PlanDevice::Cpu ? 0 : x2.selector_chunk;
+  if (x2.selector_saved > 0)
+    phase("forward: selector chunk", base + saved_sum + final_norm + d.T * d.H * d.e + x2.selector_saved + selector_chunk,
+          "... + the selector's saved rows x K x r + one chunk's top-K logits (off the CPU)");
   phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e + x2.selector_saved,
         "... + d(hidden) and its scaled copy (+ the selector's saved tensors)");
   if (c.family == drafter::DrafterFamily::DSpark && c.dspark.markov_rank > 0) {

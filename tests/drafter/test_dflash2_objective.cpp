@@ -2,6 +2,7 @@
 // chunk at a time) against a naive fp64 version built from full [rows, V] logits and a full sort, in both candidate
 // modes, with its gradients; strict with nothing covered (0, gradient 0, finite under a loss scale); and
 // drafter_loss = unary + alpha L_sel.
+// The unary loss's own top-K (ops::chunked_lm_loss_with_top_k) against the selector's second pass.
 #include <unistd.h>
 
 #include <random>
@@ -12,6 +13,7 @@
 #include <torch/autograd.h>
 
 #include "block_batch.h"
+#include "chunked_lm_loss_op.h"
 #include "dflash2_objective.h"
 #include "drafter_config.h"
 #include "drafter_model.h"
@@ -183,4 +185,62 @@ TEST(DFlash2Objective, DrafterLossIsUnaryPlusAlphaTimesTheSelectorTerm) {
   both.loss.backward();
   EXPECT_GT(w.selector.successor_codebook.grad().abs().sum().item<double>(), 0.0);
   EXPECT_GT(w.convs[0].attention_conv.kernel_projection.grad().abs().sum().item<double>(), 0.0);
+}
+
+TEST(DFlash2Objective, TopKFromTheUnaryLossLogitsEqualsTheSelectorsOwnPass) {
+  // The chunked unary loss hands the selector the top-K of its own logits (no second LM-head pass). Small integers:
+  // every logit is exact whatever the GEMM's shape, so both passes see the same values, with ties by construction
+  // (equal head rows), and must give the same ids in the same order, the same stats and the same gradients.
+  const int64_t K = 6, V = 32, B = 4, d = 16, S = 24;  // the tiny config's vocabulary
+  const DrafterConfig c = tiny_dflash2(K);
+  at::manual_seed(11);
+  const at::Tensor tokens = at::randint(0, V - 1, {2, S}, at::kLong);
+  at::Tensor loss_mask = at::ones({2, S}, at::kBool);
+  loss_mask[1].narrow(0, 15, 9).fill_(false);  // rows of weight 0 inside blocks
+  std::mt19937_64 rng(3);
+  const BlockBatch bb = build_block_batch(tokens, loss_mask, sample_anchors(loss_mask, 4, rng), B, 31, 4.0);
+  const at::Tensor weighted = (bb.weights > 0).reshape({-1});
+  for (auto dtype : {at::kDouble, at::kBFloat16})
+    for (const UnaryLogitOptions unary : {UnaryLogitOptions{}, UnaryLogitOptions{0.5, 30.0}})
+      for (bool fused : {true, false}) {
+        const auto opts = at::TensorOptions().dtype(dtype);
+        at::Tensor head = at::randint(-3, 4, {V, d}, opts);
+        head[30] = head[2], head[17] = head[5], head[6] = head[5];  // ties across and inside vocabulary chunks
+        DrafterWeights w = init_drafter_weights(c, dtype, 5, 0.3);
+        w.selector.successor_codebook.normal_(0, 0.5);
+        w.set_requires_grad(true);
+        const at::Tensor hidden = at::randint(-2, 3, {2, 4 * B, d}, opts).requires_grad_(true);
+        DFlash2LossOptions o;
+        o.selector.top_k = K;
+        o.selector.unary = unary;
+        o.selector.vocab_chunk = 7;
+        o.chunk_rows = 6;
+        dflash::ops::ChunkedLossOptions co;
+        co.chunk_rows = 5;  // row chunks that cut blocks
+        co.fused_ce = fused;
+        const auto u = dflash::ops::chunked_lm_loss_with_top_k(hidden.reshape({-1, d}), head, bb.labels, bb.weights,
+                                                               {}, {}, co, {K, unary.output_multiplier,
+                                                                            unary.final_logit_softcapping});
+        const Candidates own = top_candidates(hidden.detach().reshape({-1, d}), head, K, unary, 7);
+        const std::string what = std::string(c10::toString(dtype)) + (fused ? " fused" : " generic") +
+                                 (unary.final_logit_softcapping > 0 ? " softcap" : "");
+        ASSERT_GT(weighted.sum().item<int64_t>(), 10) << what;
+        EXPECT_TRUE(at::equal(u.top_ids.index({weighted}), own.ids.index({weighted}))) << what;
+        EXPECT_TRUE(at::equal(u.top_logits.index({weighted}), own.logits.index({weighted}))) << what;
+
+        const Candidates given{u.top_ids.view({2, 4 * B, K}), u.top_logits.view({2, 4 * B, K})};
+        const DFlash2Stats a = dflash2_selector_objective(w.selector, hidden, head, bb, B, o);
+        const DFlash2Stats b = dflash2_selector_objective(w.selector, hidden, head, bb, B, o, given);
+        EXPECT_TRUE(at::equal(a.selector_loss, b.selector_loss)) << what;
+        for (auto [x, y] : {std::pair{a.terms.recall_hits, b.terms.recall_hits}, {a.terms.selector_hits, b.terms.selector_hits},
+                            {a.terms.covered_weight, b.terms.covered_weight}, {a.blocks.path_length_sum, b.blocks.path_length_sum},
+                            {a.blocks.oracle_length_sum, b.blocks.oracle_length_sum},
+                            {a.blocks.unary_length_sum, b.blocks.unary_length_sum}})
+          EXPECT_TRUE(at::equal(x, y)) << what;
+        const std::vector<at::Tensor> ins = {hidden, w.selector.hidden_projection, w.selector.predecessor_codebook,
+                                             w.selector.successor_codebook};
+        const auto ga = torch::autograd::grad({a.selector_loss}, ins, {}, true);
+        const auto gb = torch::autograd::grad({b.selector_loss}, ins, {}, true);
+        for (size_t i = 0; i < ins.size(); ++i) EXPECT_TRUE(at::equal(ga[i], gb[i])) << what << " input " << i;
+      }
 }

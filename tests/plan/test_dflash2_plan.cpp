@@ -6,6 +6,7 @@
 
 #include "dflash2_plan_terms.h"
 #include "drafter_config.h"
+#include "family_step_flops.h"
 #include "memory_planner.h"
 #include "tiny_drafter_config.h"
 
@@ -53,4 +54,14 @@ TEST(DFlash2Plan, TermsByHandAndAPeakAboveDFlash) {
   EXPECT_GT(b.peak_bytes, a.peak_bytes);
   const DFlash2PlanBytes none = dflash2_plan_bytes(tiny(false).cfg, T, e, 6);
   EXPECT_EQ(none.conv_saved_per_layer + none.selector_saved + none.selector_chunk, 0.0);
+}
+
+TEST(DFlash2Plan, TheSelectorsTopKPassCountsOnlyOffTheCpu) {
+  // On the CPU the unary loss hands the selector its top-K (no second LM-head pass); on CUDA the selector still
+  // runs one forward pass of 2 rows V d over the drafted rows (T (B - 1) / B = 9 of the 12 block tokens).
+  PlanSettings s = tiny(true);
+  s.device = PlanDevice::Cuda;
+  EXPECT_DOUBLE_EQ(family_step_flops(s).lm_head, 2 * 9 * 32 * 16.0);
+  s.device = PlanDevice::Cpu;
+  EXPECT_DOUBLE_EQ(family_step_flops(s).lm_head, 0.0);
 }

@@ -161,6 +161,13 @@ def test_bench_step_runs_the_family_step_against_the_planner(dflash_bin, files, 
     assert "reference" not in result  # the plain-PyTorch step is DFlash's
     assert ("dspark_objective" in result) == (family == "dspark")
     assert result["generic_ce"]["loss"] > 0  # the generic loss passes, DSpark's objective included
+    # DFlash's step on the same shapes: the measured ratio next to the planner's FLOP floor (each family adds FLOPs)
+    v = result["vs_dflash"]
+    assert v["policy"] == "none" and v["dflash_mean_seconds"] > 0 and v["flop_floor_ratio"] > 1
+    assert v["measured_ratio"] == pytest.approx(result["runs"][0]["mean_seconds"] / v["dflash_mean_seconds"])
+    assert f"({family} none: " in stdout and "FLOP floor" in stdout
+    off, _ = bench_step(dflash_bin, files, *source, "--vs-dflash", "0")
+    assert "vs_dflash" not in off
 
 
 @pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp64", 1e-12)])
