@@ -7,42 +7,32 @@
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
-#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "atomic_output.h"
+#include "config_fields.h"
+#include "family_registry.h"
 #include "input_file.h"
 #include "strict_json.h"
 
 namespace dflash::drafter {
 namespace {
 
+// config_fields.h's readers, by the short names this file uses.
 [[noreturn]] void fail(const std::string& where, const std::string& field, const std::string& expected,
                        const std::string& got) {
-  throw std::invalid_argument(where + ": field '" + field + "': expected " + expected + ", got " + got);
+  fail_field(where, field, expected, got);
 }
-
-std::string shown(const nlohmann::json& v) { return v.is_null() ? "nothing (missing)" : io::json_shown(v); }
+std::string shown(const nlohmann::json& v) { return shown_field(v); }
+int64_t get_int(const nlohmann::json& j, const char* field, const std::string& where, bool required, int64_t def) {
+  return int_field(j, field, where, required, def);
+}
 
 std::string shown_double(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return nlohmann::json(v).dump();
-}
-
-int64_t get_int(const nlohmann::json& j, const char* field, const std::string& where, bool required,
-                int64_t def) {
-  if (!j.contains(field) || j.at(field).is_null()) {
-    if (required) fail(where, field, "an integer", "nothing (missing)");
-    return def;
-  }
-  const auto& v = j.at(field);
-  if (!v.is_number_integer()) fail(where, field, "an integer", shown(v));
-  // Sizes and counts are narrowed to int downstream: refuse what would wrap, showing the value as written.
-  const auto n = io::json_integer_in(v, -2147483648LL, 2147483647LL);
-  if (!n) fail(where, field, "an integer in [-2147483648, 2147483647]", shown(v));
-  return *n;
 }
 
 double get_double(const nlohmann::json& j, const char* field, const std::string& where, double def) {
@@ -52,72 +42,28 @@ double get_double(const nlohmann::json& j, const char* field, const std::string&
   return v.get<double>();
 }
 
-bool get_bool(const nlohmann::json& j, const char* field, const std::string& where, bool def) {
-  if (!j.contains(field) || j.at(field).is_null()) return def;
-  if (!j.at(field).is_boolean()) fail(where, field, "true or false", shown(j.at(field)));
-  return j.at(field).get<bool>();
+// "[\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"] or [\"DFlash2DraftModel\"]": what architectures may say.
+std::string registered_architectures() {
+  std::string s;
+  const auto& t = registered_families();
+  for (size_t i = 0; i < t.size(); ++i)
+    s += std::string(i == 0 ? "" : i + 1 == t.size() ? " or " : ", ") + "[\"" + t[i]->architecture() + "\"]";
+  return s;
 }
 
-constexpr const char* kDSparkKeys[] = {"markov_rank", "markov_head_type", "enable_confidence_head",
-                                       "confidence_head_with_markov"};
-
-// DSpark's heads, flat at the top level as DeepSpec writes them. SGLang requires markov_rank and markov_head_type,
-// so they are required here too; a DFlash or DFlash2 config that carries them is refused rather than read as
-// a drafter without the heads.
-void read_dspark_heads(const nlohmann::json& j, const std::string& where, DrafterConfig& c) {
-  if (c.family != DrafterFamily::DSpark) {
-    for (const char* k : kDSparkKeys)
-      if (j.contains(k))
-        fail(where, k, std::string("absent for architectures [\"") + drafter_family_architecture(c.family) +
-                           "\"] (a DSpark drafter says [\"Qwen3DSparkModel\"])",
-             shown(j.at(k)));
-    return;
-  }
-  c.dspark.markov_rank = get_int(j, "markov_rank", where, true, 0);
-  if (!j.contains("markov_head_type")) fail(where, "markov_head_type", kMarkovHeadTypeSpellings, "nothing (missing)");
-  const auto& t = j.at("markov_head_type");
-  const auto type = t.is_string() ? markov_head_type_from_text(t.get<std::string>()) : std::nullopt;
-  if (!type) fail(where, "markov_head_type", kMarkovHeadTypeSpellings, shown(t));
-  c.dspark.markov_head_type = *type;
-  c.dspark.enable_confidence_head = get_bool(j, "enable_confidence_head", where, true);
-  c.dspark.confidence_head_with_markov = get_bool(j, "confidence_head_with_markov", where, true);
-  c.dspark.validate(where);
-}
-
-constexpr const char* kDFlash2Keys[] = {"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"};
-
-// DFlash2's conv and selector settings, in dflash_config as z-lab writes them (vLLM reads them only there), all
-// four required. Another family's config that carries them is refused rather than read without the modules.
-// z-lab's optional output_multiplier / final_logit_softcapping / input_embedding_scale are read at their neutral
-// values only: training and evaluation here do not apply them yet.
-void read_dflash2_settings(const nlohmann::json& dc, const std::string& where, DrafterConfig& c) {
-  if (c.family != DrafterFamily::DFlash2) {
-    for (const char* k : kDFlash2Keys)
-      if (dc.contains(k))
-        fail(where, std::string("dflash_config.") + k,
-             std::string("absent for architectures [\"") + drafter_family_architecture(c.family) +
-                 "\"] (a DFlash2 drafter says [\"DFlash2DraftModel\"])",
-             shown(dc.at(k)));
-    return;
-  }
-  auto required = [&](const char* k) {
-    const std::string field = std::string("dflash_config.") + k;
-    if (!dc.contains(k) || dc.at(k).is_null()) fail(where, field, "an integer", "nothing (missing)");
-    const auto n = io::json_integer_in(dc.at(k), -2147483648LL, 2147483647LL);
-    if (!n) fail(where, field, "an integer", shown(dc.at(k)));
-    return *n;
-  };
-  c.dflash2.conv_kernel_size = required("conv_kernel_size");
-  c.dflash2.conv_group_size = required("conv_group_size");
-  c.dflash2.selector_rank = required("selector_rank");
-  c.dflash2.selector_top_k = required("selector_top_k");
-  for (const auto& [k, neutral] : {std::pair<const char*, double>{"output_multiplier", 1.0},
-                                   {"input_embedding_scale", 1.0}, {"final_logit_softcapping", 0.0}}) {
-    if (!dc.contains(k) || dc.at(k).is_null()) continue;
-    const auto& v = dc.at(k);
-    if (!v.is_number() || v.get<double>() != neutral)
-      fail(where, std::string("dflash_config.") + k,
-           nlohmann::json(neutral).dump() + " or absent (other values are not supported yet)", shown(v));
+// A config of family `own` that carries another family's setting keys is refused rather than read as a drafter
+// without that family's modules. `in_dflash_config`: the keys that live in dflash_config (`obj`), else top level.
+void refuse_other_families_keys(const Family& own, const nlohmann::json& obj, bool in_dflash_config,
+                                const std::string& where) {
+  for (const Family* other : registered_families()) {
+    if (other == &own) continue;
+    const FamilySettingKeys keys = other->setting_keys();
+    for (const std::string& k : in_dflash_config ? keys.in_dflash_config : keys.top_level)
+      if (obj.contains(k))
+        fail(where, (in_dflash_config ? "dflash_config." : "") + k,
+             std::string("absent for architectures [\"") + own.architecture() + "\"] (a " + other->display_name() +
+                 " drafter says [\"" + other->architecture() + "\"])",
+             shown(obj.at(k)));
   }
 }
 
@@ -173,14 +119,13 @@ void DrafterConfig::validate(const std::string& where) const {
   if (any_sliding && sliding_window <= 0)
     fail(where, "sliding_window", "a positive integer (layer_types has sliding_attention layers)",
          std::to_string(sliding_window));
-  if (family == DrafterFamily::DSpark) dspark.validate(where);
-  if (family == DrafterFamily::DFlash2) dflash2.validate(where, "dflash_config.", hidden_size, vocab_size);
-  // Only DFlash has a draft vocabulary here: a family config that names one is refused where it is read, not
-  // trained as a full-vocabulary drafter whose saved config still says draft_vocab_size (export then refused it).
-  if (family != DrafterFamily::DFlash && draft_vocab_size != 0)
+  const Family& fam = family_of(family);
+  if (const auto settings = fam.settings_of(*this)) settings->validate(*this, where);
+  // A family without a draft vocabulary (a refusal to give) is refused one where it is read, not trained as a
+  // full-vocabulary drafter whose saved config still says draft_vocab_size (export then refused it).
+  if (*fam.draft_vocab_refusal() && draft_vocab_size != 0)
     fail(where, "draft_vocab_size",
-         std::string("absent with architectures [\"") + drafter_family_architecture(family) + "\"] (" +
-             family_draft_vocab_refusal(family) + ")",
+         std::string("absent with architectures [\"") + fam.architecture() + "\"] (" + fam.draft_vocab_refusal() + ")",
          std::to_string(draft_vocab_size));
   if (target_layer_ids.empty()) fail(where, "dflash_config.target_layer_ids", "a non-empty list", "[]");
   for (size_t i = 0; i < target_layer_ids.size(); ++i) {
@@ -239,24 +184,28 @@ std::vector<int64_t> default_target_layer_ids(int64_t L, int64_t n) {
 DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) fail(where, "(top level)", "a JSON object", j.type_name());
   DrafterConfig c;
+  const Family* fam = &family_of(c.family);
   if (j.contains("architectures")) {
     // Exactly one entry: a list naming two families (or a family and something else) used to be read as its first.
     const auto& a = j.at("architectures");
-    const auto f = a.is_array() && a.size() == 1 && a[0].is_string()
-                       ? drafter_family_of_architecture(a[0].get<std::string>())
-                       : std::nullopt;
-    if (!f) fail(where, "architectures", "[\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"] or [\"DFlash2DraftModel\"]", shown(a));
+    fam = a.is_array() && a.size() == 1 && a[0].is_string() ? find_family_of_architecture(a[0].get<std::string>())
+                                                             : nullptr;
+    if (!fam) fail(where, "architectures", registered_architectures(), shown(a));
+    // Until DrafterConfig holds the Family itself, a family needs a DrafterFamily value to be read here.
+    const auto f = drafter_family_from_text(fam->name());
+    if (!f) fail(where, "architectures", "a family with a DrafterFamily value (drafter_family.h)", shown(a));
     c.family = *f;
   }
-  read_dspark_heads(j, where, c);
+  refuse_other_families_keys(*fam, j, false, where);
   if (j.contains("model_type") && j.at("model_type") != "qwen3")
     fail(where, "model_type", "\"qwen3\"", shown(j.at("model_type")));
   const nlohmann::json empty = nlohmann::json::object();
   // DeepSpec writes a DSpark drafter's mask_token_id and target_layer_ids at the top level, with no dflash_config.
   const nlohmann::json& dc =
-      j.contains("dflash_config") ? j.at("dflash_config") : c.family == DrafterFamily::DSpark ? j : empty;
+      j.contains("dflash_config") ? j.at("dflash_config") : fam->flat_dflash_config() ? j : empty;
   if (!dc.is_object()) fail(where, "dflash_config", "an object", shown(dc));
-  read_dflash2_settings(dc, where, c);
+  refuse_other_families_keys(*fam, dc, true, where);
+  if (const auto settings = fam->read_settings(j, dc, where)) settings->store(c);
 
   c.hidden_size = get_int(j, "hidden_size", where, true, 0);
   c.intermediate_size = get_int(j, "intermediate_size", where, true, 0);
@@ -363,7 +312,7 @@ DrafterConfig load_drafter_config(const std::string& path) {
 
 nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   nlohmann::json j;
-  j["architectures"] = {drafter_family_architecture(c.family)};
+  j["architectures"] = {family_of(c.family).architecture()};
   j["model_type"] = "qwen3";
   j["attention_bias"] = false;
   j["hidden_act"] = "silu";
@@ -392,23 +341,7 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
-  if (c.family == DrafterFamily::DFlash2) {  // z-lab's: the settings in dflash_config, bidirectional blocks
-    auto& dc = j["dflash_config"];
-    dc["conv_kernel_size"] = c.dflash2.conv_kernel_size;
-    dc["conv_group_size"] = c.dflash2.conv_group_size;
-    dc["selector_rank"] = c.dflash2.selector_rank;
-    dc["selector_top_k"] = c.dflash2.selector_top_k;
-    dc["block_size"] = c.block_size;
-    j["is_causal"] = false;  // without it z-lab and TorchSpec make sliding_attention layers causal
-  }
-  if (c.family == DrafterFamily::DSpark) {  // DeepSpec's flat keys (the dflash_config above is read first by us)
-    j["markov_rank"] = c.dspark.markov_rank;
-    j["markov_head_type"] = markov_head_type_name(c.dspark.markov_head_type);
-    j["enable_confidence_head"] = c.dspark.enable_confidence_head;
-    j["confidence_head_with_markov"] = c.dspark.confidence_head_with_markov;
-    j["mask_token_id"] = c.mask_token_id;
-    j["target_layer_ids"] = c.target_layer_ids;
-  }
+  if (const auto settings = family_of(c.family).settings_of(c)) settings->write(c, j);
   return j;
 }
 

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "family_registry.h"
+
 namespace dflash::drafter {
 
 std::optional<DrafterFamily> drafter_family_from_text(const std::string& s) {
@@ -20,19 +22,13 @@ const char* drafter_family_name(DrafterFamily f) {
   return "dflash";
 }
 
-const char* drafter_family_architecture(DrafterFamily f) {
-  switch (f) {
-    case DrafterFamily::DSpark: return "Qwen3DSparkModel";
-    case DrafterFamily::DFlash2: return "DFlash2DraftModel";
-    case DrafterFamily::DFlash: break;
-  }
-  return "DFlashDraftModel";
-}
+// The enum's names above are the bridge to the registry (family_registry.h): everything else about a family is
+// asked of its plug-in in src/families.
+const char* drafter_family_architecture(DrafterFamily f) { return family_of(f).architecture(); }
 
 std::optional<DrafterFamily> drafter_family_of_architecture(const std::string& a) {
-  for (DrafterFamily f : {DrafterFamily::DFlash, DrafterFamily::DSpark, DrafterFamily::DFlash2})
-    if (a == drafter_family_architecture(f)) return f;
-  return std::nullopt;
+  const Family* f = find_family_of_architecture(a);
+  return f ? drafter_family_from_text(f->name()) : std::nullopt;
 }
 
 DrafterFamily family_for_command(const std::string& command, const std::string& flag,
@@ -40,26 +36,15 @@ DrafterFamily family_for_command(const std::string& command, const std::string& 
   if (flag.empty()) return from_config.value_or(DrafterFamily::DFlash);
   const auto f = drafter_family_from_text(flag);
   if (!f)
-    throw std::invalid_argument(command + ": --drafter-family must be " + kDrafterFamilySpellings + ", got '" + flag +
-                                "'");
+    throw std::invalid_argument(command + ": --drafter-family must be " + registered_family_names() + ", got '" +
+                                flag + "'");
   if (from_config && *from_config != *f)
     throw std::invalid_argument(command + ": --drafter-family " + flag + " disagrees with " + config_where + " (" +
                                 drafter_family_name(*from_config) + ", by its architectures)");
   return *f;
 }
 
-const char* family_draft_vocab_refusal(DrafterFamily f) {
-  switch (f) {
-    case DrafterFamily::DSpark:
-      return "not supported yet: vLLM and speculators serve it with lm_head and markov_w2 over the K draft tokens and "
-             "markov_w1 over the target's vocabulary, which train, eval and export do not implement";
-    case DrafterFamily::DFlash2:
-      return "the selector spans the full vocabulary: its codebooks and top-K index the target's vocabulary, and no "
-             "source defines a draft vocabulary for it";
-    case DrafterFamily::DFlash: break;
-  }
-  return "";
-}
+const char* family_draft_vocab_refusal(DrafterFamily f) { return family_of(f).draft_vocab_refusal(); }
 
 std::optional<MarkovHeadType> markov_head_type_from_text(const std::string& s) {
   if (s == "vanilla") return MarkovHeadType::Vanilla;

@@ -9,6 +9,7 @@
 #include "compute_settings.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
+#include "family_registry.h"
 #include "hf_export.h"
 #include "output_folder.h"
 #include "llama_cpp_convert.h"
@@ -35,17 +36,8 @@ void check_engines(const drafter::DrafterConfig& c, const std::string& engine_fl
   bool has_llama_cpp = false;
   for (const auto& e : engines) has_llama_cpp |= e == "llama.cpp";
   if (gguf && !has_llama_cpp) engines.push_back("llama.cpp");
-  if (c.family == drafter::DrafterFamily::DSpark) {
-    t.markov_head_type = drafter::markov_head_type_name(c.dspark.markov_head_type);
-    t.markov_rank = c.dspark.markov_rank;
-    t.confidence_head = c.dspark.enable_confidence_head;
-    t.confidence_with_markov = c.dspark.confidence_head_with_markov;
-  }
+  drafter::family_of(c.family).describe_for_engines(c, t);
   for (const auto& lt : c.layer_types) t.sliding_layers |= lt == "sliding_attention";
-  if (c.family == drafter::DrafterFamily::DFlash2) {
-    t.hidden_size = c.hidden_size;
-    t.selector_top_k = c.dflash2.selector_top_k;
-  }
   t.draft_vocab = c.draft_vocab_size > 0;
   for (auto id : c.target_layer_ids) t.last_target_layer |= id == c.num_target_layers - 1;
   std::string refused;
@@ -125,7 +117,7 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
                                   " (a run directory mixed from two runs?)");
   }
   // Read before anything in out_dir changes: a run without train_config.json leaves an earlier export whole.
-  const int64_t num_anchors = dcfg.family == drafter::DrafterFamily::DSpark ? run_num_anchors(run_dir) : 0;
+  const int64_t num_anchors = drafter::family_of(dcfg.family).export_needs_num_anchors() ? run_num_anchors(run_dir) : 0;
   remove_draft_gguf(out_dir);  // a GGUF of an earlier export must not outlive its weights, --gguf or not
   write_hf_drafter_folder(out_dir, dcfg, w, dt, draft, num_anchors);
   std::fprintf(stderr, "exported %s (step %lld) -> %s\n", path.c_str(), (long long)st.step, out_dir.c_str());

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atomic_file.h"
+#include "family_registry.h"
 #include "output_folder.h"
 #include "safetensors.h"
 
@@ -38,11 +40,11 @@ nlohmann::json hf_drafter_config_json(const drafter::DrafterConfig& c, at::Scala
   bool any_sliding = false;
   for (const auto& t : c.layer_types) any_sliding |= t == "sliding_attention";
   if (any_sliding) j.erase("is_causal");
-  // DeepSpec's Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many): the run's.
-  if (c.family == drafter::DrafterFamily::DSpark) {
+  // The family's model class asserts config.num_anchors (family.h): the run's.
+  if (const drafter::Family& family = drafter::family_of(c.family); family.export_needs_num_anchors()) {
     if (num_anchors <= 0)
-      throw std::invalid_argument("export: a DSpark export needs the run's num_anchors (DeepSpec's Qwen3DSparkModel "
-                                  "requires config.num_anchors)");
+      throw std::invalid_argument(std::string("export: a ") + family.display_name() + " export needs the run's "
+                                  "num_anchors (" + family.architecture() + " requires config.num_anchors)");
     j["num_anchors"] = num_anchors;
   }
   j.erase("torch_dtype");  // transformers 5 reads `dtype`
@@ -96,7 +98,12 @@ void write_hf_drafter_folder(const std::string& out_dir, const drafter::DrafterC
   // config.json last: it completes a folder. Every modelling file of every family is listed, so that replacing an
   // export of another family removes the files this one does not write.
   const std::vector<RemoteCodeFile> code = hf_remote_code_files(c.family);
-  const std::vector<const char*> files = {"model.safetensors", "dflash.py", "dspark.py", "dflash2.py", "config.json"};
+  std::vector<const char*> files = {"model.safetensors"};
+  for (const drafter::Family* f : drafter::registered_families())
+    for (const char* name : f->remote_code_files())
+      if (std::none_of(files.begin(), files.end(), [&](const char* g) { return std::string(g) == name; }))
+        files.push_back(name);
+  files.push_back("config.json");
   auto clean_stage = [&] {
     std::error_code ec;
     for (const char* f : files) fs::remove(stage / f, ec);

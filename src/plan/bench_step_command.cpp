@@ -38,6 +38,7 @@
 #include "drafter_family.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
+#include "family_registry.h"
 #include "dspark_block_batch.h"
 #include "dtype_names.h"
 #include "memory_fit.h"
@@ -491,7 +492,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
     throw std::invalid_argument("bench step: --draft-vocab must be in [1, " + std::to_string(o.drafter.vocab_size - 1) +
                                 "] (below the vocabulary size), got " + std::to_string(o.draft_vocab));
   const DrafterFamily family = o.drafter.family;
-  if (o.draft_vocab > 0 && family != DrafterFamily::DFlash)
+  if (o.draft_vocab > 0 && *drafter::family_of(family).draft_vocab_refusal())
     throw std::invalid_argument(std::string("bench step: --draft-vocab must be 0 with drafter_family ") +
                                 drafter_family_name(family) + " (" + family_draft_vocab_refusal(family) + ")");
 #ifndef DFLASH_BENCH_CUDA

@@ -14,6 +14,7 @@
 #include "drafter_from_target.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
+#include "family_registry.h"
 #include "dtype_names.h"
 #include "input_file.h"
 #include "memory_fit.h"
@@ -261,7 +262,7 @@ int plan_main(const std::vector<std::string>& argv) {
   if (a.on("deterministic")) s.deterministic = true;
   s.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "plan: --attention-backend");
   apply_family(s, family, a, "plan");
-  if (family != drafter::DrafterFamily::DFlash && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
+  if (*drafter::family_of(family).draft_vocab_refusal() && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
     throw std::invalid_argument(std::string("plan: --draft-vocab must be 0 with drafter_family ") +
                                 drafter_family_name(family) + " (" + family_draft_vocab_refusal(family) + ")");
   if (a.given("draft-vocab")) {

@@ -1,0 +1,79 @@
+// A drafter family as a plug-in: what the layers ask of a family, so that adding one is a folder in src/families
+// plus one line in its registration table (families_table.cpp), and no other file names it
+// (docs/ARCHITECTURE.md "A drafter family"). Declared here because drafter-layer code calls these hooks; each
+// family implements them in its own folder, a layer above. eval/proposer.h is the model: an interface below, the
+// implementations above. Torch-free.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "drafter_config.h"
+#include "serving_engines.h"
+
+namespace dflash::drafter {
+
+// A family's own config.json settings (its extras: DSpark's heads, DFlash2's convs and selector), read by
+// Family::read_settings and owned by the family.
+class FamilySettings {
+ public:
+  virtual ~FamilySettings() = default;
+  // Throws std::invalid_argument "<where>: field '<name>': expected ..., got ..."; `c` is the drafter they belong to
+  // (bounds that depend on its shape).
+  virtual void validate(const DrafterConfig& c, const std::string& where) const = 0;
+  // Adds the settings to config.json `top` being written for `c` (top["dflash_config"] is there already).
+  virtual void write(const DrafterConfig& c, nlohmann::json& top) const = 0;
+  // Copies the settings into the DrafterConfig fields that code still keyed on DrafterFamily reads
+  // (DrafterConfig::dspark, ::dflash2): the bridge until DrafterConfig holds this object.
+  virtual void store(DrafterConfig& /*c*/) const {}
+};
+
+// The config.json keys a family's settings take, which a config of any other family must not carry (it would be
+// read as a drafter without the family's modules).
+struct FamilySettingKeys {
+  std::vector<std::string> top_level;
+  std::vector<std::string> in_dflash_config;
+};
+
+class Family {
+ public:
+  virtual ~Family() = default;
+  // `drafter_family: NAME` / `--drafter-family NAME`.
+  // Names are string literals: they outlive every caller (drafter_family.h hands them out as const char*).
+  virtual const char* name() const = 0;
+  // As messages write it ("DSpark").
+  virtual const char* display_name() const = 0;
+  // config.json's architectures[0].
+  virtual const char* architecture() const = 0;
+  // Why a draft vocabulary (draft_vocab_size) is refused with this family, in the words train, plan and bench step
+  // use; empty: the family has one.
+  virtual const char* draft_vocab_refusal() const { return ""; }
+
+  virtual FamilySettingKeys setting_keys() const { return {}; }
+  // true: a config.json without dflash_config has its keys (mask_token_id, target_layer_ids) at the top level, as
+  // DeepSpec writes DSpark drafters.
+  virtual bool flat_dflash_config() const { return false; }
+  // The family's settings from config.json (`top` and its dflash_config object, which is `top` for a flat config);
+  // nullptr when the family has none. Throws std::invalid_argument naming `where` and the field.
+  virtual std::unique_ptr<FamilySettings> read_settings(const nlohmann::json& /*top*/,
+                                                        const nlohmann::json& /*dflash_config*/,
+                                                        const std::string& /*where*/) const {
+    return nullptr;
+  }
+  // The settings `c` holds for this family (nullptr: none): the other half of FamilySettings::store's bridge.
+  virtual std::unique_ptr<FamilySettings> settings_of(const DrafterConfig& /*c*/) const { return nullptr; }
+
+  // Export traits, as data: the modelling files written beside the weights (src/export/remote_code/, dflash.py
+  // first: every family builds on it) and the class auto_map's AutoModel names ("dspark.Qwen3DSparkModel").
+  virtual std::vector<const char*> remote_code_files() const { return {"dflash.py"}; }
+  virtual const char* auto_model_class() const = 0;
+  // What of `c` an engine may read differently from the trainer (serving_engines.h), beyond what every family has
+  // (t.family, draft vocabulary, sliding layers, target layers: filled by the caller).
+  virtual void describe_for_engines(const DrafterConfig& /*c*/, ExportTraits& /*t*/) const {}
+  // true: the exported config.json must carry the run's num_anchors (the family's model class asserts it).
+  virtual bool export_needs_num_anchors() const { return false; }
+};
+
+}  // namespace dflash::drafter

@@ -1,0 +1,57 @@
+#include "family_registry.h"
+
+#include <stdexcept>
+
+namespace dflash::drafter {
+namespace {
+
+std::vector<const Family*>& table() {
+  static std::vector<const Family*> families;
+  return families;
+}
+
+}  // namespace
+
+void register_family(const Family& f) {
+  for (const Family* g : table()) {
+    if (g == &f) return;  // the same family again (a test main and a test both registering): nothing to add
+    if (std::string(g->name()) == f.name() || std::string(g->architecture()) == f.architecture())
+      throw std::logic_error(std::string("drafter family '") + f.name() + "' (architectures [\"" + f.architecture() +
+                             "\"]) is registered already as '" + g->name() + "' ([\"" + g->architecture() + "\"])");
+  }
+  table().push_back(&f);
+}
+
+const std::vector<const Family*>& registered_families() { return table(); }
+
+const Family* find_family(const std::string& name) {
+  for (const Family* f : table())
+    if (name == f->name()) return f;
+  return nullptr;
+}
+
+const Family* find_family_of_architecture(const std::string& architecture) {
+  for (const Family* f : table())
+    if (architecture == f->architecture()) return f;
+  return nullptr;
+}
+
+std::string registered_family_names() {
+  std::string s;
+  const auto& t = table();
+  for (size_t i = 0; i < t.size(); ++i) s += (i == 0 ? "" : i + 1 == t.size() ? " or " : ", ") + std::string(t[i]->name());
+  return s.empty() ? "(no drafter family is registered)" : s;
+}
+
+const Family& family_named(const std::string& name, const std::string& what) {
+  if (const Family* f = find_family(name)) return *f;
+  throw std::invalid_argument(what + " must be " + registered_family_names() + ", got '" + name + "'");
+}
+
+const Family& family_of(DrafterFamily f) {
+  if (const Family* g = find_family(drafter_family_name(f))) return *g;
+  throw std::logic_error(std::string("drafter family '") + drafter_family_name(f) +
+                         "' is not registered (register_builtin_families() was not called)");
+}
+
+}  // namespace dflash::drafter

@@ -1,0 +1,83 @@
+#include "dspark_family.h"
+
+#include <nlohmann/json.hpp>
+
+#include "config_fields.h"
+
+namespace dflash::families {
+namespace {
+
+using drafter::DrafterConfig;
+
+class DSparkFamilySettings final : public drafter::FamilySettings {
+ public:
+  explicit DSparkFamilySettings(const drafter::DSparkHeads& h) : heads_(h) {}
+  void validate(const DrafterConfig&, const std::string& where) const override { heads_.validate(where); }
+  void write(const DrafterConfig& c, nlohmann::json& j) const override {
+    j["markov_rank"] = heads_.markov_rank;
+    j["markov_head_type"] = drafter::markov_head_type_name(heads_.markov_head_type);
+    j["enable_confidence_head"] = heads_.enable_confidence_head;
+    j["confidence_head_with_markov"] = heads_.confidence_head_with_markov;
+    // DeepSpec's flat keys too (dflash_config, written as well, is read first by us).
+    j["mask_token_id"] = c.mask_token_id;
+    j["target_layer_ids"] = c.target_layer_ids;
+  }
+  void store(DrafterConfig& c) const override { c.dspark = heads_; }
+
+ private:
+  drafter::DSparkHeads heads_;
+};
+
+class DSparkFamily final : public drafter::Family {
+ public:
+  const char* name() const override { return "dspark"; }
+  const char* display_name() const override { return "DSpark"; }
+  // DeepSpec's native name, the one SGLang and vLLM load (vLLM's DSparkDraftModel is a DeepSeek-V4 class).
+  const char* architecture() const override { return "Qwen3DSparkModel"; }
+  const char* draft_vocab_refusal() const override {
+    return "not supported yet: vLLM and speculators serve it with lm_head and markov_w2 over the K draft tokens and "
+           "markov_w1 over the target's vocabulary, which train, eval and export do not implement";
+  }
+  drafter::FamilySettingKeys setting_keys() const override {
+    return {{"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"}, {}};
+  }
+  bool flat_dflash_config() const override { return true; }
+  // SGLang requires markov_rank and markov_head_type, so they are required here too.
+  std::unique_ptr<drafter::FamilySettings> read_settings(const nlohmann::json& j, const nlohmann::json&,
+                                                         const std::string& where) const override {
+    drafter::DSparkHeads h;
+    h.markov_rank = drafter::int_field(j, "markov_rank", where, true, 0);
+    if (!j.contains("markov_head_type"))
+      drafter::fail_field(where, "markov_head_type", drafter::kMarkovHeadTypeSpellings, "nothing (missing)");
+    const auto& t = j.at("markov_head_type");
+    const auto type = t.is_string() ? drafter::markov_head_type_from_text(t.get<std::string>()) : std::nullopt;
+    if (!type) drafter::fail_field(where, "markov_head_type", drafter::kMarkovHeadTypeSpellings, drafter::shown_field(t));
+    h.markov_head_type = *type;
+    h.enable_confidence_head = drafter::bool_field(j, "enable_confidence_head", where, true);
+    h.confidence_head_with_markov = drafter::bool_field(j, "confidence_head_with_markov", where, true);
+    h.validate(where);
+    return std::make_unique<DSparkFamilySettings>(h);
+  }
+  std::unique_ptr<drafter::FamilySettings> settings_of(const DrafterConfig& c) const override {
+    return std::make_unique<DSparkFamilySettings>(c.dspark);
+  }
+  std::vector<const char*> remote_code_files() const override { return {"dflash.py", "dspark.py"}; }
+  const char* auto_model_class() const override { return "dspark.Qwen3DSparkModel"; }
+  void describe_for_engines(const DrafterConfig& c, drafter::ExportTraits& t) const override {
+    t.markov_head_type = drafter::markov_head_type_name(c.dspark.markov_head_type);
+    t.markov_rank = c.dspark.markov_rank;
+    t.confidence_head = c.dspark.enable_confidence_head;
+    t.confidence_with_markov = c.dspark.confidence_head_with_markov;
+  }
+  // DeepSpec's Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many).
+  bool export_needs_num_anchors() const override { return true; }
+};
+
+}  // namespace
+
+const drafter::Family& dspark_family() {
+  static const DSparkFamily family;
+  return family;
+}
+
+}  // namespace dflash::families

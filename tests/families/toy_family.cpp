@@ -1,0 +1,48 @@
+#include "toy_family.h"
+
+#include <nlohmann/json.hpp>
+
+#include "config_fields.h"
+#include "family_registry.h"
+
+namespace dflash::families::testing {
+namespace {
+
+using drafter::DrafterConfig;
+
+class ToySettings final : public drafter::FamilySettings {
+ public:
+  explicit ToySettings(int64_t gain) : gain_(gain) {}
+  void validate(const DrafterConfig&, const std::string& where) const override {
+    if (gain_ < 1 || gain_ > 16) drafter::fail_field(where, "toy_gain", "an integer in [1, 16]", std::to_string(gain_));
+  }
+  void write(const DrafterConfig&, nlohmann::json& j) const override { j["toy_gain"] = gain_; }
+
+ private:
+  int64_t gain_;
+};
+
+class ToyFamily final : public drafter::Family {
+ public:
+  const char* name() const override { return "toy"; }
+  const char* display_name() const override { return "Toy"; }
+  const char* architecture() const override { return "ToyDFlashModel"; }
+  const char* draft_vocab_refusal() const override { return "the toy family has no draft vocabulary"; }
+  drafter::FamilySettingKeys setting_keys() const override { return {{"toy_gain"}, {}}; }
+  std::unique_ptr<drafter::FamilySettings> read_settings(const nlohmann::json& j, const nlohmann::json&,
+                                                         const std::string& where) const override {
+    return std::make_unique<ToySettings>(drafter::int_field(j, "toy_gain", where, true, 0));
+  }
+  const char* auto_model_class() const override { return "dflash.DFlashDraftModel"; }
+};
+
+}  // namespace
+
+const drafter::Family& toy_family() {
+  static const ToyFamily family;
+  return family;
+}
+
+void register_toy_family() { drafter::register_family(toy_family()); }
+
+}  // namespace dflash::families::testing

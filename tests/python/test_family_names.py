@@ -1,0 +1,144 @@
+"""Adding a drafter family is one folder in src/families plus one line in its registration table: no other file of
+src/ may name a family. "Naming" is what this test can see: a DrafterFamily value (or the enum's declaration), a
+family's config.json architecture or its name as a quoted string ("dspark", "dflash2.py"), and a file named after
+a family. The allowlists below are the remaining work, file by file, of moving the dispatch into the plug-ins
+(docs/ARCHITECTURE.md "A drafter family" lists the same files): a file may only leave them, and an entry that no
+longer names a family must go, so the lists shrink as the work is done."""
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FAMILY_FOLDER = "src/families/"
+SOURCES = (".h", ".cpp", ".cu", ".cuh", ".inc", ".in")
+NAMING = re.compile(r'DrafterFamily::(?:DFlash2|DSpark|DFlash)\b|enum class DrafterFamily\b'
+                    r'|"(?:Qwen3DSparkModel|DFlash2DraftModel|DFlashDraftModel|dspark|dflash2)(?:\.py)?"')
+FAMILY_FILE = re.compile(r"^(?:dspark|dflash2)(?:_|\.)|_(?:dspark|dflash2)(?:_|\.)")
+
+# Places that still branch on a family or spell it, with how many times. Why each is not moved yet:
+NAMED_IN = {
+    # The enum itself and its text <-> value bridge: goes when DrafterConfig holds a Family (family.h), which
+    # recompiles every file that includes drafter_config.h.
+    "src/drafter/drafter_family.h": 3,
+    "src/drafter/drafter_family.cpp": 11,
+    "src/drafter/drafter_config.h": 1,
+    "src/train/train_config.h": 1,
+    "src/train/train_config.cpp": 1,
+    # The model and weights hooks (block forward, weight names and init): step 2's last part.
+    "src/drafter/drafter_model.cpp": 4,
+    "src/drafter/drafter_weights.cpp": 4,
+    "src/drafter/dflash2_init.cpp": 3,
+    "src/drafter/selftest_command.cpp": 2,
+    # Export traits per serving engine: string-keyed rows, to become each family's rows.
+    "src/drafter/serving_engines.h": 9,
+    # An export folder's files (every family's remote code, so that a re-export removes another family's file).
+    "src/util/output_folder.h": 2,
+    # Eval: the proposer factory hook (eval layer) and the family's block/confidence rules.
+    "src/eval/eval_command.cpp": 4,
+    "src/eval/dflash2_proposer.cpp": 1,
+    "src/eval/dspark_proposer.cpp": 1,
+    "src/eval/drafter_context_cache.cpp": 1,
+    # Planner cost terms (memory and FLOPs) and bench step, which other work is changing at the same time.
+    "src/plan/bench_step_command.cpp": 6,
+    "src/plan/plan_command.cpp": 1,
+    "src/plan/memory_planner.cpp": 3,
+    "src/plan/family_step_flops.cpp": 3,
+    "src/plan/dflash2_plan_terms.cpp": 1,
+    "src/plan/node_planner.cpp": 2,
+    # Training: the objective, block batches and the train settings of a family.
+    "src/train/step_producer.cpp": 5,
+    "src/train/step_runner.cpp": 3,
+    "src/train/target_setup.cpp": 2,
+    "src/train/trainer.cpp": 2,
+    "src/train/drafter_family_setting.cpp": 2,
+    "src/train/dflash2_train_settings.cpp": 4,
+    # The remote-code files' texts compiled into export (their .py files sit in src/export/remote_code).
+    "src/export/remote_code/hf_remote_code.cpp.in": 2,
+}
+
+# Files named after a family outside its folder: each family's modules, to be moved (git mv) into the folder.
+FAMILY_FILES = {
+    "src/drafter/dflash2_init.cpp", "src/drafter/dflash2_init.h", "src/drafter/dflash2_layer.cpp",
+    "src/drafter/dflash2_layer.h", "src/drafter/dflash2_objective.cpp", "src/drafter/dflash2_objective.h",
+    "src/drafter/dflash2_settings.cpp", "src/drafter/dflash2_settings.h", "src/drafter/dflash2_weight_names.cpp",
+    "src/drafter/dflash2_weight_names.h", "src/drafter/dspark_block_batch.cpp", "src/drafter/dspark_block_batch.h",
+    "src/drafter/dspark_heads.cpp", "src/drafter/dspark_heads.h", "src/drafter/dspark_loss.cpp",
+    "src/drafter/dspark_loss.h", "src/eval/dflash2_proposer.cpp", "src/eval/dflash2_proposer.h",
+    "src/eval/dspark_proposer.cpp", "src/eval/dspark_proposer.h", "src/export/remote_code/dflash2.py",
+    "src/export/remote_code/dspark.py", "src/kernels/dspark_objective_rows.h",
+    "src/kernels/dspark_objective_rows_cpu.cpp", "src/kernels/dspark_objective_rows_cpu_impl.inc",
+    "src/ops/dspark_lm_loss_op.cpp", "src/ops/dspark_lm_loss_op.h", "src/plan/bench_step_dspark.cpp",
+    "src/plan/bench_step_dspark.h", "src/plan/dflash2_plan_terms.cpp", "src/plan/dflash2_plan_terms.h",
+    "src/train/dflash2_step_metrics.cpp", "src/train/dflash2_step_metrics.h", "src/train/dflash2_step_sums.cpp",
+    "src/train/dflash2_step_sums.h", "src/train/dflash2_train_settings.cpp", "src/train/dflash2_train_settings.h",
+}
+
+
+def family_mentions(root):
+    """{file: count} of the family names in src/ outside src/families/."""
+    found = {}
+    for f in sorted((root / "src").rglob("*")):
+        rel = f.relative_to(root).as_posix()
+        if f.is_file() and f.suffix in SOURCES and not rel.startswith(FAMILY_FOLDER):
+            n = len(NAMING.findall(f.read_text()))
+            if n:
+                found[rel] = n
+    return found
+
+
+def family_files(root):
+    return {f.relative_to(root).as_posix() for f in (root / "src").rglob("*")
+            if f.is_file() and FAMILY_FILE.search(f.name) and not f.relative_to(root).as_posix().startswith(FAMILY_FOLDER)}
+
+
+def allowlist_errors(found, allowed):
+    errors = []
+    for rel, n in sorted(found.items()):
+        if rel not in allowed:
+            errors.append(f"{rel} names a drafter family {n} time(s): ask the family's plug-in (src/drafter/family.h) "
+                          "instead, or put the code in its folder under src/families/")
+        elif n > allowed[rel]:
+            errors.append(f"{rel} names a drafter family {n} times, {allowed[rel]} allowed: no new branch on a family")
+    for rel, n in sorted(allowed.items()):
+        if found.get(rel, 0) < n:
+            errors.append(f"{rel}: allowed {n}, names a family {found.get(rel, 0)} time(s) now: lower its entry in "
+                          "NAMED_IN (and docs/ARCHITECTURE.md's list when it reaches 0)")
+    return errors
+
+
+def test_no_file_outside_the_family_folders_names_a_family():
+    errors = allowlist_errors(family_mentions(ROOT), NAMED_IN)
+    assert not errors, "\n".join(errors)
+
+
+def test_no_new_file_is_named_after_a_family_outside_its_folder():
+    on_disk = family_files(ROOT)
+    assert not on_disk - FAMILY_FILES, f"put these in the family's folder under src/families/: {sorted(on_disk - FAMILY_FILES)}"
+    assert not FAMILY_FILES - on_disk, f"gone or moved, drop them from FAMILY_FILES: {sorted(FAMILY_FILES - on_disk)}"
+
+
+def test_the_architecture_checklist_lists_the_remaining_files():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    section = text.split("### A drafter family", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(src/[\w./]+)`", section.split("Still naming a family", 1)[1]))
+    assert listed == set(NAMED_IN), (f"docs/ARCHITECTURE.md 'Still naming a family' differs from NAMED_IN: missing "
+                                     f"{sorted(set(NAMED_IN) - listed)}, extra {sorted(listed - set(NAMED_IN))}")
+    for path in re.findall(r"`((?:src|tests)/[\w./]+)`", section):
+        assert (ROOT / path).exists(), f"docs/ARCHITECTURE.md 'A drafter family' names {path}, which does not exist"
+
+
+def test_a_new_branch_and_a_stale_entry_are_reported(tmp_path):
+    (tmp_path / "src" / "plan").mkdir(parents=True)
+    (tmp_path / "src" / "families" / "toy").mkdir(parents=True)
+    (tmp_path / "src" / "plan" / "p.cpp").write_text("if (f == DrafterFamily::DSpark) {}\nname == \"dflash2\";\n")
+    (tmp_path / "src" / "families" / "toy" / "t.cpp").write_text("DrafterFamily::DSpark \"dspark\"\n")
+    (tmp_path / "src" / "plan" / "dspark_cost.h").write_text("")
+    found = family_mentions(tmp_path)
+    assert found == {"src/plan/p.cpp": 2}
+    assert allowlist_errors(found, {}) == [
+        "src/plan/p.cpp names a drafter family 2 time(s): ask the family's plug-in (src/drafter/family.h) instead, or "
+        "put the code in its folder under src/families/"]
+    assert allowlist_errors(found, {"src/plan/p.cpp": 1})[0].endswith("1 allowed: no new branch on a family")
+    assert allowlist_errors(found, {"src/plan/p.cpp": 2, "src/plan/q.cpp": 1}) == [
+        "src/plan/q.cpp: allowed 1, names a family 0 time(s) now: lower its entry in NAMED_IN (and "
+        "docs/ARCHITECTURE.md's list when it reaches 0)"]
+    assert family_files(tmp_path) == {"src/plan/dspark_cost.h"}
