@@ -216,10 +216,10 @@ def test_bad_configs_and_checkpoints_are_clear_errors(dflash_bin, tmp_path):
             save_file(sd, str(d / "model.safetensors"))
         return d
 
-    assert "layer_types[1]' is \"linear_attention\"" in _error(
+    assert "layer_types[1]' is \"linear_attention\"" in generate_error(
         dflash_bin, folder("lt", layer_types=["sliding_attention", "linear_attention"] * 2))
     assert "'sliding_window' is 0" in generate_error(dflash_bin, folder("sw", sliding_window=0))
-    assert "quant_method' is bitsandbytes" in _error(
+    assert "quant_method' is bitsandbytes" in generate_error(
         dflash_bin, folder("q", quantization_config={"quant_method": "bitsandbytes"}))
     sd = load_file(str(good / "model.safetensors"))
     del sd["model.layers.2.mlp.experts.down_proj"]
