@@ -19,8 +19,26 @@ using nlohmann::json;
   throw std::runtime_error("target config " + what + ": " + msg);
 }
 
-constexpr const char* kSupportedTypes =
-    "llama, qwen3, qwen3_moe, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, gpt_oss";
+// Every model_type spelling of the table, in its order ("llama, qwen3, ...").
+std::string supported_model_types() {
+  std::string out;
+  for (const TargetArchInfo& a : target_archs())
+    for (const char* t : a.model_types) out += (out.empty() ? "" : ", ") + std::string(t);
+  return out;
+}
+
+// The layer types an architecture's layer_types may hold, as the errors list them.
+const char* supported_layer_types(TargetArch arch) {
+  if (target_arch_info(arch).hybrid) return "\"linear_attention\", \"full_attention\"";
+  if (target_arch_info(arch).sliding) return "\"sliding_attention\", \"full_attention\"";
+  return "\"full_attention\"";
+}
+
+bool layer_type_allowed(TargetArch arch, LayerType t) {
+  if (t == LayerType::linear_attention) return target_arch_info(arch).hybrid;
+  if (t == LayerType::sliding_attention) return target_arch_info(arch).sliding;
+  return true;
+}
 
 constexpr int64_t kMaxTargetInt = 2147483647;  // sizes and counts become int (layers, heads, token ids)
 
@@ -82,6 +100,72 @@ RopeConfig parse_rope(const json& j, int64_t max_positions, const std::string& w
 
 }  // namespace
 
+namespace {
+
+void validate_gpt_oss(const TargetConfig& c, const std::string& what) {
+  const bool any_sliding =
+      std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::sliding_attention) != c.layer_types.end();
+  if (any_sliding && (c.sliding_window <= 0 || c.sliding_window > kMaxTargetInt))
+    fail(what, "field 'sliding_window' is " + std::to_string(c.sliding_window) +
+                   ", expected a positive integer (layer_types has sliding_attention layers)");
+  const MoeConfig& moe = c.moe;
+  if (moe.num_experts <= 0) fail(what, "field 'num_local_experts' must be positive, got " + std::to_string(moe.num_experts));
+  for (auto [name, v] : {std::pair<const char*, double>{"swiglu_alpha", moe.swiglu_alpha}, {"swiglu_limit", moe.swiglu_limit}})
+    if (!std::isfinite(v) || !(v > 0))
+      fail(what, std::string("field '") + name + "' must be a finite positive number, got " + shown_double(v));
+}
+
+}  // namespace
+
+const std::vector<TargetArchInfo>& target_archs() {
+  // One row per TargetArch, in enum order: a new architecture is a new row (and its parse in this file).
+  static const std::vector<TargetArchInfo> rows = {
+      {TargetArch::llama, "llama", {"llama"}, "llama", "LlamaForCausalLM"},
+      {TargetArch::qwen3, "qwen3", {"qwen3"}, "qwen3", "Qwen3ForCausalLM"},
+      {TargetArch::qwen3_moe, "qwen3_moe", {"qwen3_moe"}, "qwen3moe", "Qwen3MoeForCausalLM"},
+      {TargetArch::qwen3_5, "qwen3_5", {"qwen3_5", "qwen3_5_text"}, nullptr, nullptr, NormWeight::zero_centred,
+       /*hybrid=*/true},
+      {TargetArch::qwen3_5_moe, "qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"}, nullptr, nullptr,
+       NormWeight::zero_centred, /*hybrid=*/true},
+      {TargetArch::gpt_oss, "gpt_oss", {"gpt_oss"}, nullptr, nullptr, NormWeight::float32, /*hybrid=*/false,
+       /*sinks=*/true, /*sliding=*/true},
+  };
+  return rows;
+}
+
+const TargetArchInfo& target_arch_info(TargetArch arch) {
+  const auto& rows = target_archs();
+  const size_t i = static_cast<size_t>(arch);
+  if (i >= rows.size() || rows[i].arch != arch)
+    throw std::logic_error("target_arch_info: no row for architecture " + std::to_string(i));
+  return rows[i];
+}
+
+const char* target_arch_name(TargetArch arch) { return target_arch_info(arch).name; }
+
+const char* layer_type_name(LayerType t) {
+  switch (t) {
+    case LayerType::full_attention: return "full_attention";
+    case LayerType::sliding_attention: return "sliding_attention";
+    case LayerType::linear_attention: return "linear_attention";
+  }
+  return "?";
+}
+
+void TargetConfig::finish() {
+  layers.clear();
+  if (num_hidden_layers < 0 || num_hidden_layers > kMaxTargetLayers) return;  // validate() names the field
+  layers.resize(static_cast<size_t>(num_hidden_layers));
+  for (int64_t i = 0; i < num_hidden_layers; ++i) {
+    const LayerType t = size_t(i) < layer_types.size() ? layer_types[size_t(i)] : LayerType::full_attention;
+    LayerKind& k = layers[size_t(i)];
+    k.mixer = t == LayerType::linear_attention ? Mixer::deltanet : Mixer::attention;
+    k.mlp = moe_by_fields(i) ? Mlp::moe : Mlp::dense;
+    k.window = t == LayerType::sliding_attention ? sliding_window : 0;
+    k.sinks = k.mixer == Mixer::attention && info().sinks;
+  }
+}
+
 void TargetConfig::validate(const std::string& what) const {
   check_target_limits(*this, what);  // what the arithmetic and memory allow, before anything is sized by it
   auto positive = [&](const char* name, int64_t v) {
@@ -124,7 +208,7 @@ void TargetConfig::validate(const std::string& what) const {
       fail(what, "field 'bos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
                      std::to_string(vocab_size) + ")");
   if (moe.num_experts > 0) {
-    positive(moe.gpt_oss ? "intermediate_size" : "moe_intermediate_size", moe.expert_intermediate);
+    positive(arch == TargetArch::gpt_oss ? "intermediate_size" : "moe_intermediate_size", moe.expert_intermediate);
     positive("decoder_sparse_step", moe.sparse_step);
     if (moe.top_k < 1 || moe.top_k > moe.num_experts)
       fail(what, "field 'num_experts_per_tok' is " + std::to_string(moe.top_k) + ", expected 1.." +
@@ -136,15 +220,12 @@ void TargetConfig::validate(const std::string& what) const {
     if (moe.shared_intermediate < 0)
       fail(what, "field 'shared_expert_intermediate_size' must be positive, got " + std::to_string(moe.shared_intermediate));
   }
-  if (model_type == "gpt_oss") validate_gpt_oss(what);
-  if (!hybrid) return;
-  if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
-    fail(what, "field 'layer_types' has " + std::to_string(layer_types.size()) + " entries, expected " +
-                   std::to_string(num_hidden_layers) + " (num_hidden_layers)");
-  for (size_t i = 0; i < layer_types.size(); ++i)
-    if (layer_types[i] != "linear_attention" && layer_types[i] != "full_attention")
-      fail(what, "field 'layer_types[" + std::to_string(i) + "]' is \"" + layer_types[i] +
-                     "\" (supported: \"linear_attention\", \"full_attention\")");
+  validate_layer_types(what);
+  if (arch == TargetArch::gpt_oss) validate_gpt_oss(*this, what);
+  if (static_cast<int64_t>(layers.size()) != num_hidden_layers)
+    fail(what, "its layer kinds cover " + std::to_string(layers.size()) + " layers, expected " +
+                   std::to_string(num_hidden_layers) + " (TargetConfig::finish() not called after the fields changed)");
+  if (!info().hybrid) return;
   positive("linear_conv_kernel_dim", linear.conv_kernel);
   positive("linear_key_head_dim", linear.key_head_dim);
   positive("linear_value_head_dim", linear.value_head_dim);
@@ -159,27 +240,20 @@ void TargetConfig::validate(const std::string& what) const {
                    ") must give an even number of rotated dims in [2, head_dim], got " + std::to_string(rot));
 }
 
-void TargetConfig::validate_gpt_oss(const std::string& what) const {
-  if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
+void TargetConfig::validate_layer_types(const std::string& what) const {
+  // The hybrids and gpt-oss list every layer; the others may list theirs (all full attention).
+  const bool listed = info().hybrid || info().sliding;
+  if ((listed || !layer_types.empty()) && static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
     fail(what, "field 'layer_types' has " + std::to_string(layer_types.size()) + " entries, expected " +
                    std::to_string(num_hidden_layers) + " (num_hidden_layers)");
-  bool any_sliding = false;
-  for (size_t i = 0; i < layer_types.size(); ++i) {
-    if (layer_types[i] != "sliding_attention" && layer_types[i] != "full_attention")
-      fail(what, "field 'layer_types[" + std::to_string(i) + "]' is \"" + layer_types[i] +
-                     "\" (supported: \"sliding_attention\", \"full_attention\")");
-    any_sliding |= layer_types[i] == "sliding_attention";
-  }
-  if (any_sliding && (sliding_window <= 0 || sliding_window > kMaxTargetInt))
-    fail(what, "field 'sliding_window' is " + std::to_string(sliding_window) +
-                   ", expected a positive integer (layer_types has sliding_attention layers)");
-  if (moe.num_experts <= 0) fail(what, "field 'num_local_experts' must be positive, got " + std::to_string(moe.num_experts));
-  for (auto [name, v] : {std::pair<const char*, double>{"swiglu_alpha", moe.swiglu_alpha}, {"swiglu_limit", moe.swiglu_limit}})
-    if (!std::isfinite(v) || !(v > 0))
-      fail(what, std::string("field '") + name + "' must be a finite positive number, got " + shown_double(v));
+  for (size_t i = 0; i < layer_types.size(); ++i)
+    if (!layer_type_allowed(arch, layer_types[i]))
+      fail(what, "field 'layer_types[" + std::to_string(i) + "]' is \"" + layer_type_name(layer_types[i]) +
+                     "\" (supported: " + supported_layer_types(arch) + ")");
 }
 
-bool TargetConfig::is_moe_layer(int64_t i) const {
+
+bool TargetConfig::moe_by_fields(int64_t i) const {
   if (moe.num_experts <= 0) return false;
   if (std::find(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end(), i) != moe.mlp_only_layers.end()) return false;
   return moe.sparse_step > 0 && (i + 1) % moe.sparse_step == 0;
@@ -195,16 +269,31 @@ bool TargetConfig::has_dense_mlp() const {
 
 int64_t TargetConfig::num_linear_layers() const {
   int64_t n = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(layer_types.size()); ++i) n += is_linear_layer(i);
+  for (const LayerKind& k : layers) n += k.mixer == Mixer::deltanet;
   return n;
 }
 
 namespace {
 
+// config.json's layer_types as the enum: a name outside the three is an error listing what `arch` supports.
+std::vector<LayerType> parse_layer_types(const json& t, const std::string& what, TargetArch arch) {
+  std::vector<LayerType> out;
+  if (!t["layer_types"].is_array()) fail(what, "field 'layer_types' must be a list of strings");
+  for (const auto& e : t["layer_types"]) {
+    const std::string at = "field 'layer_types[" + std::to_string(out.size()) + "]'";
+    if (!e.is_string()) fail(what, at + " must be a string, got " + e.dump());
+    const std::string name = e.get<std::string>();
+    bool known = false;
+    for (LayerType lt : {LayerType::full_attention, LayerType::sliding_attention, LayerType::linear_attention})
+      if (name == layer_type_name(lt)) out.push_back(lt), known = true;
+    if (!known) fail(what, at + " is \"" + name + "\" (supported: " + supported_layer_types(arch) + ")");
+  }
+  return out;
+}
+
 // Qwen3.5 / Qwen3.6: the hybrid fields of the text decoder `t` (the top level of a qwen3_5_text config, or
 // `text_config` of a qwen3_5 one).
 void parse_hybrid_fields(const json& t, const std::string& what, TargetConfig& c) {
-  c.hybrid = true;
   c.qk_norm = true;
   if (get_bool(t, "attn_output_gate", what, true) == false)
     fail(what, "field 'attn_output_gate' is false: Qwen3.5 attention without the output gate is not supported");
@@ -220,18 +309,13 @@ void parse_hybrid_fields(const json& t, const std::string& what, TargetConfig& c
     if (t.contains(key) && t[key].is_object() && t[key].contains("partial_rotary_factor"))
       c.partial_rotary_factor = get_num(t[key], "partial_rotary_factor", what + " " + key, 0.25);
   if (t.contains("layer_types") && !t["layer_types"].is_null()) {
-    if (!t["layer_types"].is_array()) fail(what, "field 'layer_types' must be a list of strings");
-    for (const auto& e : t["layer_types"]) {
-      if (!e.is_string())
-        fail(what, "field 'layer_types[" + std::to_string(c.layer_types.size()) + "]' must be a string, got " + e.dump());
-      c.layer_types.push_back(e.get<std::string>());
-    }
+    c.layer_types = parse_layer_types(t, what, c.arch);
   } else {  // transformers' rule: every interval-th layer (1-based) is full attention
     check_target_layer_count(c.num_hidden_layers, what);  // the list below has one entry per layer
     const int64_t interval = get_int(t, "full_attention_interval", what, false, 4);
     if (interval <= 0) fail(what, "field 'full_attention_interval' must be positive, got " + std::to_string(interval));
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-      c.layer_types.push_back((i + 1) % interval == 0 ? "full_attention" : "linear_attention");
+      c.layer_types.push_back((i + 1) % interval == 0 ? LayerType::full_attention : LayerType::linear_attention);
   }
   if (get_int(t, "mtp_num_hidden_layers", what, false, 0) > 0)
     c.notes.push_back("the multi-token-prediction head (mtp.*, " +
@@ -314,21 +398,17 @@ void parse_gpt_oss(const json& j, const std::string& what, TargetConfig& c) {
       fail(what, e.what());
     }
   }
-  c.attention_sinks = true;
   c.sliding_window = get_int(j, "sliding_window", what, false, 128);
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    if (!j["layer_types"].is_array()) fail(what, "field 'layer_types' must be a list of strings");
-    for (const auto& e : j["layer_types"]) {
-      if (!e.is_string())
-        fail(what, "field 'layer_types[" + std::to_string(c.layer_types.size()) + "]' must be a string, got " + e.dump());
-      c.layer_types.push_back(e.get<std::string>());
-    }
+    c.layer_types = parse_layer_types(j, what, c.arch);
   } else {  // transformers' rule: even layers (0, 2, ...) slide, odd ones see everything
+    check_target_layer_count(c.num_hidden_layers, what);  // the list below has one entry per layer
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-      c.layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+      c.layer_types.push_back(i % 2 == 0 ? LayerType::sliding_attention : LayerType::full_attention);
   }
-  MoeConfig& m = c.moe;
-  m.gpt_oss = true;
+  MoeConfig& m = c.moe;  // every layer routed (sparse_step 1), by its logits' top k, clamped SwiGLU experts
+  m.router = MoeRouter::topk_softmax;
+  m.experts = MoeExperts::clamped_swiglu;
   const char* experts_key = !absent("num_local_experts") ? "num_local_experts" : "num_experts";
   m.num_experts = get_int(j, experts_key, what, true, 0);
   m.top_k = get_int(j, "num_experts_per_tok", what, false, 4);
@@ -357,31 +437,29 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
   if (!j.is_object()) fail(what, "must be a JSON object");
   TargetConfig c;
   if (!j.contains("model_type") || !j["model_type"].is_string())
-    fail(what, "missing field 'model_type' (expected one of: " + std::string(kSupportedTypes) + ")");
+    fail(what, "missing field 'model_type' (expected one of: " + supported_model_types() + ")");
   const std::string type = j["model_type"].get<std::string>();
-  const bool hybrid = type == "qwen3_5" || type == "qwen3_5_text" || type == "qwen3_5_moe" || type == "qwen3_5_moe_text";
-  if (type != "llama" && type != "qwen3" && type != "qwen3_moe" && type != "gpt_oss" && !hybrid)
-    fail(what, "field 'model_type' is '" + type + "' (supported: " + kSupportedTypes + ")");
-  if (type == "gpt_oss") {
-    c.model_type = type;
+  const TargetArchInfo* row = nullptr;
+  for (const TargetArchInfo& a : target_archs())
+    for (const char* t : a.model_types)
+      if (type == t) row = &a;
+  if (!row) fail(what, "field 'model_type' is '" + type + "' (supported: " + supported_model_types() + ")");
+  c.arch = row->arch;
+  if (c.arch == TargetArch::gpt_oss) {
     parse_gpt_oss(j, what, c);
-    c.validate(what);
-    return c;
-  }
-
-  if (hybrid) {
+  } else if (row->hybrid) {
     // Qwen3_5(Moe)ForConditionalGeneration nests the decoder under text_config (its tensors under
-    // model.language_model.*, beside a vision tower); Qwen3_5(Moe)ForCausalLM keeps it at the top level.
-    const bool moe = type == "qwen3_5_moe" || type == "qwen3_5_moe_text";
-    const bool nested = type == "qwen3_5" || type == "qwen3_5_moe";
-    const std::string text_type = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
+    // model.language_model.*, beside a vision tower); Qwen3_5(Moe)ForCausalLM keeps it at the top level: the
+    // row's first spelling is the nested one, its second the text decoder's.
+    const bool moe = c.arch == TargetArch::qwen3_5_moe;
+    const bool nested = type == row->model_types.front();
+    const std::string text_type = row->model_types.back();
     if (nested && (!j.contains("text_config") || !j["text_config"].is_object()))
       fail(what, "missing field 'text_config' (a " + type + " config keeps its decoder there)");
     const json& t = nested ? j["text_config"] : j;
     const std::string twhat = nested ? what + " text_config" : what;
     if (nested && t.contains("model_type") && t["model_type"] != text_type)
       fail(twhat, "field 'model_type' is " + t["model_type"].dump() + " (expected \"" + text_type + "\")");
-    c.model_type = moe ? "qwen3_5_moe" : "qwen3_5";
     parse_decoder_fields(t, twhat, c, /*dense_mlp_required=*/!moe);
     if (moe) parse_moe_fields(t, twhat, c, /*shared_expert=*/true);
     // transformers' Qwen3_5TextConfig defaults where the file is silent.
@@ -400,18 +478,17 @@ TargetConfig parse_target_config(const std::string& json_text, const std::string
       if (j.contains("vision_config") && !j["vision_config"].is_null())
         c.notes.push_back("the vision tower (vision_config, model.visual.*) is ignored: text decoder only");
     }
-    c.validate(what);
-    return c;
+  } else {
+    const bool moe = c.arch == TargetArch::qwen3_moe;
+    c.qk_norm = c.arch == TargetArch::qwen3 || moe;
+    parse_decoder_fields(j, what, c, /*dense_mlp_required=*/!moe);
+    if (moe) parse_moe_fields(j, what, c, /*shared_expert=*/false);
+    if (j.contains("layer_types") && j["layer_types"].is_array())
+      for (const auto& t : j["layer_types"])
+        if (t != "full_attention")
+          fail(what, "field 'layer_types' contains " + t.dump() + " (supported: \"full_attention\")");
   }
-
-  c.model_type = type;
-  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
-  parse_decoder_fields(j, what, c, /*dense_mlp_required=*/type != "qwen3_moe");
-  if (type == "qwen3_moe") parse_moe_fields(j, what, c, /*shared_expert=*/false);
-  if (j.contains("layer_types") && j["layer_types"].is_array())
-    for (const auto& t : j["layer_types"])
-      if (t != "full_attention")
-        fail(what, "field 'layer_types' contains " + t.dump() + " (supported: \"full_attention\")");
+  c.finish();
   c.validate(what);
   return c;
 }
