@@ -33,8 +33,9 @@ HiddenMeta feature_meta(const std::string& target_path, const models::TargetConf
   meta.target_num_layers = cfg.num_hidden_layers;
   fs::path name = fs::absolute(target_path).lexically_normal();
   if (name.filename().empty()) name = name.parent_path();  // "folder/" names the folder
-  meta.target = name.filename().string() + " (" + cfg.model_type + ", " + std::to_string(cfg.num_hidden_layers) +
-                " layers, hidden " + std::to_string(cfg.hidden_size) + ", vocab " + std::to_string(cfg.vocab_size) + ")";
+  meta.target = name.filename().string() + " (" + models::target_arch_name(cfg.arch) + ", " +
+                std::to_string(cfg.num_hidden_layers) + " layers, hidden " + std::to_string(cfg.hidden_size) +
+                ", vocab " + std::to_string(cfg.vocab_size) + ")";
   return meta;
 }
 

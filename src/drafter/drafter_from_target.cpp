@@ -41,7 +41,7 @@ DrafterConfig drafter_config_for_target(const models::TargetConfig& t, int64_t d
   d.torch_dtype = "bfloat16";
   d.target_layer_ids = target_layer_ids.empty() ? default_target_layer_ids(t.num_hidden_layers, drafter_layers)
                                                 : target_layer_ids;
-  if (!t.hybrid) return d;
+  if (!t.info().hybrid) return d;
   if (t.hidden_size >= kReleasedHybrid.min_target_hidden) {  // the released drafters' attention layout
     d.num_attention_heads = kReleasedHybrid.q_heads;
     d.num_key_value_heads = kReleasedHybrid.kv_heads;

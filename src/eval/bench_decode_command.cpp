@@ -115,7 +115,7 @@ nlohmann::json bench_prefill(const models::TargetModel& model, const std::string
     }
     nlohmann::json row = {{"T", T}, {"dflash_tokens_per_s", T / median(walls)},
                           {"dflash_tokens_per_cpu_s", T / median(cpus)}, {"dflash_next_token", next}};
-    if (model.config().hybrid) {
+    if (model.config().info().hybrid) {
       model.forward(at::full({1, 16}, next, at::kLong), &cache, {}, false, false);
       row["linear_state_bytes"] = cache.linear_state_bytes();
       row["rollback_bytes_verify16"] = cache.rollback_bytes();
@@ -150,7 +150,7 @@ nlohmann::json bench_prefill(const models::TargetModel& model, const std::string
                 r["hf_tokens_per_cpu_s"].get<double>(), r["speed_ratio"].get<double>(), r["cpu_speed_ratio"].get<double>(),
                 r["same_next_token"].get<bool>() ? "yes" : "no");
   }
-  if (model.config().hybrid && !rows.empty())
+  if (model.config().info().hybrid && !rows.empty())
     std::printf("Gated DeltaNet state per sequence: %.2f MB; kept for rollback after a 16-token verify: %.2f MB\n",
                 rows.back()["linear_state_bytes"].get<double>() / 1e6, rows.back()["rollback_bytes_verify16"].get<double>() / 1e6);
   return rows;

@@ -13,7 +13,7 @@ namespace {
 // gate_up [n, 2 I] (gate columns, then up) -> the expert's activation [n, I].
 at::Tensor expert_activation(const at::Tensor& gu, const MoeConfig& c, int64_t I) {
   const at::Tensor gate = gu.narrow(1, 0, I), up = gu.narrow(1, I, I);
-  if (!c.gpt_oss) return at::silu(gate) * up;
+  if (c.experts == MoeExperts::swiglu) return at::silu(gate) * up;
   // gpt-oss's clamped SwiGLU, in transformers' order of operations
   const at::Tensor g = gate.clamp_max(c.swiglu_limit);
   const at::Tensor u = up.clamp(-c.swiglu_limit, c.swiglu_limit);
@@ -27,7 +27,7 @@ at::Tensor plus_bias(at::Tensor y, const at::Tensor& bias, int64_t e) {
 }  // namespace
 
 MoeRouting moe_route(const MoeWeights& w, const MoeConfig& c, const at::Tensor& x) {
-  if (c.gpt_oss) {
+  if (c.router == MoeRouter::topk_softmax) {
     const at::Tensor logits = at::linear(x, w.router, w.router_bias);  // F.linear, as transformers
     auto [top, ids] = at::topk(logits, c.top_k, -1);
     return {ids, at::softmax(top, -1)};
@@ -47,7 +47,7 @@ at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& c, const at::Tensor
   // The N k assignments sorted by expert (stable: within an expert, token order), each expert's share counted.
   const MoeDispatch d = moe_dispatch(r, E);
   // The grouped GEMM has no bias and runs the plain SwiGLU: gpt-oss's experts always take the loop.
-  const bool plain_experts = !c.gpt_oss && !w.gate_up_bias.defined() && !w.down_bias.defined();
+  const bool plain_experts = c.experts == MoeExperts::swiglu && !w.gate_up_bias.defined() && !w.down_bias.defined();
   TORCH_CHECK(gemm != MoeGemm::grouped || plain_experts,
               "moe_forward: the grouped expert GEMM runs unbiased SwiGLU experts only (gpt-oss's take the loop)");
   const bool grouped = x.size(0) > 0 && (gemm == MoeGemm::grouped ||

@@ -1,7 +1,8 @@
 // The routed mixture-of-experts MLP of Qwen3-MoE and Qwen3.5/3.6-MoE in plain ATen ops: a softmax router picks
 // top-k experts per token; each expert's tokens are gathered, run through its SwiGLU as one GEMM pair and scattered
 // back weighted (no dense pass over all experts); Qwen3.5-MoE adds a shared expert gated by a sigmoid. gpt-oss
-// (MoeConfig::gpt_oss) routes by the top-k logits, adds biases and runs its clamped SwiGLU.
+// (MoeRouter::topk_softmax, MoeExperts::clamped_swiglu) routes by the top-k logits, adds biases and runs its clamped
+// SwiGLU.
 #pragma once
 #include <ATen/core/Tensor.h>
 

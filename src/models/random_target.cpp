@@ -15,7 +15,8 @@ TargetModel random_target(const TargetConfig& c, const TargetLoadOptions& option
     w[name] = at::randn({out, in}, gen) / std::sqrt(double(in));
   };
   // hybrid norms are stored zero-centred (the norm scales by 1 + w): 0 is neutral there, 1 elsewhere
-  auto norm = [&](const std::string& name, int64_t n) { w[name] = c.hybrid ? at::zeros({n}) : at::ones({n}); };
+  const bool zero_centred = c.info().norm == NormWeight::zero_centred, gated = c.info().hybrid;
+  auto norm = [&](const std::string& name, int64_t n) { w[name] = zero_centred ? at::zeros({n}) : at::ones({n}); };
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int64_t q_out = c.num_attention_heads * D, kv_out = c.num_key_value_heads * D;
   const LinearAttentionConfig& l = c.linear;
@@ -38,12 +39,12 @@ TargetModel random_target(const TargetConfig& c, const TargetLoadOptions& option
       w[a + "norm.weight"] = at::ones({l.value_head_dim});
       mat(a + "out_proj.weight", H, l.value_dim());
     } else {
-      mat(p + "self_attn.q_proj.weight", c.hybrid ? 2 * q_out : q_out, H);
+      mat(p + "self_attn.q_proj.weight", gated ? 2 * q_out : q_out, H);
       mat(p + "self_attn.k_proj.weight", kv_out, H);
       mat(p + "self_attn.v_proj.weight", kv_out, H);
       mat(p + "self_attn.o_proj.weight", H, q_out);
       if (c.attention_bias) {
-        w[p + "self_attn.q_proj.bias"] = at::zeros({c.hybrid ? 2 * q_out : q_out});
+        w[p + "self_attn.q_proj.bias"] = at::zeros({gated ? 2 * q_out : q_out});
         w[p + "self_attn.k_proj.bias"] = at::zeros({kv_out});
         w[p + "self_attn.v_proj.bias"] = at::zeros({kv_out});
         w[p + "self_attn.o_proj.bias"] = at::zeros({H});

@@ -1,5 +1,6 @@
-// The target model's architecture, read from a Hugging Face `config.json` (Llama, dense Qwen3, Qwen3-MoE, and the
-// Qwen3.5 / Qwen3.6 hybrids: Gated DeltaNet linear-attention layers between gated full-attention layers).
+// The target model's architecture, read from a Hugging Face `config.json` (Llama, dense Qwen3, Qwen3-MoE, the
+// Qwen3.5 / Qwen3.6 hybrids: Gated DeltaNet linear-attention layers between gated full-attention layers, their MoE
+// form, and gpt-oss): the architecture as an enum, its sizes, and each layer's kind.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,7 +22,62 @@ struct LinearAttentionConfig {
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of in_proj_qkv / conv1d
 };
 
-// Mixture-of-experts MLPs (Qwen3-MoE, Qwen3.5/3.6-MoE): a softmax router picks `top_k` of `num_experts` SwiGLU
+// The architectures a target may have, parsed once from config.json's model_type (or a GGUF's
+// general.architecture); code elsewhere compares this enum or reads what target_arch_info says it implies.
+enum class TargetArch : uint8_t { llama, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe, gpt_oss };
+
+// How an RMSNorm applies its weight, in transformers' order of operations for the architecture.
+enum class NormWeight : uint8_t {
+  after_cast,    // normalise in float32, cast back, then scale (Llama, Qwen3)
+  zero_centred,  // stored as w, scales by 1 + w (the Qwen3.5 / Qwen3.6 hybrids: hybrid_norms.h)
+  float32,       // the float32 weight scales before the cast back (gpt-oss)
+};
+
+// What an architecture implies, one row per TargetArch (target_archs()).
+struct TargetArchInfo {
+  TargetArch arch;
+  const char* name;                      // as model_type is written back and shown ("qwen3_5")
+  std::vector<const char*> model_types;  // the config.json spellings that parse to it ("qwen3_5", "qwen3_5_text")
+  const char* gguf = nullptr;            // its GGUF general.architecture (nullptr: not read from GGUF)
+  const char* hf_class = nullptr;        // `architectures` of the config.json written from a GGUF (nullptr: none)
+  NormWeight norm = NormWeight::after_cast;
+  bool hybrid = false;  // Gated DeltaNet layers between attention layers whose q_proj also holds an output gate
+  bool sinks = false;   // every attention head has a learned sink logit in its softmax denominator
+  bool sliding = false;  // layer_types may hold sliding_attention (a window of sliding_window keys)
+};
+const TargetArchInfo& target_arch_info(TargetArch arch);
+const std::vector<TargetArchInfo>& target_archs();  // every row, in enum order
+const char* target_arch_name(TargetArch arch);
+
+// config.json's layer_types, typed: what one layer's token mixer is.
+enum class LayerType : uint8_t { full_attention, sliding_attention, linear_attention };
+const char* layer_type_name(LayerType t);  // the config.json spelling
+
+// One decoder layer's kind, computed once from the config (TargetConfig::finish).
+enum class Mixer : uint8_t { attention, deltanet };
+enum class Mlp : uint8_t { dense, moe };
+struct LayerKind {
+  Mixer mixer = Mixer::attention;
+  Mlp mlp = Mlp::dense;
+  int64_t window = 0;  // attention: the keys a query sees behind itself, itself included (0: all of them)
+  bool sinks = false;  // attention: one sink logit per head (sink_attention.h)
+  bool operator==(const LayerKind& o) const {
+    return mixer == o.mixer && mlp == o.mlp && window == o.window && sinks == o.sinks;
+  }
+};
+
+// How the router turns its logits into the top_k weights.
+enum class MoeRouter : uint8_t {
+  softmax_topk,  // softmax over all experts in float32, then the top_k (renormalised when norm_topk_prob)
+  topk_softmax,  // the router has a bias; the top_k logits, then a softmax over those k (gpt-oss)
+};
+// What each expert runs.
+enum class MoeExperts : uint8_t {
+  swiglu,          // silu(gate) * up
+  clamped_swiglu,  // with biases: (up + 1) * g * sigmoid(alpha g), g = min(gate, limit), up in [-limit, limit]
+};
+
+// Mixture-of-experts MLPs (Qwen3-MoE, Qwen3.5/3.6-MoE, gpt-oss): a router picks `top_k` of `num_experts` SwiGLU
 // experts per token; Qwen3.5-MoE adds a shared expert scaled by sigmoid(shared_expert_gate). Absent: num_experts 0.
 struct MoeConfig {
   int64_t num_experts = 0;                    // num_experts (or num_local_experts)
@@ -31,17 +87,14 @@ struct MoeConfig {
   int64_t sparse_step = 1;                    // decoder_sparse_step: layer i is MoE when (i + 1) % step == 0 ...
   std::vector<int64_t> mlp_only_layers;       // ... and i is not listed here (then a dense MLP)
   int64_t shared_intermediate = 0;            // shared_expert_intermediate_size (0: no shared expert)
-  // gpt-oss: the router has a bias and takes the top_k of its logits, then a softmax over those k (instead of a
-  // softmax over all experts first); experts have biases and run the clamped SwiGLU
-  // (up + 1) * g * sigmoid(alpha g), g = min(gate, limit), up clamped to [-limit, limit].
-  bool gpt_oss = false;
-  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
+  MoeRouter router = MoeRouter::softmax_topk;
+  MoeExperts experts = MoeExperts::swiglu;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // clamped_swiglu's alpha and limit
 };
 
 struct TargetConfig {
-  // "llama", "qwen3", "qwen3_moe", "qwen3_5" (HF qwen3_5 / qwen3_5_text, both layouts), "qwen3_5_moe"
-  // (HF qwen3_5_moe / qwen3_5_moe_text, both layouts) or "gpt_oss"
-  std::string model_type;
+  TargetArch arch = TargetArch::llama;
+  const TargetArchInfo& info() const { return target_arch_info(arch); }
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   double rms_norm_eps = 1e-6;
@@ -51,11 +104,9 @@ struct TargetConfig {
   int64_t max_position_embeddings = 0;
   std::vector<int64_t> bos_token_ids, eos_token_ids;
 
-  // Qwen3.5 / Qwen3.6 hybrid (model_type "qwen3_5"). Every RMSNorm weight outside the DeltaNet output norm is
-  // stored zero-centred (the norm scales by 1 + w); attention layers gate their output with sigmoid of a second
-  // half of q_proj and rotate only the first rotary_dim() dims of each head.
-  bool hybrid = false;
-  std::vector<std::string> layer_types;  // hybrid: "linear_attention" or "full_attention" per layer
+  // Qwen3.5 / Qwen3.6 hybrid (info().hybrid). Every RMSNorm weight outside the DeltaNet output norm is stored
+  // zero-centred (the norm scales by 1 + w); attention layers gate their output with sigmoid of a second half of
+  // q_proj and rotate only the first rotary_dim() dims of each head.
   LinearAttentionConfig linear;
   double partial_rotary_factor = 1.0;
   // Where the decoder's tensors live: "model." (Qwen3_5ForCausalLM) or "model.language_model."
@@ -64,24 +115,24 @@ struct TargetConfig {
   std::vector<std::string> notes;  // parts of the checkpoint that are ignored (vision tower, MTP head)
   MoeConfig moe;
 
-  // gpt-oss: layer_types alternate "sliding_attention" (a query sees its last sliding_window keys, itself
-  // included) and "full_attention"; every attention head has a learned sink logit in its softmax denominator;
-  // RMSNorm weights stay float32 and scale before the cast back.
+  // Per layer, as config.json's layer_types (empty: every layer full attention). Hybrid: linear_attention or
+  // full_attention; gpt-oss: sliding_attention (a query sees its last sliding_window keys, itself included) or
+  // full_attention.
+  std::vector<LayerType> layer_types;
   int64_t sliding_window = 0;
-  bool attention_sinks = false;
-  bool is_sliding_layer(int64_t i) const {
-    return !hybrid && !layer_types.empty() && layer_types.at(static_cast<size_t>(i)) == "sliding_attention";
-  }
-  // The keys a query of layer i sees behind itself, itself included (0: all of them).
-  int64_t window_of(int64_t i) const { return is_sliding_layer(i) ? sliding_window : 0; }
+
+  // Each layer's kind, computed by finish() from the fields above: the parsers call it; a config built in code
+  // calls it once its fields are set (TargetModel::from_weights calls it on its copy).
+  std::vector<LayerKind> layers;
+  void finish();
 
   // Layer i's MLP is a routed mixture of experts (else the dense SwiGLU of intermediate_size).
-  bool is_moe_layer(int64_t i) const;
+  bool is_moe_layer(int64_t i) const { return layer(i).mlp == Mlp::moe; }
   bool has_dense_mlp() const;  // some layer has the dense MLP (intermediate_size is then required)
-
-  bool is_linear_layer(int64_t i) const {
-    return hybrid && layer_types.at(static_cast<size_t>(i)) == "linear_attention";
-  }
+  bool is_linear_layer(int64_t i) const { return layer(i).mixer == Mixer::deltanet; }
+  // The keys a query of layer i sees behind itself, itself included (0: all of them).
+  int64_t window_of(int64_t i) const { return layer(i).window; }
+  const LayerKind& layer(int64_t i) const { return layers.at(static_cast<size_t>(i)); }
   int64_t num_linear_layers() const;
   // Head dims RoPE rotates: int(head_dim * partial_rotary_factor), as transformers computes it.
   int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor); }
@@ -90,10 +141,11 @@ struct TargetConfig {
   void validate(const std::string& what) const;
 
  private:
-  void validate_gpt_oss(const std::string& what) const;
+  void validate_layer_types(const std::string& what) const;
+  bool moe_by_fields(int64_t i) const;  // decoder_sparse_step and mlp_only_layers say layer i is routed
 };
 
-// Parses JSON text; `what` names the source in errors.
+// Parses JSON text; `what` names the source in errors. An unknown model_type is an error listing the supported ones.
 TargetConfig parse_target_config(const std::string& json_text, const std::string& what);
 // Reads `<dir>/config.json`.
 TargetConfig load_target_config(const std::string& dir);

@@ -22,7 +22,7 @@ LayerShape shape_of(const TargetConfig& c) {
   s.Hkv = double(c.num_key_value_heads);
   s.q_out = s.Hq * s.D;
   s.kv_out = s.Hkv * s.D;
-  s.q_rows = c.hybrid ? 2 * s.q_out : s.q_out;  // hybrid: query and output gate
+  s.q_rows = c.info().hybrid ? 2 * s.q_out : s.q_out;  // hybrid: query and output gate
   return s;
 }
 
@@ -60,11 +60,13 @@ double layer_params(const TargetConfig& c, bool linear, bool moe_layer) {
   } else {
     if (c.attention_bias) n += s.q_rows + 2 * s.kv_out + s.H;
     if (c.qk_norm) n += 2 * s.D;
-    if (c.attention_sinks) n += s.Hq;
+    if (c.info().sinks) n += s.Hq;
   }
-  if (c.moe.gpt_oss && moe_layer) {  // router bias, each expert's gate_up and down biases
+  if (moe_layer) {
     const MoeConfig& m = c.moe;
-    n += double(m.num_experts) * double(1 + 2 * m.expert_intermediate + c.hidden_size);
+    if (m.router == MoeRouter::topk_softmax) n += double(m.num_experts);  // the router's bias
+    if (m.experts == MoeExperts::clamped_swiglu)  // each expert's gate_up and down biases
+      n += double(m.num_experts) * double(2 * m.expert_intermediate + c.hidden_size);
   }
   return n;
 }
@@ -120,14 +122,10 @@ constexpr bool kind_sliding(int k) { return (k & 4) != 0; }
 
 LayerKinds::LayerKinds(const TargetConfig& c) {
   const int64_t L = std::max<int64_t>(0, c.num_hidden_layers);
-  std::vector<char> dense_listed(static_cast<size_t>(L), 0);  // mlp_only_layers, looked up once each
-  for (int64_t l : c.moe.mlp_only_layers)
-    if (l >= 0 && l < L) dense_listed[size_t(l)] = 1;
   prefix_.assign(static_cast<size_t>(L) + 1, std::array<int64_t, kKinds>{});
   for (int64_t i = 0; i < L; ++i) {
-    const bool moe = c.moe.num_experts > 0 && !dense_listed[size_t(i)] && c.moe.sparse_step > 0 &&
-                     (i + 1) % c.moe.sparse_step == 0;  // as TargetConfig::is_moe_layer
-    const int k = index(c.is_linear_layer(i), moe, c.window_of(i) > 0);
+    const LayerKind& l = c.layer(i);
+    const int k = index(l.mixer == Mixer::deltanet, l.mlp == Mlp::moe, l.window > 0);
     prefix_[size_t(i) + 1] = prefix_[size_t(i)];
     ++prefix_[size_t(i) + 1][size_t(k)];
   }

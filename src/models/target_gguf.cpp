@@ -49,13 +49,19 @@ std::string gguf_to_hf_name(const std::string& n) {
 TargetConfig gguf_target_config(const io::GGUFFile& f) {
   const std::string what = "GGUF '" + f.path() + "'";
   const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe")
-    throw std::runtime_error(what + ": general.architecture is '" + arch + "' (supported: llama, qwen3, qwen3moe)");
+  const TargetArchInfo* row = nullptr;
+  std::string supported;
+  for (const TargetArchInfo& a : target_archs()) {
+    if (!a.gguf) continue;
+    supported += (supported.empty() ? "" : ", ") + std::string(a.gguf);
+    if (arch == a.gguf) row = &a;
+  }
+  if (!row) throw std::runtime_error(what + ": general.architecture is '" + arch + "' (supported: " + supported + ")");
   auto key = [&](const std::string& k) { return arch + "." + k; };
-  const bool moe = arch == "qwen3moe";
   TargetConfig c;
-  c.model_type = moe ? "qwen3_moe" : arch;
-  c.qk_norm = arch != "llama";
+  c.arch = row->arch;
+  const bool moe = c.arch == TargetArch::qwen3_moe;
+  c.qk_norm = c.arch != TargetArch::llama;
   // Sizes and counts become int downstream: each is range-checked here, naming the GGUF key and the stored value.
   constexpr int64_t kMax = 2147483647;
   auto count = [&](const std::string& k) { return f.get_int(key(k), 1, kMax); };
@@ -94,6 +100,7 @@ TargetConfig gguf_target_config(const io::GGUFFile& f) {
   c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {f.get_int("tokenizer.ggml.eos_token_id", 0, kMax)};
   if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_ids = {f.get_int("tokenizer.ggml.bos_token_id", 0, kMax)};
+  c.finish();
   c.validate(what);
   if (moe) check_gguf_moe_tensors(f, c);
   return c;
@@ -121,7 +128,7 @@ TargetModel load_gguf_target(const std::string& path, const TargetLoadOptions& o
       return m[2].str() == "gate_up_proj" ? gguf_expert_gate_up(f, layer) : gguf_expert_down(f, layer);
     }
     at::Tensor w = gguf_float_tensor(f, *by_hf.at(name));
-    if (c.model_type == "llama" && std::regex_match(name, m, qk))
+    if (c.arch == TargetArch::llama && std::regex_match(name, m, qk))
       w = unpermute_rope_rows(w, m[1].str() == "q" ? c.num_attention_heads : c.num_key_value_heads);
     return w;
   };

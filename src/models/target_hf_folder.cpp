@@ -24,16 +24,12 @@ json token_ids(const std::vector<int64_t>& ids) {
 
 // config.json as transformers writes it for the architecture (the fields its config class reads).
 json hf_config_json(const TargetConfig& c, const std::string& path) {
-  static const std::vector<std::pair<std::string, std::string>> kArchitectures = {
-      {"llama", "LlamaForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}};
-  std::string arch;
-  for (const auto& [type, name] : kArchitectures)
-    if (c.model_type == type) arch = name;
-  if (arch.empty())
-    throw std::invalid_argument(path + ": model type '" + c.model_type +
+  const TargetArchInfo& info = c.info();
+  if (!info.hf_class)
+    throw std::invalid_argument(path + ": model type '" + info.name +
                                 "' has no config.json form here (expected llama, qwen3 or qwen3_moe)");
-  json j = {{"architectures", {arch}},
-            {"model_type", c.model_type},
+  json j = {{"architectures", {info.hf_class}},
+            {"model_type", info.name},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.hidden_size},
             {"intermediate_size", c.intermediate_size},
@@ -48,7 +44,7 @@ json hf_config_json(const TargetConfig& c, const std::string& path) {
             {"tie_word_embeddings", c.tie_word_embeddings},
             {"bos_token_id", token_ids(c.bos_token_ids)},
             {"eos_token_id", token_ids(c.eos_token_ids)}};
-  if (c.model_type == "llama") j["mlp_bias"] = c.mlp_bias;
+  if (c.arch == TargetArch::llama) j["mlp_bias"] = c.mlp_bias;
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   if (c.moe.num_experts > 0) {
     j["num_experts"] = c.moe.num_experts;

@@ -30,7 +30,7 @@ void check_target_limits(const TargetConfig& c, const std::string& what) {
   at_most(what, "num_experts", c.moe.num_experts, kMaxTargetExperts, "2^16");
   at_most(what, "moe_intermediate_size", c.moe.expert_intermediate, kMaxTargetIntermediate, "2^24");
   at_most(what, "shared_expert_intermediate_size", c.moe.shared_intermediate, kMaxTargetIntermediate, "2^24");
-  if (c.hybrid) {
+  if (c.info().hybrid) {
     at_most(what, "linear_num_key_heads", c.linear.num_key_heads, kMaxTargetHeads, "2^16");
     at_most(what, "linear_num_value_heads", c.linear.num_value_heads, kMaxTargetHeads, "2^16");
     at_most(what, "linear_key_head_dim", c.linear.key_head_dim, kMaxTargetHeadDim, "2^16");
@@ -43,7 +43,7 @@ void check_target_limits(const TargetConfig& c, const std::string& what) {
   const double attention = H * D * (2 * double(c.num_attention_heads) + 2 * double(c.num_key_value_heads)) +
                            H * D * double(c.num_attention_heads);  // q (and its gate), k, v, o
   const LinearAttentionConfig& l = c.linear;
-  const double deltanet = c.hybrid ? H * (2.0 * double(l.num_key_heads) * double(l.key_head_dim) +
+  const double deltanet = c.info().hybrid ? H * (2.0 * double(l.num_key_heads) * double(l.key_head_dim) +
                                           2.0 * double(l.num_value_heads) * double(l.value_head_dim) +
                                           2.0 * double(l.num_value_heads)) +
                                          double(l.num_value_heads) * double(l.value_head_dim) * (H + double(l.conv_kernel))

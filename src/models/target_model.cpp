@@ -54,11 +54,13 @@ std::vector<PipelineStage> split_layers(int num_layers, const std::vector<at::De
   return out;
 }
 
-TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn& get, const HasWeightFn& has,
+TargetModel TargetModel::from_weights(const TargetConfig& given, const WeightFn& get, const HasWeightFn& has,
                                       const TargetLoadOptions& options) {
-  config.validate("(in memory)");
   TargetModel m;
-  m.config_ = config;
+  m.config_ = given;
+  m.config_.finish();  // the layer kinds from the fields as given (a config built in code may not have them yet)
+  const TargetConfig& config = m.config_;
+  config.validate("(in memory)");
   m.dtype_ = options.dtype;
   const int L = static_cast<int>(config.num_hidden_layers);
   m.stages_ = options.stages.empty() ? std::vector<PipelineStage>{{0, L, at::kCPU}} : options.stages;
@@ -89,15 +91,15 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
   auto load_opt = [&](const std::string& name, std::vector<int64_t> shape, at::Device dev, bool want) {
     return want ? load(name, std::move(shape), dev) : at::Tensor();
   };
-  // Hybrid norms are stored zero-centred: keep their effective scale (1 + w).
-  const bool hybrid = config.hybrid;
-  // gpt-oss multiplies by its norm weights in float32: held as float32 (rounded to the model dtype first, as
-  // transformers loads them, except in float16, where its _keep_in_fp32_modules keeps them unrounded).
-  const bool gpt_oss = config.model_type == "gpt_oss";
+  const bool hybrid = config.info().hybrid;
+  const NormWeight norm = config.info().norm;
   auto load_norm = [&](const std::string& name, int64_t n, at::Device dev) {
     at::Tensor w = load(name, {n}, dev);
-    if (gpt_oss) return (m.dtype_ == at::kHalf ? get(name).to(dev) : w).to(at::kFloat).contiguous();
-    return hybrid ? zero_centred_scale(w, m.dtype_) : w;
+    // gpt-oss multiplies by its norm weights in float32: held as float32 (rounded to the model dtype first, as
+    // transformers loads them, except in float16, where its _keep_in_fp32_modules keeps them unrounded).
+    if (norm == NormWeight::float32) return (m.dtype_ == at::kHalf ? get(name).to(dev) : w).to(at::kFloat).contiguous();
+    // Hybrid norms are stored zero-centred: keep their effective scale (1 + w).
+    return norm == NormWeight::zero_centred ? zero_centred_scale(w, m.dtype_) : w;
   };
   auto load_norm_opt = [&](const std::string& name, int64_t n, at::Device dev, bool want) {
     return want ? load_norm(name, n, dev) : at::Tensor();
@@ -158,9 +160,9 @@ TargetModel TargetModel::from_weights(const TargetConfig& config, const WeightFn
         l.o_bias = load_opt(name("self_attn.o_proj.bias"), {H}, d, ab);
         l.q_norm = load_norm_opt(name("self_attn.q_norm.weight"), D, d, config.qk_norm);
         l.k_norm = load_norm_opt(name("self_attn.k_norm.weight"), D, d, config.qk_norm);
-        l.sinks = load_opt(name("self_attn.sinks"), {config.num_attention_heads}, d, config.attention_sinks);
+        l.sinks = load_opt(name("self_attn.sinks"), {config.num_attention_heads}, d, config.layer(i).sinks);
       }
-      if (config.is_moe_layer(i) && config.moe.gpt_oss) {
+      if (config.is_moe_layer(i) && config.arch == TargetArch::gpt_oss) {
         l.moe_layer = true;
         l.moe = load_gpt_oss_moe(config, {[&](const std::string& n) { return get(name(n)); },
                                           [&](const std::string& n) { return has(name(n)); }, name, d, m.dtype_});
@@ -203,7 +205,8 @@ TargetModel TargetModel::load_hf(const std::string& dir, const TargetLoadOptions
 KVCache TargetModel::make_cache(int64_t batch, int64_t capacity) const {
   std::vector<at::Device> devs;
   for (const auto& l : layers_) devs.push_back(l.device);
-  if (!config_.hybrid) return KVCache(batch, capacity, config_.num_key_value_heads, config_.head_dim, dtype_, devs);
+  if (config_.num_linear_layers() == 0)
+    return KVCache(batch, capacity, config_.num_key_value_heads, config_.head_dim, dtype_, devs);
   std::vector<std::optional<LinearStateShape>> linear(layers_.size());
   const LinearAttentionConfig& lc = config_.linear;
   for (size_t i = 0; i < layers_.size(); ++i)
@@ -215,11 +218,12 @@ KVCache TargetModel::make_cache(int64_t batch, int64_t capacity) const {
 
 // Matches HF: normalise in float32, cast back, then scale by the weight (hybrid: hybrid_norms.h).
 at::Tensor TargetModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
-  if (config_.hybrid) return hybrid_rms_norm(x, w, config_.rms_norm_eps);
+  const NormWeight norm = config_.info().norm;
+  if (norm == NormWeight::zero_centred) return hybrid_rms_norm(x, w, config_.rms_norm_eps);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
   // gpt-oss: the float32 weight scales before the cast back
-  if (config_.model_type == "gpt_oss") return (w * (xf * at::rsqrt(var + config_.rms_norm_eps))).to(x.scalar_type());
+  if (norm == NormWeight::float32) return (w * (xf * at::rsqrt(var + config_.rms_norm_eps))).to(x.scalar_type());
   return w * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
 }
 
@@ -233,10 +237,10 @@ std::map<std::string, at::Tensor> TargetModel::layer_weights(int i) const {
     if (t.defined()) out.emplace(name, t);
   };
   auto scale = [&](const at::Tensor& t) {
-    return t.defined() && (config_.hybrid || config_.model_type == "gpt_oss") ? t.to(dtype_) : t;
+    return t.defined() && config_.info().norm != NormWeight::after_cast ? t.to(dtype_) : t;
   };
   put("input_layernorm.weight", scale(l.in_norm));
-  if (config_.hybrid && l.q.defined()) {  // drop the output-gate half of each head's rows
+  if (config_.info().hybrid && l.q.defined()) {  // drop the output-gate half of each head's rows
     const int64_t Hq = config_.num_attention_heads, D = config_.head_dim;
     put("self_attn.q_proj.weight", l.q.view({Hq, 2 * D, -1}).narrow(1, 0, D).reshape({Hq * D, -1}));
   } else {
@@ -293,7 +297,7 @@ TargetModel::AttentionInputs TargetModel::attention_inputs(int i, const at::Tens
   const at::Tensor none;
   AttentionInputs r;
   at::Tensor q;
-  if (config_.hybrid) {  // each head's 2D rows: D of query, then D of output gate
+  if (config_.info().hybrid) {  // each head's 2D rows: D of query, then D of output gate
     at::Tensor qg = linear(h, l.q, l.q_bias, od ? l.onednn[0] : none).view({B, T, Hq, 2 * D});
     q = qg.narrow(-1, 0, D);
     r.gate = qg.narrow(-1, D, D).reshape({B, T, Hq * D});

@@ -135,7 +135,8 @@ int bench_flops_main(const std::vector<std::string>& argv) {
 
   std::printf("bench flops: %s (%s, %lld layers, hidden %lld), %s, seq %lld, %lld anchors x %lld, drafter %lld "
               "layer(s), %lld threads\n",
-              name.c_str(), tc.model_type.c_str(), (long long)tc.num_hidden_layers, (long long)tc.hidden_size,
+              name.c_str(), models::target_arch_name(tc.arch), (long long)tc.num_hidden_layers,
+              (long long)tc.hidden_size,
               a.str("dtype").c_str(), (long long)S, (long long)N, (long long)dc.block_size,
               (long long)dc.num_hidden_layers, (long long)threads);
   std::printf("GEMM %lld^3: %.4f s = %.1f GFLOP/s (the reference rate)\n", (long long)n, gemm_s, gemm_rate / 1e9);

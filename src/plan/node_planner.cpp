@@ -143,7 +143,8 @@ std::string format_node_plan(const NodePlan& p, size_t rows) {
                 "sample: %lld tokens, %lld anchors x block %lld; target %s, %lld layers, hidden %lld, %.1fB params "
                 "(bf16 weights %.1f GB)\n",
                 (long long)s.drafter.seq_len, (long long)s.drafter.num_anchors, (long long)s.drafter.cfg.block_size,
-                s.target.model_type.c_str(), (long long)s.target.num_hidden_layers, (long long)s.target.hidden_size,
+                models::target_arch_name(s.target.arch), (long long)s.target.num_hidden_layers,
+                (long long)s.target.hidden_size,
                 double(models::target_params(s.target)) / 1e9,
                 double(models::target_params(s.target)) * double(s.target_dtype_bytes) / 1e9);
   o << line;

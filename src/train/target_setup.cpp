@@ -167,6 +167,7 @@ models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d) {
   t.hidden_size = d.hidden_size;
   t.num_hidden_layers = d.num_target_layers;
   t.tie_word_embeddings = d.tie_word_embeddings;
+  t.finish();
   return t;
 }
 

@@ -11,7 +11,7 @@ namespace {
 
 models::TargetConfig dense(int64_t hidden, int64_t layers) {
   models::TargetConfig t;
-  t.model_type = "qwen3";
+  t.arch = models::TargetArch::qwen3;
   t.vocab_size = 151936;
   t.hidden_size = hidden;
   t.intermediate_size = 3 * hidden;
@@ -25,8 +25,7 @@ models::TargetConfig dense(int64_t hidden, int64_t layers) {
 
 models::TargetConfig hybrid(int64_t hidden, int64_t layers, int64_t vocab) {
   models::TargetConfig t = dense(hidden, layers);
-  t.model_type = "qwen3_5";
-  t.hybrid = true;
+  t.arch = models::TargetArch::qwen3_5;
   t.vocab_size = vocab;
   t.num_attention_heads = 24;
   t.num_key_value_heads = 4;

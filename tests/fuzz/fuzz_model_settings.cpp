@@ -127,7 +127,7 @@ void target_case(const std::string& text) {
   });
   if (!ok) return;
   check_eps(t.rms_norm_eps, name);
-  check_rope(t.rope, t.hybrid ? t.rotary_dim() : t.head_dim, t.max_position_embeddings, name);
+  check_rope(t.rope, t.info().hybrid ? t.rotary_dim() : t.head_dim, t.max_position_embeddings, name);
 }
 
 void drafter_case(const std::string& text) {

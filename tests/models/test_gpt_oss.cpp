@@ -1,7 +1,7 @@
 // gpt-oss's parts against references written out in float64: MXFP4 dequantisation on hand-picked codes and
 // scales (the extremes of the scale byte included), the biased top-k-then-softmax router with the clamped
-// SwiGLU experts (moe_block.h, MoeConfig::gpt_oss) against a dense all-experts pass, sink attention with and
-// without a sliding window against a per-query loop, and the presets' parameter counts.
+// SwiGLU experts (moe_block.h, MoeRouter::topk_softmax, MoeExperts::clamped_swiglu) against a dense all-experts
+// pass, sink attention with and without a sliding window against a per-query loop, and the presets' parameter counts.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -52,7 +52,8 @@ TEST(GptOssMoe, EqualsDenseAllExpertsReference) {
   auto o = at::TensorOptions().dtype(at::kDouble);
   for (int64_t k : {1, 2, 6}) {
     MoeConfig c;
-    c.num_experts = E, c.top_k = k, c.expert_intermediate = I, c.gpt_oss = true;
+    c.num_experts = E, c.top_k = k, c.expert_intermediate = I;
+    c.router = MoeRouter::topk_softmax, c.experts = MoeExperts::clamped_swiglu;
     MoeWeights w;
     w.router = at::randn({E, H}, o), w.router_bias = at::randn({E}, o);
     w.gate_up = 4 * at::randn({E, 2 * I, H}, o) / std::sqrt(double(H));  // large: the clamps at 7 are reached

@@ -235,8 +235,8 @@ TEST(HybridConfig, ParsesBothLayoutsAndRejectsBadFields) {
     "linear_conv_kernel_dim":4,"rope_parameters":{"rope_theta":1e7,"rope_type":"default",
     "partial_rotary_factor":0.25,"mrope_section":[11,11,10],"mrope_interleaved":true},"eos_token_id":7})";
   TargetConfig c = parse_target_config(text, "t");
-  EXPECT_TRUE(c.hybrid);
-  EXPECT_EQ(c.model_type, "qwen3_5");
+  EXPECT_TRUE(c.info().hybrid);
+  EXPECT_EQ(c.arch, TargetArch::qwen3_5);
   EXPECT_EQ(c.weight_prefix, "model.");
   EXPECT_EQ(c.rotary_dim(), 8);
   EXPECT_EQ(c.num_linear_layers(), 6);  // full_attention_interval defaults to 4: layers 3 and 7 are attention

@@ -18,7 +18,7 @@ namespace {
 // 13 layers: DeltaNet except every 4th; MoE on odd layers (decoder_sparse_step 2) except 5 and 7 (mlp_only_layers).
 TargetConfig mixed_target() {
   TargetConfig c;
-  c.model_type = "qwen3_5_moe";
+  c.arch = TargetArch::qwen3_5_moe;
   c.vocab_size = 300;
   c.hidden_size = 32;
   c.intermediate_size = 48;
@@ -26,9 +26,8 @@ TargetConfig mixed_target() {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 8;
-  c.hybrid = true;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    c.layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+    c.layer_types.push_back((i + 1) % 4 == 0 ? LayerType::full_attention : LayerType::linear_attention);
   c.linear = {4, 8, 8, 2, 4};
   c.partial_rotary_factor = 0.5;
   c.moe.num_experts = 6;
@@ -37,6 +36,7 @@ TargetConfig mixed_target() {
   c.moe.sparse_step = 2;
   c.moe.mlp_only_layers = {5, 7};
   c.moe.shared_intermediate = 24;
+  c.finish();
   c.validate("mixed");
   return c;
 }
@@ -89,6 +89,7 @@ TEST(TargetCost, HasDenseMlpInClosedFormAgreesWithTheLayers) {
     for (bool listed : {false, true}) {
       c.moe.sparse_step = step;
       c.moe.mlp_only_layers = listed ? std::vector<int64_t>{5} : std::vector<int64_t>{};
+      c.finish();
       bool any = false;
       for (int64_t i = 0; i < c.num_hidden_layers; ++i) any = any || !c.is_moe_layer(i);
       EXPECT_EQ(c.has_dense_mlp(), any) << "step " << step << " listed " << listed;
@@ -121,7 +122,7 @@ TEST(TargetLimits, AbsurdSizesAreRefusedAtOnceNamingFieldValueAndLimit) {
             std::string::npos);
   // Each field within its limit, together beyond any memory: 65536 layers of 2^20 x 2^24 MLPs.
   c = mixed_target();
-  c.hybrid = false;
+  c.arch = TargetArch::qwen3;
   c.layer_types.clear();
   c.moe = MoeConfig{};
   c.num_hidden_layers = kMaxTargetLayers;

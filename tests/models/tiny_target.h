@@ -18,9 +18,10 @@ inline double max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
+// "llama" or "qwen3".
 inline TargetConfig tiny_config(const std::string& type) {
   TargetConfig c;
-  c.model_type = type;
+  c.arch = type == "llama" ? TargetArch::llama : TargetArch::qwen3;
   c.qk_norm = type == "qwen3";
   c.vocab_size = 97;
   c.hidden_size = 32;
@@ -38,6 +39,7 @@ inline TargetConfig tiny_config(const std::string& type) {
     c.rope.high_freq_factor = 4;
     c.rope.original_max_position_embeddings = 16;
   }
+  c.finish();
   return c;
 }
 
@@ -73,8 +75,7 @@ inline std::map<std::string, at::Tensor> random_weights(const TargetConfig& c, u
 // 4 v heads), partial RoPE (a quarter of head_dim 16), zero-centred norms.
 inline TargetConfig tiny_hybrid_config() {
   TargetConfig c;
-  c.model_type = "qwen3_5";
-  c.hybrid = true;
+  c.arch = TargetArch::qwen3_5;
   c.qk_norm = true;
   c.vocab_size = 97;
   c.hidden_size = 32;
@@ -85,12 +86,15 @@ inline TargetConfig tiny_hybrid_config() {
   c.head_dim = 16;
   c.partial_rotary_factor = 0.25;
   c.rope.theta = 10000;
-  c.layer_types = {"linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"};
+  using LT = LayerType;
+  c.layer_types = {LT::linear_attention, LT::linear_attention, LT::full_attention, LT::linear_attention,
+                   LT::full_attention};
   c.linear.conv_kernel = 4;
   c.linear.key_head_dim = 8;
   c.linear.value_head_dim = 6;
   c.linear.num_key_heads = 2;
   c.linear.num_value_heads = 4;
+  c.finish();
   return c;
 }
 
