@@ -277,17 +277,30 @@ TORCH_LIBRARY_FRAGMENT(dflash, m) {
 TORCH_LIBRARY_IMPL(dflash, Autograd, m) { m.impl("chunked_lm_loss", &loss_autograd); }
 TORCH_LIBRARY_IMPL(dflash, CompositeExplicitAutograd, m) { m.impl("chunked_lm_loss", &loss_inference); }
 
+namespace {
+
+// The C++ entry points take undefined tensors for "no teacher"; the op takes optionals. Checked as the op checks
+// them, but as std::invalid_argument (the op's own check raises ValueError for Python).
+std::pair<std::optional<at::Tensor>, std::optional<at::Tensor>> checked_teacher(
+    const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels, const at::Tensor& weights,
+    const at::Tensor& teacher_hidden, const at::Tensor& teacher_index, const ChunkedLossOptions& opt) {
+  std::optional<at::Tensor> th = teacher_hidden.defined() ? std::optional(teacher_hidden) : std::nullopt;
+  std::optional<at::Tensor> ti = teacher_index.defined() ? std::optional(teacher_index) : std::nullopt;
+  if (const std::string bad = check_chunked_lm_loss_args(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows,
+                                                         opt.kl_weight);
+      !bad.empty())
+    throw std::invalid_argument(bad);
+  return {std::move(th), std::move(ti)};
+}
+
+}  // namespace
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& lm_head,
                                                                const at::Tensor& labels, const at::Tensor& weights,
                                                                const at::Tensor& teacher_hidden,
                                                                const at::Tensor& teacher_index,
                                                                const ChunkedLossOptions& opt) {
-  const std::optional<at::Tensor> th = teacher_hidden.defined() ? std::optional(teacher_hidden) : std::nullopt;
-  const std::optional<at::Tensor> ti = teacher_index.defined() ? std::optional(teacher_index) : std::nullopt;
-  if (const std::string bad = check_chunked_lm_loss_args(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows,
-                                                         opt.kl_weight);
-      !bad.empty())
-    throw std::invalid_argument(bad);
+  const auto [th, ti] = checked_teacher(hidden, lm_head, labels, weights, teacher_hidden, teacher_index, opt);
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("dflash::chunked_lm_loss", "")
                              .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
@@ -303,12 +316,7 @@ ChunkedLossWithTopK chunked_lm_loss_with_top_k(const at::Tensor& hidden, const a
                                                const ChunkedLossOptions& opt, const UnaryTopKOptions& top) {
   if (top.k < 0 || (top.k > 0 && (!hidden.defined() || !hidden.device().is_cpu())))
     throw std::invalid_argument("chunked_lm_loss: the selector's top-K is taken on the CPU only, with k >= 0");
-  const std::optional<at::Tensor> th = teacher_hidden.defined() ? std::optional(teacher_hidden) : std::nullopt;
-  const std::optional<at::Tensor> ti = teacher_index.defined() ? std::optional(teacher_index) : std::nullopt;
-  if (const std::string bad = check_chunked_lm_loss_args(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows,
-                                                         opt.kl_weight);
-      !bad.empty())
-    throw std::invalid_argument(bad);
+  const auto [th, ti] = checked_teacher(hidden, lm_head, labels, weights, teacher_hidden, teacher_index, opt);
   const LossPass p = loss_with_top_k(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows, opt.kl_weight,
                                      opt.fused_ce, top);
   return {p.loss, p.row_ce, p.row_correct, p.top_ids, p.top_logits};
