@@ -37,6 +37,8 @@ struct FamilySettingKeys {
   std::vector<std::string> in_dflash_config;
 };
 
+class FamilyTraining;  // family_training.h: the training loop's hooks (torch side)
+
 class Family {
  public:
   virtual ~Family() = default;
@@ -74,6 +76,11 @@ class Family {
   virtual void describe_for_engines(const DrafterConfig& /*c*/, ExportTraits& /*t*/) const {}
   // true: the exported config.json must carry the run's num_anchors (the family's model class asserts it).
   virtual bool export_needs_num_anchors() const { return false; }
+
+  // --- training hooks (family_training.h; torch side, so only declared here) ---
+  // What the training loop asks of the family: its objective's options, block batches and metric terms; nullptr:
+  // DFlash's (FamilyTraining's defaults).
+  virtual const FamilyTraining* training() const { return nullptr; }
 };
 
 }  // namespace dflash::drafter

@@ -10,30 +10,20 @@
 
 #include "compute_settings.h"
 #include "drafter_model.h"
-#include "dspark_block_batch.h"
+#include "family_registry.h"
+#include "family_training.h"
 #include "sequence_packing.h"
 #include "target_model.h"
 
 namespace dflash::train {
 
 drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const drafter::DrafterConfig& d) {
+  const drafter::FamilyTraining& family = drafter::family_training(d);
   drafter::DrafterLossOptions o;
-  o.gamma = drafter::loss_gamma(cfg.gamma, cfg.loss_decay, d.block_size);
+  o.gamma = drafter::loss_gamma(cfg.gamma > 0 ? cfg.gamma : family.unset_gamma(), cfg.loss_decay, d.block_size);
   o.chunk.chunk_rows = cfg.loss_chunk_rows;
   o.chunk.kl_weight = cfg.kl_weight;
-  if (d.family == drafter::DrafterFamily::DSpark) {  // DeepSpec's decay exp(-j/gamma): gamma 4 when unset
-    o.gamma = drafter::loss_gamma(cfg.gamma > 0 ? cfg.gamma : drafter::kDSparkGamma, cfg.loss_decay, d.block_size);
-    o.dspark.chunk_rows = cfg.loss_chunk_rows;
-    o.dspark.ce_weight = cfg.ce_loss_weight;
-    o.dspark.l1_weight = cfg.l1_loss_weight;
-    o.dspark.confidence_weight = cfg.confidence_loss_weight;
-  }
-  if (d.family == drafter::DrafterFamily::DFlash2) {  // the selector's CE (docs/DFLASH2.md "The objective")
-    o.dflash2.selector_weight = cfg.selector_loss_weight;
-    o.dflash2.selector.top_k = d.dflash2.selector_top_k;
-    o.dflash2.selector.candidates = cfg.selector_candidates;
-    o.dflash2.selector.stop_gradient = cfg.selector_stop_gradient;
-  }
+  family.add_loss_options(to_json(cfg), d, o);  // the family's own terms (DSpark's weights, DFlash2's selector)
   return o;
 }
 
@@ -51,7 +41,7 @@ ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::Drafte
   ps.seed = cfg.seed;
   ps.pack = cfg.pack;
   ps.gamma = run_loss_options(cfg, d).gamma;
-  ps.want_last_hidden = cfg.kl_weight > 0 || d.family == drafter::DrafterFamily::DSpark;  // DSpark: its L1 teacher
+  ps.want_last_hidden = cfg.kl_weight > 0 || !drafter::family_training(d).last_hidden_use().empty();
   ps.queue_depth = cfg.queue_depth;
   // As the workers: `threads` each, else the machine's cores shared among the threads that compute at once.
   ps.threads = cfg.threads > 0 ? cfg.threads
@@ -112,8 +102,8 @@ void pack_micro_batch(MicroBatch& mb, int64_t max_len, int64_t num_anchors, int6
 StepProducer::StepProducer(ProducerSettings s, const SampleSource& source,
                            std::vector<const models::TargetModel*> targets, int64_t first_step, int64_t last_step,
                            int64_t start_pos)
-    : s_(std::move(s)), source_(source), first_step_(first_step), last_step_(last_step), start_pos_(start_pos),
-      next_step_(first_step) {
+    : s_(std::move(s)), source_(source), training_(&drafter::family_training(s_.dcfg)), first_step_(first_step),
+      last_step_(last_step), start_pos_(start_pos), next_step_(first_step) {
   if (!source_.has_features()) {
     if (targets.empty()) throw std::invalid_argument("online data needs the target model");
     targets_ = std::move(targets);
@@ -234,21 +224,20 @@ void StepProducer::finish_micro(int64_t k, Job& job) {
     if (s_.want_last_hidden) mb.last_hidden = job.fwd.out.last_hidden.to(at::kCPU);
     job.fwd = {};  // the activations go now, not when the micro-batch is consumed
   }
-  if (s_.want_last_hidden && !mb.last_hidden.defined())
-    throw std::invalid_argument(c.family == drafter::DrafterFamily::DSpark
-                                    ? "data: drafter_family dspark needs the target's last hidden states (its L1 teacher), "
-                                      "which the samples lack: dump them with `dflash data dump-hidden --last-hidden` "
-                                      "or train online"
-                                    : "data: kl_weight > 0 needs the target's last hidden states, which the samples lack");
+  if (s_.want_last_hidden && !mb.last_hidden.defined()) {
+    const std::string use = training_->last_hidden_use();
+    throw std::invalid_argument(!use.empty() ? "data: drafter_family " + std::string(drafter::family_of(c.family).name()) +
+                                                   " needs the target's last hidden states (" + use +
+                                                   "), which the samples lack: dump them with `dflash data dump-hidden "
+                                                   "--last-hidden` or train online"
+                                             : "data: kl_weight > 0 needs the target's last hidden states, which the "
+                                               "samples lack");
+  }
   if (s_.pack) pack_micro_batch(mb, s_.max_len, s_.num_anchors, s_.pad_multiple);  // after the online target: per-sample rows
   const int64_t step = first_step_ + k / micro_per_step_;
   std::mt19937_64 rng(mix(mix(uint64_t(s_.seed)) ^ mix(uint64_t(step) * 7919ULL + uint64_t(mb.index))));
   mb.anchors = drafter::sample_anchors(mb.loss_mask, s_.num_anchors, rng, mb.anchors.doc_start);
-  mb.blocks = c.family == drafter::DrafterFamily::DSpark
-                  ? drafter::build_dspark_block_batch(mb.input_ids, mb.loss_mask, mb.anchors, c.block_size,
-                                                      c.mask_token_id, s_.gamma)
-                  : drafter::build_block_batch(mb.input_ids, mb.loss_mask, mb.anchors, c.block_size, c.mask_token_id,
-                                               s_.gamma);
+  mb.blocks = training_->build_blocks(c, mb.input_ids, mb.loss_mask, mb.anchors, s_.gamma);
   mb.weight = mb.blocks.weights.sum().item<double>();
   mb.positions = mb.input_ids.numel();
   mb.block_slots = mb.anchors.keep.numel();

@@ -26,6 +26,7 @@
 #include "block_batch.h"
 #include "drafter_config.h"
 #include "drafter_model.h"
+#include "family_training.h"
 #include "ordered_lanes.h"
 #include "sample_source.h"
 #include "target_model.h"
@@ -104,6 +105,7 @@ class StepProducer {
 
   ProducerSettings s_;
   const SampleSource& source_;
+  const drafter::FamilyTraining* training_;  // the family's blocks and last-hidden rule (family_training.h)
   std::vector<const models::TargetModel*> targets_;
   int64_t first_step_, last_step_, start_pos_;
   int64_t micro_per_step_;  // this rank's micro-batches per step

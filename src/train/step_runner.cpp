@@ -12,9 +12,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
-#include "dflash2_step_sums.h"
 #include "draft_vocab.h"
-#include "dspark_loss.h"
 
 namespace dflash::train {
 namespace {
@@ -35,7 +33,8 @@ DivergedError::DivergedError(int64_t step_, double loss, double grad_norm)
 
 StepRunner::StepRunner(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, MasterState& master,
                        const TrainHooks& hooks)
-    : cfg_(cfg), run_(run), dcfg_(side.dcfg), master_(master), hooks_(hooks) {
+    : cfg_(cfg), run_(run), dcfg_(side.dcfg), family_(drafter::family_training(side.dcfg)), master_(master),
+      hooks_(hooks) {
   loss_ = run_loss_options(cfg, dcfg_);
   checkpointing_ = cfg.activation_checkpoint;
   const size_t W = run.drafter_devices.size();
@@ -126,7 +125,10 @@ std::optional<ops::LossCheckResult> StepRunner::check_loss_kernel() {
     spec.vocab = ops::loss_check_vocab(replicas_[i].frozen.lm_head.size(0));
     spec.seed = uint64_t(cfg_.seed);
     ops::LossCheckResult r = workers_[i]->submit([spec] { return ops::check_fused_cross_entropy(spec); }).get();
-    if (!r.passed) loss_.chunk.fused_ce = loss_.dspark.fused = false;  // every worker: the flags are shared
+    if (!r.passed) {  // every worker: the flags are shared
+      loss_.chunk.fused_ce = false;
+      family_.use_generic_loss_kernels(loss_);
+    }
     return r;
   }
   return std::nullopt;
@@ -167,12 +169,8 @@ StepRunner::WorkerOut StepRunner::run_worker(int index, const std::vector<const 
     out.weight += weight;
     out.slot_correct += res.slot_correct.to(at::kCPU, at::kDouble);
     out.slot_count += res.slot_count.to(at::kCPU, at::kDouble);
-    if (res.family_stats.defined())
-      out.family_stats = out.family_stats.defined() ? out.family_stats + res.family_stats : res.family_stats.clone();
-    if (res.dflash2.defined()) {
-      const at::Tensor sums = dflash2_sums(res.dflash2);
-      out.dflash2_sums = out.dflash2_sums.defined() ? out.dflash2_sums + sums : sums;
-    }
+    const at::Tensor sums = family_.metric_sums(dcfg_, res);
+    if (sums.defined()) out.family_sums = out.family_sums.defined() ? out.family_sums + sums : sums;
   }
   for (auto& p : r.params) {
     out.grads.push_back(p.grad().defined()
@@ -227,9 +225,9 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   for (const auto& o : outs) local_weight += o.weight;
   for (const auto& mb : item.micro) local_tokens += double(mb.tokens);
   const int64_t B = dcfg_.block_size;
-  const bool dflash2 = dcfg_.family == drafter::DrafterFamily::DFlash2;
-  const int64_t extra = 6 + 2 * B;  // DFlash2's sums after the common statistics
-  at::Tensor stats = at::zeros({extra + (dflash2 ? kDFlash2Sums : 0)}, at::kDouble);
+  const int64_t extra = 6 + 2 * B;  // the family's metric sums after the common statistics: one all-reduce
+  const int64_t F = family_.metric_sums_size(dcfg_);  // the same in every process
+  at::Tensor stats = at::zeros({extra + F}, at::kDouble);
   stats[0] = local_weight;
   for (const auto& o : outs) stats[1] += o.loss_sum;
   stats[2] = local_tokens;
@@ -239,20 +237,12 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
     stats.narrow(0, 4 + B, B).add_(o.slot_count);
     stats[4 + 2 * B] += o.out_of_vocab;
     stats[5 + 2 * B] += o.label_rows;
-    if (dflash2 && o.dflash2_sums.defined()) stats.narrow(0, extra, kDFlash2Sums).add_(o.dflash2_sums);
+    if (F > 0 && o.family_sums.defined()) stats.narrow(0, extra, F).add_(o.family_sums);
   }
   run_.coll->allreduce_sum(flat);
   run_.coll->allreduce_sum(stats);
-  at::Tensor family_stats;  // every process has the same family: the same collectives in the same order
-  if (dcfg_.family == drafter::DrafterFamily::DSpark) {
-    family_stats = at::zeros({drafter::dspark_stats_size(dcfg_.block_size)}, at::kDouble);
-    for (const auto& o : outs)
-      if (o.family_stats.defined()) family_stats += o.family_stats;
-    run_.coll->allreduce_sum(family_stats);
-  }
-  // DSpark divides by sum w + 1e-6 (DeepSpec): the epsilon once for the whole step, as DeepSpec's all-reduced
-  // denominator has it, so one micro-batch in one process is exactly DeepSpec's loss.
-  const double eps = dcfg_.family == drafter::DrafterFamily::DSpark ? loss_.dspark.den_eps : 0.0;
+  // A family's epsilon in the denominator (DSpark's, DeepSpec's 1e-6) is added once for the whole step.
+  const double eps = family_.step_denominator_eps(loss_);
   const double total_weight = stats[0].item<double>() + eps;
   if (total_weight > 0) flat.div_(total_weight);
   std::vector<at::Tensor> grads;
@@ -285,10 +275,12 @@ StepOutcome StepRunner::step(const StepItem& item, int64_t step, int64_t total_s
   const double c1 = correct.narrow(0, 1, B - 1).sum().item<double>(), n1 = count.narrow(0, 1, B - 1).sum().item<double>();
   m.acc = n1 > 0 ? c1 / n1 : 0.0;
   m.tokens = stats[2].item<double>();
-  if (dflash2) m.dflash2 = dflash2_metrics_of(stats.narrow(0, extra, kDFlash2Sums));
   out.stop = stats[3].item<double>() > 0;
-  if (family_stats.defined())
-    m.family = drafter::dspark_metrics(family_stats, B, dcfg_.dspark.enable_confidence_head);
+  if (F > 0) {
+    drafter::FamilyStepMetrics fm = family_.step_metrics(dcfg_, stats.narrow(0, extra, F));
+    m.family = std::move(fm.named);
+    m.family_progress = std::move(fm.progress);
+  }
   if (draft_table_.defined()) {
     const double rows = stats[5 + 2 * B].item<double>();
     m.out_of_vocab = rows > 0 ? stats[4 + 2 * B].item<double>() / rows : 0.0;

@@ -15,6 +15,7 @@
 #include "drafter_attention.h"
 #include "loss_selfcheck.h"
 #include "drafter_model.h"
+#include "family_training.h"
 #include "master_state.h"
 #include "run_context.h"
 #include "step_producer.h"
@@ -84,15 +85,15 @@ class StepRunner {
     double weight = 0;              // sum over micro-batches of the weight each loss divided by
     at::Tensor slot_correct, slot_count;
     double out_of_vocab = 0, label_rows = 0;  // loss rows whose target is outside the draft vocabulary / all
-    at::Tensor dflash2_sums;                   // family dflash2: dflash2_step_sums.h (undefined otherwise)
+    at::Tensor family_sums;                    // sum of the family's metric sums (family_training.h), or undefined
     double seconds = 0;                        // wall time of the worker's share of the step
-    at::Tensor family_stats;                   // sum of the family's metric sums (drafter_model.h), or undefined
   };
   WorkerOut run_worker(int index, const std::vector<const MicroBatch*>& micro);
 
   const TrainConfig& cfg_;
   const RunContext& run_;
   const drafter::DrafterConfig dcfg_;
+  const drafter::FamilyTraining& family_;  // the family's objective options and metric terms
   MasterState& master_;
   TrainHooks hooks_;
   drafter::DrafterLossOptions loss_;

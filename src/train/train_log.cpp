@@ -92,7 +92,6 @@ void TrainLog::step(const StepMetrics& m) {
                         {"rss_bytes", rss}, {"elapsed_s", elapsed}};
     if (m.out_of_vocab >= 0) j["out_of_vocab"] = m.out_of_vocab;
     for (const auto& [k, v] : m.family) j[k] = v;  // NaN (nothing counted) is written as null
-    add_dflash2_metrics(m.dflash2, j);
     j["samples_per_s"] = busy.samples_per_s;
     j["producer_busy"] = busy.producer_busy;
     j["drafter_busy"] = busy.drafter_busy;
@@ -106,12 +105,8 @@ void TrainLog::step(const StepMetrics& m) {
                            double(rss) / 1e6);
   if (m.out_of_vocab >= 0 && used > 0 && size_t(used) < sizeof line)  // targets the draft vocabulary lacks
     used += std::snprintf(line + used, sizeof line - size_t(used), "  oov %.2f%%", 100.0 * m.out_of_vocab);
-  for (const auto& [k, v] : m.family)
-    if ((k == "tau_probabilistic" || k == "l1_loss") && used > 0 && size_t(used) < sizeof line)
-      used += std::snprintf(line + used, sizeof line - size_t(used), "  %s %.3f",
-                            k == "l1_loss" ? "l1" : "tau", v);
-  if (m.dflash2.on && used > 0 && size_t(used) < sizeof line)
-    used += std::snprintf(line + used, sizeof line - size_t(used), " %s", dflash2_progress_text(m.dflash2).c_str());
+  if (!m.family_progress.empty() && used > 0 && size_t(used) < sizeof line)
+    used += std::snprintf(line + used, sizeof line - size_t(used), "%s", m.family_progress.c_str());
   if (used > 0 && size_t(used) < sizeof line)
     std::snprintf(line + used, sizeof line - size_t(used), "  %s", busy_line(busy, producer_name_).c_str());
   if (tty_) {

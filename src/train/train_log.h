@@ -12,8 +12,6 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "dflash2_step_metrics.h"
-
 namespace dflash::train {
 
 struct StepMetrics {
@@ -22,13 +20,14 @@ struct StepMetrics {
   std::vector<double> slot_acc;
   double out_of_vocab = -1;  // draft vocabulary: fraction of loss rows whose target it lacks (-1: full vocabulary)
   double samples = 0;        // sequences of the step (all processes)
-  // The family's own metrics, by name (DSpark: tau_probabilistic, accept_rate@j, the three losses, confidence
-  // errors: dspark_loss.h); written to metrics.jsonl, tau and the L1 loss shown in the progress line.
+  // The family's own metrics, by name (drafter/family_training.h's step_metrics: DSpark's tau_probabilistic,
+  // accept_rate@j, ...; DFlash2's selector_loss, ...), written to metrics.jsonl, and what of them the progress line
+  // shows (appended as is).
   std::vector<std::pair<std::string, double>> family;
+  std::string family_progress;
   // This process's seconds of computing during the step: its producer (per replica the busiest thread, averaged
   // over replicas: the target online, data loading offline) and its drafter workers (averaged over workers).
   double producer_busy_seconds = 0, drafter_busy_seconds = 0;
-  DFlash2StepMetrics dflash2;  // family dflash2: the selector's metrics
 };
 
 // Busy fractions and rates over a window of steps, for metrics.jsonl and the progress line.

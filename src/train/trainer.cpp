@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "created_folder.h"
 #include "draft_vocab.h"
+#include "family_training.h"
 #include "master_state.h"
 #include "run_context.h"
 #include "run_reporter.h"
@@ -184,11 +185,9 @@ void log_run_summary(const TrainConfig& cfg, const RunContext& run, const Target
 std::string loss_settings(const TrainConfig& cfg) {
   std::ostringstream s;
   s << "kl_weight (now " << cfg.kl_weight << "), gamma (now " << cfg.gamma << ")";
-  if (cfg.family() == drafter::DrafterFamily::DSpark)
-    s << ", ce_loss_weight (now " << cfg.ce_loss_weight << "), l1_loss_weight (now " << cfg.l1_loss_weight
-      << "), confidence_loss_weight (now " << cfg.confidence_loss_weight << ")";
-  if (cfg.family() == drafter::DrafterFamily::DFlash2)
-    s << ", selector_loss_weight (now " << cfg.selector_loss_weight << ")";
+  const nlohmann::json settings = to_json(cfg);
+  for (const std::string& key : drafter::family_training(cfg.family()).loss_setting_keys())
+    s << ", " << key << " (now " << drafter::run_setting_number(settings, key) << ")";
   return s.str();
 }
 

@@ -44,11 +44,9 @@ NAMED_IN = {
     "src/plan/family_step_flops.cpp": 3,
     "src/plan/dflash2_plan_terms.cpp": 1,
     "src/plan/node_planner.cpp": 2,
-    # Training: the objective, block batches and the train settings of a family.
-    "src/train/step_producer.cpp": 5,
-    "src/train/step_runner.cpp": 3,
+    # Training: the train settings of a family (the objective, block batches and metrics are its
+    # drafter/family_training.h hooks).
     "src/train/target_setup.cpp": 2,
-    "src/train/trainer.cpp": 2,
     "src/train/drafter_family_setting.cpp": 2,
     "src/train/dflash2_train_settings.cpp": 4,
     # The remote-code files' texts compiled into export (their .py files sit in src/export/remote_code).
@@ -68,8 +66,7 @@ FAMILY_FILES = {
     "src/kernels/dspark_objective_rows_cpu.cpp", "src/kernels/dspark_objective_rows_cpu_impl.inc",
     "src/ops/dspark_lm_loss_op.cpp", "src/ops/dspark_lm_loss_op.h", "src/plan/bench_step_dspark.cpp",
     "src/plan/bench_step_dspark.h", "src/plan/dflash2_plan_terms.cpp", "src/plan/dflash2_plan_terms.h",
-    "src/train/dflash2_step_metrics.cpp", "src/train/dflash2_step_metrics.h", "src/train/dflash2_step_sums.cpp",
-    "src/train/dflash2_step_sums.h", "src/train/dflash2_train_settings.cpp", "src/train/dflash2_train_settings.h",
+    "src/train/dflash2_train_settings.cpp", "src/train/dflash2_train_settings.h",
 }
 
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -97,6 +98,13 @@ OneStep one_step(const fs::path& root, const std::string& run, const std::functi
   return {out.metrics, out.gradients};
 }
 
+// A family metric of the step by its metrics.jsonl key (DFlash2's selector_loss, ...); NaN when it has none.
+double family_metric(const StepMetrics& m, const std::string& key) {
+  for (const auto& [name, v] : m.family)
+    if (name == key) return v;
+  return std::nan("");
+}
+
 void remove_tree(const fs::path& p) { (void)std::system(("rm -rf '" + p.string() + "'").c_str()); }
 
 void expect_same(double got, double want, const std::string& what) {
@@ -132,8 +140,6 @@ OneStep check_splits(const std::string& tag, const std::function<void(TrainConfi
     for (size_t k = 0; k < ref.metrics.family.size(); ++k)
       if (ref.metrics.family[k].second == ref.metrics.family[k].second)  // NaN: no rows for that ratio
         expect_same(got.metrics.family[k].second, ref.metrics.family[k].second, at + " " + ref.metrics.family[k].first);
-    expect_same(got.metrics.dflash2.selector_loss, ref.metrics.dflash2.selector_loss, at + " selector_loss");
-    expect_same(got.metrics.dflash2.recall_at_k, ref.metrics.dflash2.recall_at_k, at + " recall@K");
   }
   remove_tree(root);
   return ref;
@@ -168,9 +174,9 @@ TEST(StepSplit, DFlash2Strict) {
     c.selector_candidates = SelectorCandidates::Strict;
   });
   // some gold tokens in their top-K and some not: the case where a covered-weight denominator differs
-  EXPECT_GT(ref.metrics.dflash2.recall_at_k, 0.0);
-  EXPECT_LT(ref.metrics.dflash2.recall_at_k, 1.0);
-  EXPECT_GT(ref.metrics.dflash2.selector_loss, 0.0);
+  EXPECT_GT(family_metric(ref.metrics, "unary_recall_at_k"), 0.0);
+  EXPECT_LT(family_metric(ref.metrics, "unary_recall_at_k"), 1.0);
+  EXPECT_GT(family_metric(ref.metrics, "selector_loss"), 0.0);
 }
 
 TEST(StepSplit, DFlash2Inject) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
+#include "dflash2_training.h"
 #include "strict_json.h"
 
 namespace dflash::families {
@@ -82,6 +83,9 @@ class DFlash2Family final : public drafter::Family {
     t.hidden_size = c.hidden_size;
     t.selector_top_k = c.dflash2.selector_top_k;
   }
+
+  // --- training hooks (dflash2_training.cpp) ---
+  const drafter::FamilyTraining* training() const override { return &dflash2_training(); }
 };
 
 }  // namespace
