@@ -90,7 +90,7 @@ void TargetConfig::validate(const std::string& what) const {
       fail(what, "field 'bos_token_id' " + std::to_string(id) + " is outside the vocabulary [0, " +
                      std::to_string(vocab_size) + ")");
   if (moe.num_experts > 0) {
-    positive(arch == TargetArch::gpt_oss ? "intermediate_size" : "moe_intermediate_size", moe.expert_intermediate);
+    positive(info().expert_width_key, moe.expert_intermediate);
     positive("decoder_sparse_step", moe.sparse_step);
     if (moe.top_k < 1 || moe.top_k > moe.num_experts)
       fail(what, "field 'num_experts_per_tok' is " + std::to_string(moe.top_k) + ", expected 1.." +

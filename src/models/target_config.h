@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/arch_list.h"
 #include "rope_config.h"
 
 namespace dflash::models {
@@ -22,9 +23,12 @@ struct LinearAttentionConfig {
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of in_proj_qkv / conv1d
 };
 
-// The architectures a target may have, parsed once from config.json's model_type (or a GGUF's
-// general.architecture); code elsewhere compares this enum or reads what target_arch_info says it implies.
-enum class TargetArch : uint8_t { llama, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe, gpt_oss };
+// The architectures a target may have (one line each in arch/arch_list.h), parsed once from config.json's
+// model_type (or a GGUF's general.architecture). Code outside src/models/arch never branches on a value: it
+// reads what target_arch_info says the architecture implies (tests/python/test_target_arch_table.py).
+#define DFLASH_TARGET_ARCH_ENUM(name) name,
+enum class TargetArch : uint8_t { DFLASH_TARGET_ARCHS(DFLASH_TARGET_ARCH_ENUM) };
+#undef DFLASH_TARGET_ARCH_ENUM
 
 // How an RMSNorm applies its weight, in transformers' order of operations for the architecture.
 enum class NormWeight : uint8_t {
@@ -33,17 +37,37 @@ enum class NormWeight : uint8_t {
   float32,       // the float32 weight scales before the cast back (gpt-oss)
 };
 
-// What an architecture implies, one row per TargetArch (target_archs()).
+// How a checkpoint stores a routed layer's router and experts (TargetModel::from_weights loads by it).
+enum class ExpertWeights : uint8_t {
+  gate_up_down,        // router mlp.gate; mlp.experts.N.{gate,up,down}_proj per expert, or fused gate_up_proj and
+                       // down_proj; a shared expert when the config has one (moe_weights.h)
+  interleaved_biased,  // router mlp.router with a bias; fused gate_up_proj (gate and up columns alternating) and
+                       // down_proj with biases, or their MXFP4 _blocks + _scales (gpt_oss_weights.h)
+};
+
+// How a llama.cpp GGUF file of the architecture is read (target_gguf.cpp); the tensor names are llama.cpp's,
+// shared by every architecture (gguf_to_hf_name).
+struct GgufLayout {
+  const char* arch = nullptr;  // its general.architecture, the prefix of its metadata keys (nullptr: not read)
+  bool qk_norm = false;        // its blocks hold attn_q_norm / attn_k_norm (the config's qk_norm)
+  bool experts = false;        // every layer routed: <arch>.expert_* keys, blk.N.ffn_*_exps (target_gguf_moe.h)
+  bool permuted_qk = false;    // llama.cpp's converter interleaved each head's q/k rows for its RoPE: undone on load
+};
+
+// What an architecture implies, one row per TargetArch (target_archs()), defined in its file of src/models/arch.
 struct TargetArchInfo {
   TargetArch arch;
   const char* name;                      // as model_type is written back and shown ("qwen3_5")
   std::vector<const char*> model_types;  // the config.json spellings that parse to it ("qwen3_5", "qwen3_5_text")
-  const char* gguf = nullptr;            // its GGUF general.architecture (nullptr: not read from GGUF)
+  GgufLayout gguf;                       // its GGUF form (gguf.arch nullptr: not read from GGUF)
   const char* hf_class = nullptr;        // `architectures` of the config.json written from a GGUF (nullptr: none)
   NormWeight norm = NormWeight::after_cast;
   bool hybrid = false;  // Gated DeltaNet layers between attention layers whose q_proj also holds an output gate
   bool sinks = false;   // every attention head has a learned sink logit in its softmax denominator
   bool sliding = false;  // layer_types may hold sliding_attention (a window of sliding_window keys)
+  ExpertWeights experts = ExpertWeights::gate_up_down;  // a routed layer's tensors
+  const char* expert_width_key = "moe_intermediate_size";  // the config.json field of an expert's width
+  bool mlp_bias_field = false;  // its transformers config reads mlp_bias (written back by `target hf-folder`)
 };
 const TargetArchInfo& target_arch_info(TargetArch arch);
 const std::vector<TargetArchInfo>& target_archs();  // every row, in enum order
@@ -93,7 +117,7 @@ struct MoeConfig {
 };
 
 struct TargetConfig {
-  TargetArch arch = TargetArch::llama;
+  TargetArch arch{};  // the first of arch_list.h (a config built in code sets its own)
   const TargetArchInfo& info() const { return target_arch_info(arch); }
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;

@@ -11,7 +11,7 @@
 namespace dflash::models {
 namespace {
 
-// llama.cpp's Llama converter reorders each head's Q/K rows from the HF "rotate half" layout to interleaved
+// llama.cpp's Llama converter (an architecture whose row says gguf.permuted_qk) reorders each head's Q/K rows from the HF "rotate half" layout to interleaved
 // pairs: rows (h, i, j) with i in {0,1}, j < D/2 become (h, j, i). Undo it: view [h, D/2, 2, in] -> swap.
 at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t heads) {
   const int64_t rows = w.size(0);
@@ -52,21 +52,21 @@ TargetConfig gguf_target_config(const io::GGUFFile& f) {
   const TargetArchInfo* row = nullptr;
   std::string supported;
   for (const TargetArchInfo& a : target_archs()) {
-    if (!a.gguf) continue;
-    supported += (supported.empty() ? "" : ", ") + std::string(a.gguf);
-    if (arch == a.gguf) row = &a;
+    if (!a.gguf.arch) continue;
+    supported += (supported.empty() ? "" : ", ") + std::string(a.gguf.arch);
+    if (arch == a.gguf.arch) row = &a;
   }
   if (!row) throw std::runtime_error(what + ": general.architecture is '" + arch + "' (supported: " + supported + ")");
   auto key = [&](const std::string& k) { return arch + "." + k; };
   TargetConfig c;
   c.arch = row->arch;
-  const bool moe = c.arch == TargetArch::qwen3_moe;
-  c.qk_norm = c.arch != TargetArch::llama;
+  const bool moe = row->gguf.experts;
+  c.qk_norm = row->gguf.qk_norm;
   // Sizes and counts become int downstream: each is range-checked here, naming the GGUF key and the stored value.
   constexpr int64_t kMax = 2147483647;
   auto count = [&](const std::string& k) { return f.get_int(key(k), 1, kMax); };
   c.hidden_size = count("embedding_length");
-  // qwen3moe: every layer is routed, so the dense width (written from intermediate_size) is unused and optional.
+  // routed experts (qwen3moe): every layer is routed, so the dense width (written from intermediate_size) is unused and optional.
   if (!moe || f.has(key("feed_forward_length"))) c.intermediate_size = count("feed_forward_length");
   if (moe) read_gguf_moe_config(f, arch, c);
   c.num_hidden_layers = count("block_count");
@@ -128,7 +128,7 @@ TargetModel load_gguf_target(const std::string& path, const TargetLoadOptions& o
       return m[2].str() == "gate_up_proj" ? gguf_expert_gate_up(f, layer) : gguf_expert_down(f, layer);
     }
     at::Tensor w = gguf_float_tensor(f, *by_hf.at(name));
-    if (c.arch == TargetArch::llama && std::regex_match(name, m, qk))
+    if (c.info().gguf.permuted_qk && std::regex_match(name, m, qk))
       w = unpermute_rope_rows(w, m[1].str() == "q" ? c.num_attention_heads : c.num_key_value_heads);
     return w;
   };

@@ -44,7 +44,7 @@ json hf_config_json(const TargetConfig& c, const std::string& path) {
             {"tie_word_embeddings", c.tie_word_embeddings},
             {"bos_token_id", token_ids(c.bos_token_ids)},
             {"eos_token_id", token_ids(c.eos_token_ids)}};
-  if (c.arch == TargetArch::llama) j["mlp_bias"] = c.mlp_bias;
+  if (info.mlp_bias_field) j["mlp_bias"] = c.mlp_bias;
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   if (c.moe.num_experts > 0) {
     j["num_experts"] = c.moe.num_experts;

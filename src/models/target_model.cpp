@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "batched_decode_attention.h"
+#include "deltanet_weights.h"
 #include "few_rows_linear.h"
 #include "finite_weights.h"
 #include "gated_deltanet.h"
@@ -124,8 +125,6 @@ TargetModel TargetModel::from_weights(const TargetConfig& given, const WeightFn&
     throw std::runtime_error("target weights: missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
   }
 
-  const LinearAttentionConfig& lc = config.linear;
-  const at::ScalarType st = gdn::state_dtype(m.dtype_);
   m.layers_.resize(L);
   for (const auto& s : m.stages_) {
     for (int i = s.begin; i < s.end; ++i) {
@@ -135,19 +134,12 @@ TargetModel TargetModel::from_weights(const TargetConfig& given, const WeightFn&
       l.device = d;
       l.in_norm = load_norm(name("input_layernorm.weight"), H, d);
       l.post_norm = load_norm(name("post_attention_layernorm.weight"), H, d);
+      // Each piece by the layer's kind and what the architecture's row says of its tensors, never by the
+      // architecture itself (docs/ARCHITECTURE.md "A target").
+      auto layer_load = [&](const std::string& n, std::vector<int64_t> shape) { return load(name(n), std::move(shape), d); };
       if (config.is_linear_layer(i)) {
         l.linear_attn = true;
-        DeltaNetWeights& w = l.dn;
-        w.in_qkv = load(name("linear_attn.in_proj_qkv.weight"), {lc.conv_dim(), H}, d);
-        w.in_z = load(name("linear_attn.in_proj_z.weight"), {lc.value_dim(), H}, d);
-        w.in_b = load(name("linear_attn.in_proj_b.weight"), {lc.num_value_heads, H}, d);
-        w.in_a = load(name("linear_attn.in_proj_a.weight"), {lc.num_value_heads, H}, d);
-        w.conv = load(name("linear_attn.conv1d.weight"), {lc.conv_dim(), 1, lc.conv_kernel}, d).view({lc.conv_dim(), lc.conv_kernel});
-        // transformers: -exp(A_log.float()) whatever the model dtype.
-        w.neg_A = -load(name("linear_attn.A_log"), {lc.num_value_heads}, d).to(at::kFloat).exp().to(st);
-        w.dt_bias = load(name("linear_attn.dt_bias"), {lc.num_value_heads}, d).to(st);
-        w.norm = load(name("linear_attn.norm.weight"), {lc.value_head_dim}, d);
-        w.out = load(name("linear_attn.out_proj.weight"), {H, lc.value_dim()}, d);
+        l.dn = load_deltanet_weights(config.linear, H, m.dtype_, layer_load);
       } else {
         l.q = load(name("self_attn.q_proj.weight"), {q_rows, H}, d);
         l.k = load(name("self_attn.k_proj.weight"), {kv_out, H}, d);
@@ -162,17 +154,18 @@ TargetModel TargetModel::from_weights(const TargetConfig& given, const WeightFn&
         l.k_norm = load_norm_opt(name("self_attn.k_norm.weight"), D, d, config.qk_norm);
         l.sinks = load_opt(name("self_attn.sinks"), {config.num_attention_heads}, d, config.layer(i).sinks);
       }
-      if (config.is_moe_layer(i) && config.arch == TargetArch::gpt_oss) {
-        l.moe_layer = true;
-        l.moe = load_gpt_oss_moe(config, {[&](const std::string& n) { return get(name(n)); },
-                                          [&](const std::string& n) { return has(name(n)); }, name, d, m.dtype_});
-        continue;
-      }
       if (config.is_moe_layer(i)) {
         l.moe_layer = true;
-        l.moe = load_moe_weights(config, [&](const std::string& n, std::vector<int64_t> shape) {
-          return load(name(n), std::move(shape), d);
-        }, [&](const std::string& n) { return has(name(n)); }, name);
+        auto layer_has = [&](const std::string& n) { return has(name(n)); };
+        switch (config.info().experts) {  // how the architecture stores a routed layer (its row)
+          case ExpertWeights::gate_up_down:
+            l.moe = load_moe_weights(config, layer_load, layer_has, name);
+            break;
+          case ExpertWeights::interleaved_biased:
+            l.moe = load_gpt_oss_moe(config, {[&](const std::string& n) { return get(name(n)); }, layer_has, name, d,
+                                              m.dtype_});
+            break;
+        }
         continue;
       }
       const bool mb = config.mlp_bias;

@@ -1,9 +1,11 @@
 // Each target architecture's config.json parses to its TargetArch and to the kinds of layers it implies (mixer,
 // MLP, window, sinks); an unknown model_type lists the supported spellings; the architecture table has one row
-// per enum value; a config built in code must compute its layer kinds (finish) before it is used.
+// per enum value; a config built in code must compute its layer kinds (finish) before it is used; what a row says
+// (an expert's width field) is what the shared checks use.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "error_of.h"
@@ -91,7 +93,9 @@ TEST(TargetArch, UnknownModelTypeListsTheSupportedOnes) {
 
 TEST(TargetArch, TheTableHasOneRowPerArchitectureInEnumOrder) {
   const auto& rows = target_archs();
-  ASSERT_EQ(rows.size(), size_t(TargetArch::gpt_oss) + 1);
+#define DFLASH_COUNT_ARCH(name) +1
+  ASSERT_EQ(rows.size(), size_t(0 DFLASH_TARGET_ARCHS(DFLASH_COUNT_ARCH)));  // one per line of arch/arch_list.h
+#undef DFLASH_COUNT_ARCH
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(size_t(rows[i].arch), i);
     EXPECT_EQ(&target_arch_info(rows[i].arch), &rows[i]);
@@ -131,4 +135,20 @@ TEST(TargetArch, ConfigBuiltInCodeNeedsItsLayerKinds) {
   c.finish();
   EXPECT_EQ(error_of([&] { c.validate("'q'"); }), "");
   EXPECT_EQ(c.layers, std::vector<LayerKind>(6, kAttention));
+}
+
+TEST(TargetArch, AnExpertWidthErrorNamesTheFieldItsArchitectureReads) {
+  // gpt-oss's experts are intermediate_size wide, the Qwen MoEs' moe_intermediate_size: each row says which
+  // (TargetArchInfo::expert_width_key), and validate names that field.
+  const std::string qwen_experts = R"("num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8)";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {config_json("gpt_oss", R"("num_local_experts": 4)"), "intermediate_size"},
+      {config_json("qwen3_moe", qwen_experts), "moe_intermediate_size"},
+      {config_json("qwen3_5_moe_text", qwen_experts + R"(, "shared_expert_intermediate_size": 8)"), "moe_intermediate_size"}};
+  for (const auto& [json, field] : cases) {
+    TargetConfig c = parse_target_config(json, "'m.json'");
+    c.moe.expert_intermediate = 0;
+    EXPECT_EQ(error_of([&] { c.validate("'m'"); }), "target config 'm': field '" + field + "' must be positive, got 0")
+        << json;
+  }
 }

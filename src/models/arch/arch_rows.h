@@ -1,6 +1,7 @@
-// The table of target architectures (arch_table.cpp): one row per TargetArch, each defined in its own file
-// (arch/<name>_arch.cpp) with its config.json reader, its transformers defaults and the checks only it has. The
-// generic code (target_config.cpp, the loaders, the model, the cost) reads a row's TargetArchInfo.
+// The table of target architectures (arch_table.cpp, from arch_list.h): one row per TargetArch, each defined in
+// its own file (arch/<name>_arch.cpp) with its config.json reader, its transformers defaults, the checks only it
+// has, and what its TargetArchInfo says of its weights and GGUF form. The generic code (target_config.cpp, the
+// loaders, the model, the cost) reads a row's TargetArchInfo and never branches on the TargetArch value.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -24,12 +25,10 @@ struct TargetArchRow {
 const std::vector<const TargetArchRow*>& target_arch_rows();
 const TargetArchRow& target_arch_row(TargetArch arch);
 
-// Each architecture's row, defined in its file.
-const TargetArchRow& llama_arch();
-const TargetArchRow& qwen3_arch();
-const TargetArchRow& qwen3_moe_arch();
-const TargetArchRow& qwen3_5_arch();      // qwen3_5_arch.cpp, beside
-const TargetArchRow& qwen3_5_moe_arch();  // its MoE form
-const TargetArchRow& gpt_oss_arch();
+// Each architecture's row, `<name>_arch()`, defined in its file (qwen3_5_moe_arch() in qwen3_5_arch.cpp, beside
+// the dense form): one declaration per line of arch_list.h.
+#define DFLASH_TARGET_ARCH_ROW(name) const TargetArchRow& name##_arch();
+DFLASH_TARGET_ARCHS(DFLASH_TARGET_ARCH_ROW)
+#undef DFLASH_TARGET_ARCH_ROW
 
 }  // namespace dflash::models

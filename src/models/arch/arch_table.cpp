@@ -5,10 +5,11 @@
 namespace dflash::models {
 
 const std::vector<const TargetArchRow*>& target_arch_rows() {
-  // One row per TargetArch, in enum order: a new architecture is its file (arch/<name>_arch.cpp), its enum value
-  // and its row here.
-  static const std::vector<const TargetArchRow*> rows = {&llama_arch(),   &qwen3_arch(),       &qwen3_moe_arch(),
-                                                          &qwen3_5_arch(), &qwen3_5_moe_arch(), &gpt_oss_arch()};
+  // One row per TargetArch, in enum order (both from arch_list.h): a new architecture is its file
+  // (arch/<name>_arch.cpp) and its line there.
+#define DFLASH_TARGET_ARCH_ROW(name) &name##_arch(),
+  static const std::vector<const TargetArchRow*> rows = {DFLASH_TARGET_ARCHS(DFLASH_TARGET_ARCH_ROW)};
+#undef DFLASH_TARGET_ARCH_ROW
   return rows;
 }
 

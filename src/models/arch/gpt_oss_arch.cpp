@@ -77,9 +77,14 @@ void validate(const TargetConfig& c, const std::string& what) {
 }  // namespace
 
 const TargetArchRow& gpt_oss_arch() {
-  static const TargetArchRow row{{TargetArch::gpt_oss, "gpt_oss", {"gpt_oss"}, /*gguf=*/nullptr, /*hf_class=*/nullptr,
-                                  NormWeight::float32, /*hybrid=*/false, /*sinks=*/true, /*sliding=*/true},
-                                 parse, validate};
+  static const TargetArchRow row = [] {
+    TargetArchRow r{{TargetArch::gpt_oss, "gpt_oss", {"gpt_oss"}, /*gguf=*/{}, /*hf_class=*/nullptr, NormWeight::float32,
+                     /*hybrid=*/false, /*sinks=*/true, /*sliding=*/true},
+                    parse, validate};
+    r.info.experts = ExpertWeights::interleaved_biased;  // GptOssExperts' tensors, MXFP4 or plain
+    r.info.expert_width_key = "intermediate_size";       // GptOssConfig: each expert's width
+    return r;
+  }();
   return row;
 }
 

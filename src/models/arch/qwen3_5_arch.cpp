@@ -97,7 +97,7 @@ void validate(const TargetConfig& c, const std::string& what) {
 }  // namespace
 
 const TargetArchRow& qwen3_5_arch() {
-  static const TargetArchRow row{{TargetArch::qwen3_5, "qwen3_5", {"qwen3_5", "qwen3_5_text"}, /*gguf=*/nullptr,
+  static const TargetArchRow row{{TargetArch::qwen3_5, "qwen3_5", {"qwen3_5", "qwen3_5_text"}, /*gguf=*/{},
                                   /*hf_class=*/nullptr, NormWeight::zero_centred, /*hybrid=*/true},
                                  parse, validate};
   return row;
@@ -105,7 +105,7 @@ const TargetArchRow& qwen3_5_arch() {
 
 const TargetArchRow& qwen3_5_moe_arch() {
   static const TargetArchRow row{{TargetArch::qwen3_5_moe, "qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"},
-                                  /*gguf=*/nullptr, /*hf_class=*/nullptr, NormWeight::zero_centred, /*hybrid=*/true},
+                                  /*gguf=*/{}, /*hf_class=*/nullptr, NormWeight::zero_centred, /*hybrid=*/true},
                                  parse, validate};
   return row;
 }

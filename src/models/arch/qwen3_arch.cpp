@@ -16,7 +16,9 @@ void parse(const json& j, const std::string&, const std::string& what, TargetCon
 }  // namespace
 
 const TargetArchRow& qwen3_arch() {
-  static const TargetArchRow row{{TargetArch::qwen3, "qwen3", {"qwen3"}, /*gguf=*/"qwen3", /*hf_class=*/"Qwen3ForCausalLM"}, parse};
+  static const TargetArchRow row{{TargetArch::qwen3, "qwen3", {"qwen3"}, /*gguf=*/{"qwen3", /*qk_norm=*/true},
+                                  /*hf_class=*/"Qwen3ForCausalLM"},
+                                 parse};
   return row;
 }
 
