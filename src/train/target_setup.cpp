@@ -9,8 +9,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
-#include "dflash2_train_settings.h"
 #include "drafter_from_target.h"
+#include "drafter_spec.h"
 #include "hidden_shards.h"
 #include "index_list.h"
 #include "memory_fit.h"
@@ -225,29 +225,14 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     // this file): the file's own count must not outlive a full-vocabulary run in its saved drafter config.
     d.draft_vocab_size = 0;
     if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
-    // The drafter config sets these: a different value given beside it is refused, not dropped.
-    const TrainConfig defaults;
-    auto same = [&](const char* key, bool given, bool agrees, const std::string& got, const std::string& file) {
-      if (given && !agrees)
-        throw std::invalid_argument("train config: '" + std::string(key) + "' is not used with drafter_config (" +
-                                    cfg.drafter_config + " says " + file + "), got " + got +
-                                    "; leave it unset or make the two agree");
-    };
-    // Given: set by this invocation's file or flags (even to the default value), or changed in code.
-    same("drafter_layers", cfg.was_given("drafter_layers") || cfg.drafter_layers != defaults.drafter_layers,
-         cfg.drafter_layers == d.num_hidden_layers, std::to_string(cfg.drafter_layers),
-         "num_hidden_layers " + std::to_string(d.num_hidden_layers));
-    same("block_size", cfg.was_given("block_size") || cfg.block_size != defaults.block_size,
-         cfg.block_size == d.block_size, std::to_string(cfg.block_size), "block_size " + std::to_string(d.block_size));
-    same("target_layer_ids", !cfg.target_layer_ids.empty(), cfg.target_layer_ids == d.target_layer_ids,
-         util::join_indices(cfg.target_layer_ids), "target_layer_ids " + util::join_indices(d.target_layer_ids));
+    // The drafter config sets its fields: one given beside it with another value is refused, not dropped
+    // (drafter_spec.h's rule; resolve_drafter_family applied it to `cfg` already, this keeps callers that skip it).
+    merge_specs(spec_of_train_config(cfg, d.family), spec_of_drafter_config(d, cfg.drafter_config), "train config");
   } else {
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
                                            cfg.target_layer_ids);
-    apply_dflash2_settings(cfg, d);
+    apply_family_settings(cfg, d);
   }
-  d.family = cfg.family();  // resolve_drafter_family() made it agree with a drafter config's
-  if (d.family == drafter::DrafterFamily::DSpark) d.dspark = cfg.dspark_heads();
   if (d.mask_token_id < 0)
     throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "
                                 "target vocabulary; the drafter config gives none)");

@@ -529,7 +529,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
           }
         },
         f->member);
-    c.given_keys.insert(key);
+    c.given_from[key] = where;
   }
 }
 
@@ -624,10 +624,14 @@ bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
 
 namespace {
 
-// `base`, then the --config file, then the flags.
+// `base`, then the --config file, then the flags; each key given remembers its source (drafter_spec.h names it).
 TrainConfig over(TrainConfig base, const TrainArgs& args) {
-  if (!args.config_file.empty()) apply_config_file(base, args.config_file);
+  if (!args.config_file.empty()) {
+    apply_config_file(base, args.config_file);
+    for (auto& [key, where] : base.given_from) where = "train config " + where;  // the path, or path:line (YAML)
+  }
   apply_json(base, args.flags, "command line");
+  for (auto it = args.flags.begin(); it != args.flags.end(); ++it) base.given_from[it.key()] = "flag --" + flag_name(it.key());
   return base;
 }
 
@@ -643,7 +647,7 @@ TrainConfig train_config_of(const TrainArgs& args) {
   TrainConfig base;
   apply_json(base, read_config_file(saved), saved);
   base.stop_after = 0;  // a pause applies to the invocation that asked for it
-  base.given_keys.clear();  // what the run saved is not given now
+  base.given_from.clear();  // what the run saved is not given now
   TrainConfig resumed = over(base, args);
   resumed.resume = true;
   return resumed;

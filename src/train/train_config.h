@@ -5,8 +5,8 @@
 // docs/DFLASH.md (AdamW wd 0, lr 6e-4, cosine with 4% warmup, clip 1.0, 512 anchors, B=16). Torch-free.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -56,11 +56,12 @@ struct TrainConfig {
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;  // docs/TRAINING.md "Attention backend"
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
-  // The keys this invocation's settings file and flags set (apply_json), whatever their value: a value given equal
-  // to the default still counts as given, so it can conflict with a drafter config (target_setup.cpp). Not a
-  // setting: never written to train_config.json, and a resumed run's saved settings do not count.
-  std::set<std::string> given_keys;
-  bool was_given(const std::string& key) const { return given_keys.count(key) > 0; }
+  // The keys this invocation's settings file and flags set (apply_json), whatever their value, each with its source
+  // ("train config t.yaml:3", "flag --block-size"): a value given equal to the default still counts as given, so it
+  // can conflict with a drafter config (drafter_spec.h). Not a setting: never written to train_config.json, and a
+  // resumed run's saved settings do not count.
+  std::map<std::string, std::string> given_from;
+  bool was_given(const std::string& key) const { return given_from.count(key) > 0; }
   bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)
   // The drafter family (drafter_family.h). Unset: the one drafter_config's architectures names, else dflash;
   // resolve_drafter_family() settles it before a run, and the run's train_config.json keeps it.

@@ -47,10 +47,9 @@ NAMED_IN = {
     # Training: the objective, block batches and the train settings of a family.
     "src/train/step_producer.cpp": 5,
     "src/train/step_runner.cpp": 3,
-    "src/train/target_setup.cpp": 2,
+    "src/train/target_setup.cpp": 1,
     "src/train/trainer.cpp": 2,
-    "src/train/drafter_family_setting.cpp": 2,
-    "src/train/dflash2_train_settings.cpp": 4,
+    "src/train/dflash2_train_settings.cpp": 2,
     # The remote-code files' texts compiled into export (their .py files sit in src/export/remote_code).
     "src/export/remote_code/hf_remote_code.cpp.in": 2,
 }
