@@ -118,7 +118,7 @@ struct WholeRun {
 
 // A training run of `steps` steps; the rate over steps 2.. (metrics.jsonl's elapsed_s), so loading is left out.
 WholeRun time_training(TrainConfig c, const std::string& target_devices, const std::string& out) {
-  c.target_devices = target_devices;
+  c.target_devices = util::read_device_grid_setting(target_devices, "bench producer: target_devices");
   c.out = out;
   if (run_training(c, hooks_from_environment()) != 0) throw std::runtime_error("bench producer: the training run " + out + " failed");
   std::ifstream f(fs::path(out) / "metrics.jsonl");

@@ -82,7 +82,7 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
   const std::string problem = models::layout_memory_problem(
       tcfg, int64_t(c10::elementSize(dtype)), layout, cfg.batch_size * cfg.max_len, captured,
       [](at::Device dev) { return dev.is_cuda() ? double(ops::device_memory_bytes(dev)) : -1.0; },
-      "train config: 'target_devices' '" + cfg.target_devices + "'");
+      "train config: 'target_devices' '" + cfg.target_devices.text + "'");
   if (!problem.empty()) throw std::invalid_argument(problem);
 }
 
@@ -91,7 +91,7 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
 void check_target_layout(const TrainConfig& cfg, const models::TargetConfig& tcfg, const drafter::DrafterConfig& d,
                          const models::DeviceLayout& layout) {
   if (layout.num_stages() > tcfg.num_hidden_layers)
-    throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices + "' has " +
+    throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices.text + "' has " +
                                 std::to_string(layout.num_stages()) + " pipeline stages per replica for a target of " +
                                 std::to_string(tcfg.num_hidden_layers) + " layers (at most one stage per layer)");
   check_target_layout_fits(cfg, tcfg, d, layout, ops::scalar_type(cfg.target_dtype));
@@ -118,7 +118,7 @@ plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::Draf
 
 std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainConfig& cfg) {
   std::vector<std::pair<at::Device, int64_t>> devices;
-  for (const util::DeviceName& name : cfg.drafter_device_list()) {
+  for (const util::DeviceName& name : cfg.drafter_devices.devices) {
     const at::Device dev = ops::device_of(name);
     const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
     if (it == devices.end()) devices.emplace_back(dev, 1);
@@ -130,7 +130,7 @@ std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainCo
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
   if (!cfg.budget.set()) return;
   const plan::PlanSettings ps = run_plan_settings(
-      cfg, d, compute, cfg.drafter_device_list().front().cuda ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
+      cfg, d, compute, cfg.drafter_devices.devices.front().cuda ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
   const double budget = cfg.budget.bytes;
   const auto plan = plan::plan_memory(ps);
   if (plan.peak_bytes <= budget) return;
@@ -255,9 +255,9 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   const at::ScalarType compute = run.compute;
   TargetSide t;
   t.samples = data::open_samples(cfg.data, cfg.data_format);
-  if (t.samples->has_features() && cfg.target_devices != TrainConfig{}.target_devices)  // refused, not dropped
+  if (t.samples->has_features() && cfg.target_devices.text != TrainConfig{}.target_devices.text)  // refused, not dropped
     throw std::invalid_argument("train config: 'target_devices' is not used with offline data (" + cfg.data +
-                                " holds the target's features: the target does not run), got '" + cfg.target_devices + "'");
+                                " holds the target's features: the target does not run), got '" + cfg.target_devices.text + "'");
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
   // this project cannot run still work with their existing hidden-state dumps.
   const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);

@@ -44,7 +44,10 @@ struct TrainConfig {
   drafter::CheckpointPolicy activation_checkpoint = drafter::RunShape{}.activation_checkpoint;
   int64_t loss_chunk_rows = drafter::RunShape{}.loss_chunk_rows;
   int64_t draft_vocab = 0;  // K > 0: LM head restricted to the K most frequent answer tokens (+ EOS ids)
-  std::string drafter_devices = "cpu", target_devices = "cpu";
+  // Parsed once when read (util/device_list.h), each with its text as written: drafter_devices one worker per
+  // device, in order; target_devices replicas (';') of pipeline stages (',').
+  util::DeviceListSetting drafter_devices = util::read_device_list_setting("cpu", "drafter_devices");
+  util::DeviceGridSetting target_devices = util::read_device_grid_setting("cpu", "target_devices");
   int64_t checkpoint_every = 100, keep_checkpoints = 2, log_every = 10, threads = 0;
   util::ByteSize budget;  // unset: no budget
   int64_t queue_depth = 2;
@@ -109,8 +112,6 @@ struct TrainConfig {
   void validate() const;
   void validate_family_settings() const;  // drafter_family and DSpark's settings (part of validate())
   void validate_report_settings() const;  // report_to's trackers' modes (part of validate(); `dflash report` too)
-  // drafter_devices parsed (util/device_list.h), in order: one worker each.
-  std::vector<util::DeviceName> drafter_device_list() const;
 };
 
 // Field metadata, in documentation order (also drives the flag parser's help).
