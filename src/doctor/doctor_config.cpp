@@ -63,7 +63,7 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
                  ", head_dim " + std::to_string(d.head_dim) + ", block " + std::to_string(d.block_size) + ", windows [" +
                  join(windows) + "]; " + util::dtype_name(cfg.dtype) + ", max_len " + std::to_string(cfg.max_len) + ", batch " +
                  std::to_string(cfg.batch_size) + (cfg.pack ? ", packed" : "") + "; drafter devices " +
-                 cfg.drafter_devices;
+                 cfg.drafter_devices.text;
     summary = {{"path", path},
                {"dtype", util::dtype_name(cfg.dtype)},
                {"max_len", cfg.max_len},
@@ -71,7 +71,7 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
                {"num_anchors", cfg.num_anchors},
                {"pack", cfg.pack},
                {"attention_backend", ops::attention_backend_name(cfg.attention_backend)},
-               {"drafter_devices", cfg.drafter_devices},
+               {"drafter_devices", cfg.drafter_devices.text},
                {"drafter",
                 {{"num_hidden_layers", d.num_hidden_layers},
                  {"hidden_size", d.hidden_size},

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "device_list.h"
+
 namespace dflash::models {
 
 struct DeviceLayout {
@@ -30,6 +32,8 @@ struct DeviceLayout {
 // then that every device exists on this machine. Errors are one line naming `where` (the key or flag), the list
 // and the offending entry.
 DeviceLayout parse_device_layout(const std::string& spec, const std::string& where);
+// The same for a layout parsed already (a train setting): its devices, each checked to exist (errors quote its text).
+DeviceLayout device_layout_of(const util::DeviceGridSetting& spec, const std::string& where);
 // The same checks except the last: for a caller that reports a device this machine lacks itself (dflash doctor).
 DeviceLayout parse_device_layout_spelling(const std::string& spec, const std::string& where);
 

@@ -72,10 +72,14 @@ at::Device parse_device(const std::string& name, const std::string& where) {
 }
 
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where) {
+  return devices_of(util::read_device_list_setting(list, where), where);
+}
+
+std::vector<at::Device> devices_of(const util::DeviceListSetting& list, const std::string& where) {
   std::vector<at::Device> out;
-  for (const util::DeviceName& d : util::parse_device_list(list, where)) out.push_back(device_of(d));
+  for (const util::DeviceName& d : list.devices) out.push_back(device_of(d));
   for (const at::Device& d : out)
-    check_device_available(d, d.str(), d.str() == list ? where : where + " " + util::quoted_device_text(list));
+    check_device_available(d, d.str(), d.str() == list.text ? where : where + " " + util::quoted_device_text(list.text));
   return out;
 }
 

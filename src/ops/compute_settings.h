@@ -32,6 +32,8 @@ void check_device_available(at::Device d, const std::string& name, const std::st
 at::Device device_of(const util::DeviceName& d);
 // A comma list of devices, one worker each: at least one, no empty entry, no ';', each on this machine.
 std::vector<at::Device> parse_devices(const std::string& list, const std::string& where);
+// The same for a list parsed already (a train setting): its devices, each checked to exist (errors quote its text).
+std::vector<at::Device> devices_of(const util::DeviceListSetting& list, const std::string& where);
 
 // The largest --threads accepted (more threads than this only oversubscribe and can stall start-up).
 inline constexpr int64_t kMaxThreads = 1024;

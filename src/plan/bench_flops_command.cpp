@@ -63,7 +63,10 @@ int bench_flops_main(const std::vector<std::string>& argv) {
   a.option("target-config", "FILE", "", "or an architecture's config.json: timed with random weights");
   drafter::declare_run_shape(a, {"max_len", "num_anchors"});  // the step's shape, as train spells it
   a.option("drafter-layers", "N", "1", "layers of the drafter built for the target");
-  a.option("dtype", "DTYPE", "fp32", "fp32 | bf16 | fp64 (target, drafter and the GEMM)");
+  // As train spells the target's dtype (target_dtype; train's --dtype is the drafter's): the old spelling stops
+  // naming the new one.
+  a.option("target-dtype", "DTYPE", "fp32", "the target's dtype: fp32 | bf16 | fp64 (the drafter and the GEMM run in it too)");
+  a.renamed("dtype", "target-dtype");
   a.option("gemm-size", "N", "1024", "the reference GEMM is N x N x N");
   a.option("repeats", "N", "3", "timed calls per part (median; one warm-up call first)");
   a.option("threads", "N", "0", "intra-op threads (0: every core)");
@@ -75,7 +78,7 @@ int bench_flops_main(const std::vector<std::string>& argv) {
   if (a.str("target").empty() == a.str("target-config").empty())
     throw std::invalid_argument("bench flops: give --target PATH or --target-config FILE");
   const int64_t threads = ops::set_threads(a.i64("threads"), "bench flops: --threads");
-  const auto dtype = ops::parse_dtype(a.str("dtype"), "bench flops: --dtype");
+  const auto dtype = ops::parse_dtype(a.str("target-dtype"), "bench flops: --target-dtype");
   const int64_t S = a.i64("max-len"), N = a.i64("num-anchors"), repeats = a.i64("repeats"), n = a.i64("gemm-size");
   if (S < 2 || N < 1 || N > S || repeats < 1 || n < 16)
     throw std::invalid_argument("bench flops: need --max-len >= 2, 1 <= --num-anchors <= --max-len, --repeats >= 1, "
@@ -137,12 +140,12 @@ int bench_flops_main(const std::vector<std::string>& argv) {
               "layer(s), %lld threads\n",
               name.c_str(), models::target_arch_name(tc.arch), (long long)tc.num_hidden_layers,
               (long long)tc.hidden_size,
-              a.str("dtype").c_str(), (long long)S, (long long)N, (long long)dc.block_size,
+              a.str("target-dtype").c_str(), (long long)S, (long long)N, (long long)dc.block_size,
               (long long)dc.num_hidden_layers, (long long)threads);
   std::printf("GEMM %lld^3: %.4f s = %.1f GFLOP/s (the reference rate)\n", (long long)n, gemm_s, gemm_rate / 1e9);
   std::printf("%-16s %14s %16s %12s %14s %12s\n", "part", "model GFLOP", "predicted s", "measured s", "GFLOP/s",
               "efficiency");
-  nlohmann::json out = {{"target", name}, {"seq_len", S}, {"anchors", N}, {"dtype", a.str("dtype")},
+  nlohmann::json out = {{"target", name}, {"seq_len", S}, {"anchors", N}, {"target_dtype", a.str("target-dtype")},
                         {"threads", threads}, {"gemm_size", n}, {"gemm_flops_per_s", gemm_rate}};
   for (const auto& [part, flops, secs] :
        {std::tuple{"target forward", target_flops, target_s}, std::tuple{"drafter step", drafter_flops, drafter_s}}) {

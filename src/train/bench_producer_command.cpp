@@ -118,7 +118,7 @@ struct WholeRun {
 
 // A training run of `steps` steps; the rate over steps 2.. (metrics.jsonl's elapsed_s), so loading is left out.
 WholeRun time_training(TrainConfig c, const std::string& target_devices, const std::string& out) {
-  c.target_devices = target_devices;
+  c.target_devices = util::read_device_grid_setting(target_devices, "bench producer: target_devices");
   c.out = out;
   if (run_training(c, hooks_from_environment()) != 0) throw std::runtime_error("bench producer: the training run " + out + " failed");
   std::ifstream f(fs::path(out) / "metrics.jsonl");
@@ -145,7 +145,10 @@ int bench_producer_main(const std::vector<std::string>& argv) {
   drafter::declare_run_shape(a, {"max_len"});  // tokens per sample, as train spells it
   a.option("micro-batches", "N", "16", "micro-batches (one sample each) the producer makes per configuration");
   a.option("threads", "N", "1", "intra-op threads of each target thread (replica or stage)");
-  a.option("dtype", "DTYPE", "fp32", "the target's dtype");
+  // The target's dtype, as train spells it (target_dtype); train's --dtype is the drafter's, so the old spelling here
+  // stops naming the new one.
+  a.option("target-dtype", "DTYPE", "fp32", "the target's dtype: fp32 | bf16 | fp16 | fp64");
+  a.renamed("dtype", "target-dtype");
   a.option("steps", "N", "12", "steps of each whole training run (0: skip the runs)");
   a.option("work-dir", "DIR", "bench-producer-runs", "a new folder for the training runs' outputs");
   a.range("micro-batches", 1, 1000000).range("threads", 0, 1024, " (0: every core)");
@@ -161,7 +164,7 @@ int bench_producer_main(const std::vector<std::string>& argv) {
     throw std::invalid_argument("bench producer: --work-dir '" + work + "' exists; give a new folder");
   if (steps > 0) io::check_output_folder(work, "bench producer: --work-dir");  // a path under a file: now, not later
   models::TargetLoadOptions one_stage;
-  one_stage.dtype = ops::parse_dtype(a.str("dtype"), "bench producer: --dtype");
+  one_stage.dtype = ops::parse_dtype(a.str("target-dtype"), "bench producer: --target-dtype");
   const models::TargetModel target = models::load_target(a.str("target"), one_stage);
   const models::TargetConfig& tc = target.config();
   if (tc.num_hidden_layers < 2) throw std::invalid_argument("bench producer: the target needs 2 layers for 2 stages");
@@ -175,7 +178,7 @@ int bench_producer_main(const std::vector<std::string>& argv) {
   std::printf("bench producer: %s (%lld layers, hidden %lld), %s, %lld tokens per sample, %lld micro-batches, "
               "%lld intra-op thread(s) per target thread\n",
               a.str("target").c_str(), (long long)tc.num_hidden_layers, (long long)tc.hidden_size,
-              a.str("dtype").c_str(), (long long)len, (long long)micro, (long long)threads);
+              a.str("target-dtype").c_str(), (long long)len, (long long)micro, (long long)threads);
   gemm_rate(1, 512, 4);  // warm-up: thread pools, lazily built kernels
   const double g1 = gemm_rate(1, 1024, 20), g2 = gemm_rate(2, 1024, 20);
   std::printf("\nthis machine now: GEMM 1024^3 on 1 thread %.1f GFLOP/s, 2 threads at once %.1f GFLOP/s: %.2fx is the "
@@ -209,7 +212,7 @@ int bench_producer_main(const std::vector<std::string>& argv) {
   c.max_len = len;
   c.steps = steps;
   c.dtype = util::Dtype::F32;
-  c.target_dtype = util::parse_dtype(a.str("dtype"), "bench producer: --dtype");
+  c.target_dtype = util::parse_dtype(a.str("target-dtype"), "bench producer: --target-dtype");
   c.threads = threads;
   c.log_every = 1;
   c.checkpoint_every = steps;

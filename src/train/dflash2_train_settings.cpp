@@ -60,27 +60,4 @@ void validate_dflash2_settings(const TrainConfig& c) {
                   shown(c.selector_loss_weight));
 }
 
-void take_dflash2_settings_from(TrainConfig& c, const drafter::DrafterConfig& file, const std::string& command) {
-  const drafter::DFlash2Settings defaults, given = c.dflash2_settings(), f = file.dflash2;
-  auto take = [&](const char* key, int64_t g, int64_t def, int64_t in_file) {
-    if ((c.was_given(key) || g != def) && g != in_file)  // given (even at the default) and disagreeing
-      throw std::invalid_argument(command + ": '" + key + "' is " + std::to_string(g) + " but " + c.drafter_config +
-                                  " says " + std::to_string(in_file) + " (leave it unset to take the drafter config's)");
-  };
-  take("conv_kernel_size", given.conv_kernel_size, defaults.conv_kernel_size, f.conv_kernel_size);
-  take("conv_group_size", given.conv_group_size, defaults.conv_group_size, f.conv_group_size);
-  take("selector_rank", given.selector_rank, defaults.selector_rank, f.selector_rank);
-  take("selector_top_k", given.selector_top_k, defaults.selector_top_k, f.selector_top_k);
-  c.conv_kernel_size = f.conv_kernel_size;
-  c.conv_group_size = f.conv_group_size;
-  c.selector_rank = f.selector_rank;
-  c.selector_top_k = f.selector_top_k;
-}
-
-void apply_dflash2_settings(const TrainConfig& c, drafter::DrafterConfig& d) {
-  if (c.family() != drafter::DrafterFamily::DFlash2) return;
-  d.family = drafter::DrafterFamily::DFlash2;
-  d.dflash2 = c.dflash2_settings();
-}
-
 }  // namespace dflash::train

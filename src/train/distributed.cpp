@@ -1,7 +1,6 @@
 #include "distributed.h"
 
 #include <csignal>
-#include <cstdlib>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -25,27 +24,6 @@ class Single : public Collective {
   void allreduce_sum(at::Tensor&) override {}
   std::string describe() const override { return "single process"; }
 };
-
-std::string env_or_throw(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v)
-    throw std::invalid_argument(std::string("distributed: a process group needs ") + name +
-                                " (set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun does)");
-  return v;
-}
-
-// `v`, the value of the variable `name`, as an integer.
-int int_value(const char* name, const std::string& v) {
-  try {
-    size_t used = 0;
-    const int x = std::stoi(v, &used);
-    if (used == v.size()) return x;
-  } catch (const std::exception&) {
-  }
-  throw std::invalid_argument(std::string("distributed: ") + name + " must be an integer, got '" + v + "'");
-}
-
-int env_int(const char* name) { return int_value(name, env_or_throw(name)); }
 
 [[maybe_unused]] c10::intrusive_ptr<c10d::TCPStore> make_store(int rank, int world, const std::string& addr, int port,
                                                                 std::chrono::seconds timeout) {
@@ -180,19 +158,12 @@ std::string resolve_backend(const std::string& setting, const at::Device& grad_d
   return "nccl";
 }
 
-std::unique_ptr<Collective> collective_from_env(const std::string& setting, const at::Device& grad_device) {
+std::unique_ptr<Collective> collective_from_env(const TorchrunEnv& env, const std::string& setting,
+                                                const at::Device& grad_device) {
   const std::string backend = resolve_backend(setting, grad_device);
-  const char* ws_text = std::getenv("WORLD_SIZE");  // read once: unset or empty means a single process
-  const std::string ws = ws_text ? ws_text : "";
-  if (ws.empty()) return std::make_unique<Single>();
-  if (ws == "1" && setting == "auto") return std::make_unique<Single>();
-  const int world = int_value("WORLD_SIZE", ws), rank = env_int("RANK");
-  if (world < 1 || rank < 0 || rank >= world)
-    throw std::invalid_argument("distributed: need 0 <= RANK < WORLD_SIZE, got RANK=" + std::to_string(rank) +
-                                " WORLD_SIZE=" + std::to_string(world));
-  const std::string addr = env_or_throw("MASTER_ADDR");
-  const int port = env_int("MASTER_PORT");
-  return join_group(backend, rank, world, addr, port, grad_device);
+  if (env.single_process(setting == "auto")) return std::make_unique<Single>();
+  const GroupAddress g = env.group();
+  return join_group(backend, g.rank, g.world, g.addr, g.port, grad_device);
 }
 
 std::unique_ptr<Collective> join_group(const std::string& backend, int rank, int world, const std::string& addr,

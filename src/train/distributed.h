@@ -13,6 +13,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "torchrun_env.h"
+
 namespace dflash::train {
 
 class Collective {
@@ -29,10 +31,10 @@ class Collective {
 // and this build has NCCL, else gloo). Throws for nccl with a CPU gradient device or without NCCL.
 std::string resolve_backend(const std::string& setting, const at::Device& grad_device);
 
-// WORLD_SIZE unset, or 1 with dist_backend auto: a single-process collective (no-op). Otherwise joins the
+// `env`: the torchrun variables (torchrun_env.h, read once by open_run). WORLD_SIZE unset, or 1 with dist_backend auto: a single-process collective (no-op). Otherwise joins the
 // c10d group (WORLD_SIZE=1 with an explicit backend joins a group of one: a smoke test of that backend).
 // Throws with the missing variable's name, or when this build lacks the backend (then says how to get it).
-std::unique_ptr<Collective> collective_from_env(const std::string& setting = "auto",
+std::unique_ptr<Collective> collective_from_env(const TorchrunEnv& env, const std::string& setting = "auto",
                                                 const at::Device& grad_device = at::kCPU);
 
 // How long joining a group (the TCPStore's rendezvous) and each collective may take before they fail.

@@ -1,5 +1,5 @@
-// The run's drafter family, settled once before a run: `drafter_family` as given over the family that the
-// drafter_config file's architectures name. Torch-free.
+// The run's drafter settings, settled once before a run: those given in the train config (file, flags) against a
+// drafter_config file's, by drafter_spec.h's one rule. Torch-free.
 #pragma once
 #include <string>
 
@@ -7,9 +7,9 @@
 
 namespace dflash::train {
 
-// Sets c.drafter_family (never left unset): a drafter_config whose architectures name a family sets it, and a
-// family given that disagrees is an error naming both. With a DSpark drafter_config, its heads (markov_rank, ...)
-// are the run's: a head setting given that differs from the file's is an error naming the file, field and value.
+// Sets c.drafter_family (never left unset). With a drafter_config, its family, block size, layers, target layers,
+// draft vocabulary and the family's own settings (DSpark's heads, DFlash2's convs, ...) are the run's: one given
+// in the train config with another value is an error naming both sources and values (drafter_spec.h).
 // `command` names the caller in errors ("train", "doctor --config").
 void resolve_drafter_family(TrainConfig& c, const std::string& command);
 

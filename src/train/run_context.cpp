@@ -12,23 +12,9 @@
 #include "compute_settings.h"
 #include "output_folder.h"
 #include "run_settings.h"
+#include "torchrun_env.h"
 
 namespace dflash::train {
-
-namespace {
-
-// A torchrun variable as a non-negative integer; `def` when unset.
-int64_t env_int(const char* name, int64_t def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 1 << 20)
-    throw std::invalid_argument(std::string("environment: ") + name + " must be a non-negative integer, got '" + v + "'");
-  return x;
-}
-
-}  // namespace
 
 std::vector<at::Device> local_devices(const std::vector<at::Device>& node, int64_t local_rank, int64_t local_world,
                                       const std::string& what, bool share_single_cpu) {
@@ -83,7 +69,8 @@ RunContext open_run(const TrainConfig& cfg) {
   // CUDA attention reads too); cuBLAS needs a fixed workspace for it, set before its first handle exists.
   if (cfg.deterministic) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   at::globalContext().setDeterministicAlgorithms(cfg.deterministic, /*warn_only=*/false);
-  const int64_t local_world = env_int("LOCAL_WORLD_SIZE", 1), local_rank = env_int("LOCAL_RANK", 0);
+  const TorchrunEnv env = read_torchrun_env();  // the one reading of the torchrun variables
+  const int64_t local_world = env.local_world, local_rank = env.local_rank;
   const RunDevices node = parse_run_devices(cfg);  // as doctor --config reads them (run_settings.h)
   run.drafter_devices = local_devices(node.drafter, local_rank, local_world, "train config: 'drafter_devices'", false);
   run.target_layout = local_target_layout(node.target, local_rank, local_world, "train config: 'target_devices'");
@@ -92,7 +79,7 @@ RunContext open_run(const TrainConfig& cfg) {
   run.grad_device = all_cuda ? run.drafter_devices.front() : at::Device(at::kCPU);
   run.compute = ops::scalar_type(cfg.dtype);  // validate() refused fp16
   run.master_dtype = run.compute == at::kDouble ? at::kDouble : at::kFloat;
-  run.coll = collective_from_env(cfg.dist_backend, run.grad_device);
+  run.coll = collective_from_env(env, cfg.dist_backend, run.grad_device);
   run.lead = run.coll->rank() == 0;
   // Checked now, created by run_training once every check has passed (a refused start leaves no folder).
   util::check_output_folder_use(cfg.out, "train config: 'out'", util::OutputFolderUse::Run);

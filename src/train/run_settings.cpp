@@ -9,9 +9,9 @@ namespace dflash::train {
 
 RunDevices parse_run_devices(const TrainConfig& cfg) {
   RunDevices d;
-  d.drafter = ops::parse_devices(cfg.drafter_devices, "train config: 'drafter_devices'");
-  d.target = models::parse_device_layout(cfg.target_devices, "train config: 'target_devices'");
-  check_target_and_drafter_apart(d.target, d.drafter, cfg.target_devices, cfg.drafter_devices);
+  d.drafter = ops::devices_of(cfg.drafter_devices, "train config: 'drafter_devices'");
+  d.target = models::device_layout_of(cfg.target_devices, "train config: 'target_devices'");
+  check_target_and_drafter_apart(d.target, d.drafter, cfg.target_devices.text, cfg.drafter_devices.text);
   return d;
 }
 

@@ -9,8 +9,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include "compute_settings.h"
-#include "dflash2_train_settings.h"
 #include "drafter_from_target.h"
+#include "drafter_spec.h"
 #include "hidden_shards.h"
 #include "index_list.h"
 #include "memory_fit.h"
@@ -82,7 +82,7 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
   const std::string problem = models::layout_memory_problem(
       tcfg, int64_t(c10::elementSize(dtype)), layout, cfg.batch_size * cfg.max_len, captured,
       [](at::Device dev) { return dev.is_cuda() ? double(ops::device_memory_bytes(dev)) : -1.0; },
-      "train config: 'target_devices' '" + cfg.target_devices + "'");
+      "train config: 'target_devices' '" + cfg.target_devices.text + "'");
   if (!problem.empty()) throw std::invalid_argument(problem);
 }
 
@@ -91,7 +91,7 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
 void check_target_layout(const TrainConfig& cfg, const models::TargetConfig& tcfg, const drafter::DrafterConfig& d,
                          const models::DeviceLayout& layout) {
   if (layout.num_stages() > tcfg.num_hidden_layers)
-    throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices + "' has " +
+    throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices.text + "' has " +
                                 std::to_string(layout.num_stages()) + " pipeline stages per replica for a target of " +
                                 std::to_string(tcfg.num_hidden_layers) + " layers (at most one stage per layer)");
   check_target_layout_fits(cfg, tcfg, d, layout, ops::scalar_type(cfg.target_dtype));
@@ -118,7 +118,7 @@ plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::Draf
 
 std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainConfig& cfg) {
   std::vector<std::pair<at::Device, int64_t>> devices;
-  for (const util::DeviceName& name : cfg.drafter_device_list()) {
+  for (const util::DeviceName& name : cfg.drafter_devices.devices) {
     const at::Device dev = ops::device_of(name);
     const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
     if (it == devices.end()) devices.emplace_back(dev, 1);
@@ -130,7 +130,7 @@ std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainCo
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
   if (!cfg.budget.set()) return;
   const plan::PlanSettings ps = run_plan_settings(
-      cfg, d, compute, cfg.drafter_device_list().front().cuda ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
+      cfg, d, compute, cfg.drafter_devices.devices.front().cuda ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
   const double budget = cfg.budget.bytes;
   const auto plan = plan::plan_memory(ps);
   if (plan.peak_bytes <= budget) return;
@@ -225,29 +225,14 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     // this file): the file's own count must not outlive a full-vocabulary run in its saved drafter config.
     d.draft_vocab_size = 0;
     if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
-    // The drafter config sets these: a different value given beside it is refused, not dropped.
-    const TrainConfig defaults;
-    auto same = [&](const char* key, bool given, bool agrees, const std::string& got, const std::string& file) {
-      if (given && !agrees)
-        throw std::invalid_argument("train config: '" + std::string(key) + "' is not used with drafter_config (" +
-                                    cfg.drafter_config + " says " + file + "), got " + got +
-                                    "; leave it unset or make the two agree");
-    };
-    // Given: set by this invocation's file or flags (even to the default value), or changed in code.
-    same("drafter_layers", cfg.was_given("drafter_layers") || cfg.drafter_layers != defaults.drafter_layers,
-         cfg.drafter_layers == d.num_hidden_layers, std::to_string(cfg.drafter_layers),
-         "num_hidden_layers " + std::to_string(d.num_hidden_layers));
-    same("block_size", cfg.was_given("block_size") || cfg.block_size != defaults.block_size,
-         cfg.block_size == d.block_size, std::to_string(cfg.block_size), "block_size " + std::to_string(d.block_size));
-    same("target_layer_ids", !cfg.target_layer_ids.empty(), cfg.target_layer_ids == d.target_layer_ids,
-         util::join_indices(cfg.target_layer_ids), "target_layer_ids " + util::join_indices(d.target_layer_ids));
+    // The drafter config sets its fields: one given beside it with another value is refused, not dropped
+    // (drafter_spec.h's rule; resolve_drafter_family applied it to `cfg` already, this keeps callers that skip it).
+    merge_specs(spec_of_train_config(cfg, d.family), spec_of_drafter_config(d, cfg.drafter_config), "train config");
   } else {
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
                                            cfg.target_layer_ids);
-    apply_dflash2_settings(cfg, d);
+    apply_family_settings(cfg, d);
   }
-  d.family = cfg.family();  // resolve_drafter_family() made it agree with a drafter config's
-  if (d.family == drafter::DrafterFamily::DSpark) d.dspark = cfg.dspark_heads();
   if (d.mask_token_id < 0)
     throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "
                                 "target vocabulary; the drafter config gives none)");
@@ -270,9 +255,9 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
   const at::ScalarType compute = run.compute;
   TargetSide t;
   t.samples = data::open_samples(cfg.data, cfg.data_format);
-  if (t.samples->has_features() && cfg.target_devices != TrainConfig{}.target_devices)  // refused, not dropped
+  if (t.samples->has_features() && cfg.target_devices.text != TrainConfig{}.target_devices.text)  // refused, not dropped
     throw std::invalid_argument("train config: 'target_devices' is not used with offline data (" + cfg.data +
-                                " holds the target's features: the target does not run), got '" + cfg.target_devices + "'");
+                                " holds the target's features: the target does not run), got '" + cfg.target_devices.text + "'");
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
   // this project cannot run still work with their existing hidden-state dumps.
   const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);

@@ -30,7 +30,8 @@ using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, 
                             util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
                             data::SampleFormat TrainConfig::*, std::optional<drafter::DrafterFamily> TrainConfig::*,
                             drafter::MarkovHeadType TrainConfig::*, drafter::SelectorCandidates TrainConfig::*,
-                            ReportTo TrainConfig::*>;
+                            ReportTo TrainConfig::*, util::DeviceListSetting TrainConfig::*,
+                            util::DeviceGridSetting TrainConfig::*>;
 struct Field {
   FieldInfo info;
   Member member;
@@ -302,6 +303,26 @@ struct TextKind<ReportTo> {
   static std::string write(const ReportTo& r) { return r.text(); }
 };
 
+// The device settings: parsed by util/device_list.h's grammar, whose one-line errors name the key (one field of
+// each type: drafter_devices, target_devices).
+template <>
+struct TextKind<util::DeviceListSetting> {
+  static std::optional<TextError> read(const std::string& s, util::DeviceListSetting& out) {
+    out = util::read_device_list_setting(s, "train config: 'drafter_devices'");
+    return std::nullopt;
+  }
+  static std::string write(const util::DeviceListSetting& d) { return d.text; }
+};
+
+template <>
+struct TextKind<util::DeviceGridSetting> {
+  static std::optional<TextError> read(const std::string& s, util::DeviceGridSetting& out) {
+    out = util::read_device_grid_setting(s, "train config: 'target_devices'");
+    return std::nullopt;
+  }
+  static std::string write(const util::DeviceGridSetting& d) { return d.text; }
+};
+
 // budget: empty text = no budget.
 template <>
 struct TextKind<util::ByteSize> {
@@ -362,10 +383,6 @@ const std::vector<FieldInfo>& train_fields() {
   return out;
 }
 
-std::vector<util::DeviceName> TrainConfig::drafter_device_list() const {
-  return util::parse_device_list(drafter_devices, "train config: 'drafter_devices'");
-}
-
 void TrainConfig::validate() const {
   require(!target.empty(), "target", "a model path (HF folder or .gguf)", "nothing");
   require(!data.empty(), "data", "a samples file or folder", "nothing");
@@ -400,15 +417,15 @@ void TrainConfig::validate() const {
   shape_in_range("loss_chunk_rows", loss_chunk_rows);
   shape_in_range("kl_weight", kl_weight);
   in_range("draft_vocab", draft_vocab, 0, 16777216, " (0: the full vocabulary; at most the target's vocabulary size)");
-  // The spelling and shape of both device lists (util/device_list.h); train checks that the devices exist when the
-  // run opens (run_context.cpp), doctor --config reports a missing one as a failed row.
-  const auto drafters = util::parse_device_list(drafter_devices, "train config: 'drafter_devices'");
-  for (const auto& replica : util::parse_device_grid(target_devices, "train config: 'target_devices'").replicas)
+  // Both device lists were parsed when read (their spelling and shape); train checks that the devices exist when
+  // the run opens (run_context.cpp), doctor --config reports a missing one as a failed row.
+  const auto& drafters = drafter_devices.devices;
+  for (const auto& replica : target_devices.grid.replicas)
     for (const util::DeviceName& d : replica)
       if (d.cuda && std::find(drafters.begin(), drafters.end(), d) != drafters.end())
         throw std::invalid_argument("train config: " + d.str() + " is in 'target_devices' (" +
-                                    util::quoted_device_text(target_devices) + ") and in 'drafter_devices' (" +
-                                    util::quoted_device_text(drafter_devices) +
+                                    util::quoted_device_text(target_devices.text) + ") and in 'drafter_devices' (" +
+                                    util::quoted_device_text(drafter_devices.text) +
                                     "); a GPU runs the target or drafter workers, not both");
   in_range("checkpoint_every", checkpoint_every, 1, std::numeric_limits<int64_t>::max());
   in_range("keep_checkpoints", keep_checkpoints, 1, 1000000);
@@ -529,7 +546,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
           }
         },
         f->member);
-    c.given_keys.insert(key);
+    c.given_from[key] = where;
   }
 }
 
@@ -624,10 +641,14 @@ bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
 
 namespace {
 
-// `base`, then the --config file, then the flags.
+// `base`, then the --config file, then the flags; each key given remembers its source (drafter_spec.h names it).
 TrainConfig over(TrainConfig base, const TrainArgs& args) {
-  if (!args.config_file.empty()) apply_config_file(base, args.config_file);
+  if (!args.config_file.empty()) {
+    apply_config_file(base, args.config_file);
+    for (auto& [key, where] : base.given_from) where = "train config " + where;  // the path, or path:line (YAML)
+  }
   apply_json(base, args.flags, "command line");
+  for (auto it = args.flags.begin(); it != args.flags.end(); ++it) base.given_from[it.key()] = "flag --" + flag_name(it.key());
   return base;
 }
 
@@ -643,7 +664,7 @@ TrainConfig train_config_of(const TrainArgs& args) {
   TrainConfig base;
   apply_json(base, read_config_file(saved), saved);
   base.stop_after = 0;  // a pause applies to the invocation that asked for it
-  base.given_keys.clear();  // what the run saved is not given now
+  base.given_from.clear();  // what the run saved is not given now
   TrainConfig resumed = over(base, args);
   resumed.resume = true;
   return resumed;

@@ -5,8 +5,8 @@
 // docs/DFLASH.md (AdamW wd 0, lr 6e-4, cosine with 4% warmup, clip 1.0, 512 anchors, B=16). Torch-free.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -44,7 +44,10 @@ struct TrainConfig {
   drafter::CheckpointPolicy activation_checkpoint = drafter::RunShape{}.activation_checkpoint;
   int64_t loss_chunk_rows = drafter::RunShape{}.loss_chunk_rows;
   int64_t draft_vocab = 0;  // K > 0: LM head restricted to the K most frequent answer tokens (+ EOS ids)
-  std::string drafter_devices = "cpu", target_devices = "cpu";
+  // Parsed once when read (util/device_list.h), each with its text as written: drafter_devices one worker per
+  // device, in order; target_devices replicas (';') of pipeline stages (',').
+  util::DeviceListSetting drafter_devices = util::read_device_list_setting("cpu", "drafter_devices");
+  util::DeviceGridSetting target_devices = util::read_device_grid_setting("cpu", "target_devices");
   int64_t checkpoint_every = 100, keep_checkpoints = 2, log_every = 10, threads = 0;
   util::ByteSize budget;  // unset: no budget
   int64_t queue_depth = 2;
@@ -56,11 +59,12 @@ struct TrainConfig {
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;  // docs/TRAINING.md "Attention backend"
   int64_t stop_after = 0;  // stop (checkpoint, exit 0) after this many steps of this invocation; 0 = never
   bool resume = false;
-  // The keys this invocation's settings file and flags set (apply_json), whatever their value: a value given equal
-  // to the default still counts as given, so it can conflict with a drafter config (target_setup.cpp). Not a
-  // setting: never written to train_config.json, and a resumed run's saved settings do not count.
-  std::set<std::string> given_keys;
-  bool was_given(const std::string& key) const { return given_keys.count(key) > 0; }
+  // The keys this invocation's settings file and flags set (apply_json), whatever their value, each with its source
+  // ("train config t.yaml:3", "flag --block-size"): a value given equal to the default still counts as given, so it
+  // can conflict with a drafter config (drafter_spec.h). Not a setting: never written to train_config.json, and a
+  // resumed run's saved settings do not count.
+  std::map<std::string, std::string> given_from;
+  bool was_given(const std::string& key) const { return given_from.count(key) > 0; }
   bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)
   // The drafter family (drafter_family.h). Unset: the one drafter_config's architectures names, else dflash;
   // resolve_drafter_family() settles it before a run, and the run's train_config.json keeps it.
@@ -108,8 +112,6 @@ struct TrainConfig {
   void validate() const;
   void validate_family_settings() const;  // drafter_family and DSpark's settings (part of validate())
   void validate_report_settings() const;  // report_to's trackers' modes (part of validate(); `dflash report` too)
-  // drafter_devices parsed (util/device_list.h), in order: one worker each.
-  std::vector<util::DeviceName> drafter_device_list() const;
 };
 
 // Field metadata, in documentation order (also drives the flag parser's help).

@@ -149,4 +149,12 @@ DeviceName parse_one_device(const std::string& spec, const std::string& where) {
   return parse_entry(name, where, name == spec ? "" : " in " + quoted_device_text(spec));
 }
 
+DeviceListSetting read_device_list_setting(const std::string& text, const std::string& where) {
+  return {text, parse_device_list(text, where)};
+}
+
+DeviceGridSetting read_device_grid_setting(const std::string& text, const std::string& where) {
+  return {text, parse_device_grid(text, where)};
+}
+
 }  // namespace dflash::util

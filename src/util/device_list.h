@@ -53,6 +53,19 @@ std::vector<DeviceName> parse_device_list(const std::string& spec, const std::st
 // Exactly one device (eval --drafter-device, bench attention --device).
 DeviceName parse_one_device(const std::string& spec, const std::string& where);
 
+// A device setting read once (TrainConfig's drafter_devices, target_devices): the devices parsed where the setting
+// is read, and the text as written, which errors quote (as util::ByteSize keeps its text).
+struct DeviceListSetting {
+  std::string text;
+  std::vector<DeviceName> devices;
+};
+struct DeviceGridSetting {
+  std::string text;
+  DeviceGrid grid;
+};
+DeviceListSetting read_device_list_setting(const std::string& text, const std::string& where);
+DeviceGridSetting read_device_grid_setting(const std::string& text, const std::string& where);
+
 // `s` quoted for an error line: control and non-ASCII bytes as \xNN, so the message stays one printable line.
 std::string quoted_device_text(const std::string& s);
 

@@ -76,7 +76,8 @@ def test_a_flag_that_disagrees_with_the_config_names_both(dflash_bin, files):
     out = run(dflash_bin, files, "train", "--target", "x", "--data", "y", "--out", "z",
               "--drafter-config", "dflash.json", "--drafter-family", "dspark")
     assert out.returncode == 1
-    assert "train: drafter_family dspark disagrees with dflash.json" in out.stderr
+    assert ("train: 'drafter_family' is dspark (flag --drafter-family) but dflash (drafter config dflash.json)"
+            in out.stderr)
     out = run(dflash_bin, files, "plan", "--preset", "cpu-small", "--drafter-family", "DSpark")
     assert "plan: --drafter-family must be dflash, dspark or dflash2, got 'DSpark'" in out.stderr
 

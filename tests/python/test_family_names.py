@@ -46,9 +46,8 @@ NAMED_IN = {
     "src/plan/node_planner.cpp": 2,
     # Training: the train settings of a family (the objective, block batches and metrics are its
     # drafter/family_training.h hooks).
-    "src/train/target_setup.cpp": 2,
-    "src/train/drafter_family_setting.cpp": 2,
-    "src/train/dflash2_train_settings.cpp": 4,
+    "src/train/target_setup.cpp": 1,
+    "src/train/dflash2_train_settings.cpp": 2,
     # The remote-code files' texts compiled into export (their .py files sit in src/export/remote_code).
     "src/export/remote_code/hf_remote_code.cpp.in": 2,
 }

@@ -94,7 +94,7 @@ def test_a_dflash_config_draft_vocabulary_is_the_runs(dflash_bin, target_dir, of
     assert (run_dir / "draft_vocab.safetensors").exists()
     r = train(dflash_bin, base_args(target_dir[0], offline_dir[0], tmp_path / "other", steps=1, draft_vocab=12) +
               ["--drafter-config", str(path)], check=False)
-    one_line_error(r, "train: 'draft_vocab' is 12 but", "k.json says draft_vocab_size 24")
+    one_line_error(r, "train: 'draft_vocab' is 12 (flag --draft-vocab) but 24 (drafter config", "k.json")
     assert not (tmp_path / "other").exists()
 
 

@@ -226,12 +226,17 @@ def test_train_refuses_drafter_settings_its_drafter_config_overrides(dflash_bin,
     base = ["train", "--target", target, "--data", data, "--drafter-config", cfg, "--steps", 1]
     # 16 and 1 are the defaults: given explicitly, they conflict with the file's 4 and 3 all the same (they used to
     # be taken for "not given" and dropped without a word)
-    for flag, value, want in [("--block-size", 8, "'block_size' is not used with drafter_config"),
-                              ("--block-size", 16, "'block_size' is not used with drafter_config"),
-                              ("--drafter-layers", 2, "'drafter_layers' is not used with drafter_config"),
-                              ("--target-layer-ids", "0", "'target_layer_ids' is not used with drafter_config")]:
+    for flag, value, want in [("--block-size", 8, "'block_size' is 8 (flag --block-size) but 4 (drafter config"),
+                              ("--block-size", 16, "'block_size' is 16 (flag --block-size) but 4 (drafter config"),
+                              ("--drafter-layers", 2, "'drafter_layers' is 2 (flag --drafter-layers) but 1 (drafter config"),
+                              ("--target-layer-ids", "0",
+                               "'target_layer_ids' is [0] (flag --target-layer-ids) but [1] (drafter config")]:
         one_line_error(run(dflash_bin, *base, "--out", tmp_path / f"run{flag}{value}", flag, value), want, cfg)
-    # the same in a settings file: block_size 16 written beside a drafter config saying 4
+    # the same in a settings file: block_size 16 written beside a drafter config saying 4; both files are named
     settings = write_json(tmp_path / "train.json", {"block_size": 16})
     one_line_error(run(dflash_bin, *base, "--out", tmp_path / "run-file", "--config", settings),
-                   "'block_size' is not used with drafter_config", "block_size 4", "got 16")
+                   f"train: 'block_size' is 16 (train config {settings}) but 4 (drafter config {cfg})")
+    # given once (or the same twice), the drafter config's value is the run's: no error from the rule
+    for i, extra in enumerate(([], ["--block-size", 4], ["--config", write_json(tmp_path / "same.json", {"block_size": 4})])):
+        r = run(dflash_bin, *base, "--out", tmp_path / f"run-ok{i}", *extra)
+        assert r.returncode == 0, r.stderr

@@ -57,6 +57,7 @@ def test_bench_flops_reports_model_and_measured_time(dflash_bin, tmp_path):
                         "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(out.read_text())
+    assert j["target_dtype"] == "fp32"  # the target's dtype, named as train names it
     for part in ("target forward", "drafter step"):
         assert j[part]["flops"] > 0 and j[part]["measured_seconds"] > 0, j
         assert j[part]["efficiency"] == j[part]["predicted_seconds"] / j[part]["measured_seconds"]

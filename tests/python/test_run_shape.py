@@ -39,7 +39,7 @@ def test_every_command_declares_the_shared_settings_as_train_does(dflash_bin):
     for cmd in COMMANDS:
         rows = help_rows(dflash_bin, cmd)
         for flag in SHAPE_FLAGS:
-            if flag in rows and not (flag == "dtype" and cmd[-1] in ("flops", "producer")):  # the target's dtype there
+            if flag in rows:
                 assert rows[flag] == train[flag], (cmd, flag, rows[flag], train[flag])
                 seen += 1
         for old in OLD:
@@ -54,3 +54,14 @@ def test_every_command_declares_the_shared_settings_as_train_does(dflash_bin):
 def test_an_old_spelling_is_a_usage_error_naming_the_new_flag(dflash_bin, cmd, old):
     r = subprocess.run([dflash_bin, *cmd, "--" + old, "8"], capture_output=True, text=True, timeout=60)
     one_line_error(r, f"--{old} is now --{OLD[old]}", code=2)
+
+
+@pytest.mark.parametrize("cmd", [["bench", "flops"], ["bench", "producer"]])
+def test_the_targets_dtype_is_spelt_as_train_spells_it(dflash_bin, cmd):
+    """--dtype is the drafter's on train; these commands' dtype is the target's: --target-dtype, as train's
+    target_dtype, and --dtype stops naming it (it used to mean the target's dtype here)."""
+    rows = help_rows(dflash_bin, cmd)
+    assert "target-dtype" in rows and "dtype" not in rows, rows
+    assert "target-dtype" in help_rows(dflash_bin, ["train"])
+    r = subprocess.run([dflash_bin, *cmd, "--dtype", "bf16"], capture_output=True, text=True, timeout=60)
+    one_line_error(r, "--dtype is now --target-dtype", code=2)

@@ -11,6 +11,7 @@
 
 #include "dflash2_train_settings.h"
 #include "drafter_family_setting.h"
+#include "drafter_spec.h"
 #include "error_of.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
@@ -103,11 +104,12 @@ TEST(DFlash2TrainSettings, ADFlash2DrafterConfigSetsTheFamilyAndItsSettings) {
               TrainConfig x = with({{"drafter_config", file}, {"selector_rank", 7}});
               resolve_drafter_family(x, "train");
             }),
-            "train: 'selector_rank' is 7 but " + file + " says 6 (leave it unset to take the drafter config's)");
+            "train: 'selector_rank' is 7 (cfg.yaml) but 6 (drafter config " + file +
+                "); give it once, or the same in both");
   // Without a drafter_config, the drafter built from the target takes the run's settings.
   TrainConfig t = with({{"drafter_family", "dflash2"}, {"selector_rank", 12}});
   dflash::drafter::DrafterConfig d;
-  apply_dflash2_settings(t, d);
+  apply_family_settings(t, d);
   EXPECT_EQ(d.family, DrafterFamily::DFlash2);
   EXPECT_EQ(d.dflash2.selector_rank, 12);
 }

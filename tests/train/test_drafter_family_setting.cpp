@@ -143,13 +143,14 @@ TEST(DrafterFamilySetting, DrafterConfigArchitecturesSetTheFamily) {
               TrainConfig x = with({{"drafter_config", dspark}, {"drafter_family", "dspark"}, {"markov_rank", 16}});
               resolve_drafter_family(x, "train");
             }),
-            "train: 'markov_rank' is 16 but " + dspark + " says 8 (leave it unset to take the drafter config's)");
+            "train: 'markov_rank' is 16 (cfg.yaml) but 8 (drafter config " + dspark +
+                "); give it once, or the same in both");
   EXPECT_EQ(error_of<std::invalid_argument>([&] {
               TrainConfig x = with({{"drafter_config", dflash}, {"drafter_family", "dspark"}});
               resolve_drafter_family(x, "doctor --config");
             }),
-            "doctor --config: drafter_family dspark disagrees with " + dflash +
-                " (architectures [\"DFlashDraftModel\"]: dflash)");
+            "doctor --config: 'drafter_family' is dspark (cfg.yaml) but dflash (drafter config " + dflash +
+                "); give it once, or the same in both");
   c = with({{"drafter_config", dflash}});
   resolve_drafter_family(c, "train");
   EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash);

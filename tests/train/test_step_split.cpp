@@ -81,7 +81,7 @@ OneStep one_step(const fs::path& root, const std::string& run, const std::functi
   c.out = (root / run).string();
   c.batch_size = split.batch;
   c.grad_accum = split.accum;
-  c.drafter_devices = split.devices;
+  c.drafter_devices = dflash::util::read_device_list_setting(split.devices, "test");
   c.validate();
   const RunContext ctx = open_run(c);
   const TargetSide side = load_target_side(c, ctx);

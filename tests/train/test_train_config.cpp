@@ -68,8 +68,8 @@ TrainConfig all_fields_changed() {
   c.target_dtype = dflash::util::Dtype::BF16;
   c.activation_checkpoint = dflash::drafter::CheckpointPolicy{2};
   c.loss_chunk_rows = 256;
-  c.drafter_devices = "cuda:0,cuda:1";
-  c.target_devices = "cuda:2";
+  c.drafter_devices = dflash::util::read_device_list_setting("cuda:0,cuda:1", "test");
+  c.target_devices = dflash::util::read_device_grid_setting("cuda:2", "test");
   c.dist_backend = "nccl";
   c.checkpoint_every = 50;
   c.keep_checkpoints = 3;
@@ -149,7 +149,8 @@ budget: 90GB
   const TrainConfig y = from_file(write_file("hand.yml", yaml)), j = from_file(write_file("hand.json", json));
   EXPECT_EQ(to_json(y), to_json(j));
   EXPECT_EQ(y.target_layer_ids, (std::vector<int64_t>{1, 15, 28}));
-  EXPECT_EQ(y.drafter_devices, "cpu,cpu");
+  EXPECT_EQ(y.drafter_devices.text, "cpu,cpu");  // parsed once, when read
+  EXPECT_EQ(y.drafter_devices.devices.size(), 2u);
   EXPECT_DOUBLE_EQ(y.lr, 6e-4);
   // Without a telling extension, the content decides.
   EXPECT_EQ(to_json(from_file(write_file("hand_yaml_noext", yaml))), to_json(j));

@@ -124,7 +124,7 @@ TEST(TrainConfig, UnknownKeysAndTypes) {
   EXPECT_THROW(apply_json(c, nlohmann::json{{"lrr", 1}}, "f.json"), std::invalid_argument);
   EXPECT_THROW(apply_json(c, nlohmann::json{{"steps", 1.5}}, "f.json"), std::invalid_argument);
   apply_json(c, nlohmann::json{{"drafter_devices", {"cpu", "cpu"}}, {"target_layer_ids", {1, 9}}}, "f.json");
-  EXPECT_EQ(c.drafter_device_list().size(), 2u);
+  EXPECT_EQ(c.drafter_devices.devices.size(), 2u);
   EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 9}));
   TrainConfig d;
   ASSERT_TRUE(parse_train_args({"--lr", "1e-3", "--num-anchors", "64", "--resume"}, d));
@@ -234,7 +234,7 @@ TEST(MiniTraining, TwoWorkerThreads) {
   const fs::path root = fs::temp_directory_path() / ("dflash_train_mini_" + std::to_string(::getpid()));
   remove_tree(root);
   TrainConfig c = mini_config(root, "run", 6, 2);
-  c.drafter_devices = "cpu,cpu";
+  c.drafter_devices = dflash::util::read_device_list_setting("cpu,cpu", "test");
   c.checkpoint_every = 1;
   ASSERT_EQ(run_training(c), 0);
   std::string path;
@@ -250,7 +250,7 @@ namespace {
 NamedTensors mini_run(const fs::path& root, const std::string& name, const std::string& devices,
                       const std::string& backend) {
   TrainConfig c = mini_config(root, name, 6, 2);
-  c.drafter_devices = devices;
+  c.drafter_devices = dflash::util::read_device_list_setting(devices, "test");
   c.dist_backend = backend;
   c.checkpoint_every = 3;
   EXPECT_EQ(run_training(c), 0);
@@ -329,7 +329,7 @@ TEST(MiniTraining, DeterministicCudaRunsAreBitwiseEqual) {
   NamedTensors runs[2];
   for (int i = 0; i < 2; ++i) {
     TrainConfig c = mini_config(root, "run" + std::to_string(i), 6, 2);
-    c.drafter_devices = "cuda:0";
+    c.drafter_devices = dflash::util::read_device_list_setting("cuda:0", "test");
     c.dtype = dflash::util::Dtype::BF16;  // the CUDA attention's dtype
     c.deterministic = true;
     c.checkpoint_every = 3;
@@ -492,7 +492,7 @@ std::vector<MicroBatch> online_micro_batches(const fs::path& root, const std::st
       f << "]}\n";
     }
   }
-  c.target_devices = layout;
+  c.target_devices = dflash::util::read_device_grid_setting(layout, "test");
   c.kl_weight = 0.15;  // the last hidden state travels through the stages too
   c.grad_accum = 2;
   c.queue_depth = 1;
