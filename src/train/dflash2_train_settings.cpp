@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "head_rank_default.h"
 #include "number_range.h"
 
 namespace dflash::train {
@@ -81,6 +82,9 @@ void apply_dflash2_settings(const TrainConfig& c, drafter::DrafterConfig& d) {
   if (c.family() != drafter::DrafterFamily::DFlash2) return;
   d.family = drafter::DrafterFamily::DFlash2;
   d.dflash2 = c.dflash2_settings();
+  // A selector_rank not given takes the rank for the drafter's hidden size (head_rank_default.h).
+  if (!c.was_given("selector_rank") && c.selector_rank == TrainConfig{}.selector_rank)
+    d.dflash2.selector_rank = drafter::default_head_rank(d.hidden_size);
 }
 
 }  // namespace dflash::train

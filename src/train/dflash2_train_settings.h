@@ -16,7 +16,8 @@ void validate_dflash2_settings(const TrainConfig& c);
 // takes the file's, one given that differs is an error naming the file, the field and both values.
 void take_dflash2_settings_from(TrainConfig& c, const drafter::DrafterConfig& file, const std::string& command);
 
-// The drafter config built from the target (no drafter_config) gets the run's family and DFlash2 settings.
+// The drafter config built from the target (no drafter_config) gets the run's family and DFlash2 settings; a
+// selector_rank not given is default_head_rank(hidden_size) (head_rank_default.h).
 void apply_dflash2_settings(const TrainConfig& c, drafter::DrafterConfig& d);
 
 }  // namespace dflash::train

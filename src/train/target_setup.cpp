@@ -11,6 +11,7 @@
 #include "compute_settings.h"
 #include "dflash2_train_settings.h"
 #include "drafter_from_target.h"
+#include "head_rank_default.h"
 #include "hidden_shards.h"
 #include "index_list.h"
 #include "memory_fit.h"
@@ -247,7 +248,12 @@ drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const mode
     apply_dflash2_settings(cfg, d);
   }
   d.family = cfg.family();  // resolve_drafter_family() made it agree with a drafter config's
-  if (d.family == drafter::DrafterFamily::DSpark) d.dspark = cfg.dspark_heads();
+  if (d.family == drafter::DrafterFamily::DSpark) {
+    d.dspark = cfg.dspark_heads();
+    // Built from the target, a markov_rank not given takes the rank for its hidden size (head_rank_default.h).
+    if (cfg.drafter_config.empty() && !cfg.was_given("markov_rank") && cfg.markov_rank == TrainConfig{}.markov_rank)
+      d.dspark.markov_rank = drafter::default_head_rank(d.hidden_size);
+  }
   if (d.mask_token_id < 0)
     throw std::invalid_argument("train config: 'mask_token_id' is required (a real, never-trained token of the "
                                 "target vocabulary; the drafter config gives none)");
