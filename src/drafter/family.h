@@ -4,6 +4,7 @@
 // family implements them in its own folder, a layer above. eval/proposer.h is the model: an interface below, the
 // implementations above. Torch-free.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,11 @@ class Family {
   virtual void describe_for_engines(const DrafterConfig& /*c*/, ExportTraits& /*t*/) const {}
   // true: the exported config.json must carry the run's num_anchors (the family's model class asserts it).
   virtual bool export_needs_num_anchors() const { return false; }
+
+  // --- settings that follow the drafter's shape ---
+  // The family's settings whose default depends on the drafter's hidden size (a head rank: head_rank_default.h),
+  // added to `out` as config key -> value; a drafter built from the target takes them where they were not given.
+  virtual void shape_defaults(int64_t /*hidden_size*/, nlohmann::json& /*out*/) const {}
 
   // --- training hooks (family_training.h; torch side, so only declared here) ---
   // What the training loop asks of the family: its objective's options, block batches and metric terms; nullptr:

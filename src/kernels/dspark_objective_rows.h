@@ -18,8 +18,13 @@ struct DSparkRowsArgs {
   int64_t teacher_ld = 0;                  // elements between teacher rows (>= vocab)
   void* logits = nullptr;                  // [rows, ld] drafter logits (Markov bias included)
   // [rows, teacher_ld] teacher logits, or null: no L1 / confidence (l1 and accept are then 0). Float32 teacher
-  // rows are used as scratch (left holding q - pi); bfloat16 ones are left as they were.
+  // rows are used as scratch (left holding q - pi) unless teacher_rows is set; bfloat16 ones are left as they were.
   void* teacher = nullptr;
+  // [rows] or null: row r's teacher is teacher row teacher_rows[r] (in [0, teacher_count)), so rows that share a
+  // target position share one row of teacher logits (issue 51: the teacher's GEMM once per distinct position).
+  // Shared rows are only read: float32 ones are copied to the per-thread scratch instead of used in place.
+  const int64_t* teacher_rows = nullptr;
+  int64_t teacher_count = 0;
   const int64_t* labels = nullptr;         // [rows], each in [0, vocab)
   const float* scale = nullptr;            // [rows]: w / den of the row (with write_grad or confidence)
   float ce_weight = 0.1f, l1_weight = 0.9f, confidence_weight = 1.0f;

@@ -19,6 +19,13 @@ std::string check_dspark_rows(const DSparkRowsArgs& a) {
   if (a.confidence && !a.teacher) return "dspark rows: the confidence head needs the teacher's logits";
   if (a.rows > 0 && a.confidence && (!a.bce || (a.write_grad && !a.dconf)))
     return "dspark rows: a confidence output pointer is missing";
+  if (a.teacher_rows) {
+    if (!a.teacher) return "dspark rows: teacher_rows without the teacher's logits";
+    for (int64_t r = 0; r < a.rows; ++r)
+      if (a.teacher_rows[r] < 0 || a.teacher_rows[r] >= a.teacher_count)
+        return "dspark rows: teacher row " + std::to_string(a.teacher_rows[r]) + " of row " + std::to_string(r) +
+               " is outside [0, " + std::to_string(a.teacher_count) + ")";
+  }
   for (float w : {a.ce_weight, a.l1_weight, a.confidence_weight})
     if (!std::isfinite(w) || w < 0) return "dspark rows: the loss weights must be finite and >= 0";
   for (int64_t r = 0; r < a.rows; ++r)

@@ -34,6 +34,20 @@ struct Sums {
   at::Tensor ce, l1, bce;
 };
 
+// The distinct target positions of a chunk's rows: rows whose blocks overlap (slot j of anchor a, slot j - 1 of
+// anchor a + 1) share a position, and so its teacher logits. `shared` is defined when some rows share one: then
+// the teacher's GEMM runs over `positions` (fewer rows) and row i reads row shared[i] of it (issue 51).
+struct TeacherRows {
+  at::Tensor positions, shared;
+};
+
+TeacherRows teacher_rows_of(const at::Tensor& teacher_index, const at::Tensor& idx) {
+  const at::Tensor pos = teacher_index.index_select(0, idx);
+  auto [distinct, inverse] = at::_unique(pos, /*sorted=*/true, /*return_inverse=*/true);
+  if (distinct.size(0) == pos.size(0)) return {pos, at::Tensor()};
+  return {distinct, inverse.contiguous()};
+}
+
 // One chunk through the fused kernel: the logits (Markov bias added in place) and the teacher's stay in the hidden
 // dtype, the GEMMs' own outputs; the kernel writes the per-row terms and, with grads, d loss / d logits over the
 // logits, which the backward GEMMs then read directly. Two rows x V buffers in the hidden dtype, no float32 copies.
@@ -52,8 +66,11 @@ void fused_chunk(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
     logits.addmm_(u, w2.t());  // + W2 u: the Markov bias, never formed on its own
   }
   at::Tensor teacher;
-  if (has_teacher)
-    teacher = at::linear(teacher_hidden.index_select(0, teacher_index.index_select(0, idx)), lm_head).contiguous();
+  TeacherRows trows;
+  if (has_teacher) {
+    trows = teacher_rows_of(teacher_index, idx);
+    teacher = at::linear(teacher_hidden.index_select(0, trows.positions), lm_head).contiguous();
+  }
   const int64_t r = logits.size(0);
   const auto f32 = logits.options().dtype(at::kFloat);
   const at::Tensor scale = (wrow / den).to(at::kFloat).contiguous();
@@ -67,6 +84,10 @@ void fused_chunk(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
   a.logits = logits.data_ptr();
   a.teacher = has_teacher ? teacher.data_ptr() : nullptr;
   a.teacher_ld = has_teacher ? teacher.stride(0) : 0;
+  if (trows.shared.defined()) {
+    a.teacher_rows = trows.shared.data_ptr<int64_t>();
+    a.teacher_count = teacher.size(0);
+  }
   a.labels = lab.data_ptr<int64_t>();
   a.scale = scale.data_ptr<float>();
   a.ce_weight = float(o.ce_weight), a.l1_weight = float(o.l1_weight), a.confidence_weight = float(o.confidence_weight);
@@ -155,7 +176,9 @@ Pass dspark_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::
     at::Tensor q = logits.sub_(lse.unsqueeze(1)).exp_();
     at::Tensor grad;  // d loss / d logits of the chunk, before the row scale w / den
     if (has_teacher) {
-      at::Tensor diff = at::linear(teacher_hidden.index_select(0, teacher_index.index_select(0, idx)), lm_head).to(acc);
+      const TeacherRows trows = teacher_rows_of(teacher_index, idx);
+      at::Tensor diff = at::linear(teacher_hidden.index_select(0, trows.positions), lm_head).to(acc);
+      if (trows.shared.defined()) diff = diff.index_select(0, trows.shared);  // a row per drafted row: diff is scratch
       diff.sub_(at::logsumexp(diff, -1, true)).exp_().neg_().add_(q);  // q - pi
       const at::Tensor l1 = diff.abs().sum(-1);
       const at::Tensor accept = (1.0 - 0.5 * l1).clamp(0.0, 1.0);

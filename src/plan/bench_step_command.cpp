@@ -37,6 +37,7 @@
 #include "drafter_attention.h"
 #include "drafter_family.h"
 #include "drafter_model.h"
+#include "head_rank_default.h"
 #include "drafter_presets.h"
 #include "family_registry.h"
 #include "dspark_block_batch.h"
@@ -608,6 +609,8 @@ int bench_step_main(const std::vector<std::string>& argv) {
     o.drafter.family = family;
     o.drafter.dspark = DSparkHeads{};
     o.drafter.dflash2 = DFlash2Settings{};
+    // the head ranks train gives a drafter of this hidden size (head_rank_default.h)
+    o.drafter.dspark.markov_rank = o.drafter.dflash2.selector_rank = drafter::default_head_rank(o.drafter.hidden_size);
     o.drafter.validate("bench step: --model " + a.str("model") + " as drafter_family " + drafter_family_name(family));
   }
   o.model_name = cfg_file.empty() ? a.str("model") : cfg_file;

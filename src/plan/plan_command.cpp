@@ -14,6 +14,7 @@
 #include "drafter_from_target.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
+#include "head_rank_default.h"
 #include "family_registry.h"
 #include "dtype_names.h"
 #include "input_file.h"
@@ -86,6 +87,8 @@ void apply_family(PlanSettings& s, drafter::DrafterFamily family, const Args& a,
     s.cfg.family = family;
     s.cfg.dspark = DSparkHeads{};
     s.cfg.dflash2 = DFlash2Settings{};
+    // the head ranks train gives a drafter of this hidden size (head_rank_default.h)
+    s.cfg.dspark.markov_rank = s.cfg.dflash2.selector_rank = default_head_rank(s.cfg.hidden_size);
     s.cfg.validate(command + ": the drafter as drafter_family " + drafter_family_name(family));
   }
   if (family == DrafterFamily::DSpark) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "head_rank_default.h"
 #include "number_range.h"
 
 namespace dflash::train {

@@ -138,8 +138,15 @@ void apply_spec(const DrafterSpec& s, TrainConfig& c) {
 
 void apply_family_settings(const TrainConfig& c, DrafterConfig& d) {
   d.family = c.family();
-  const nlohmann::json j = to_json(c);
-  if (const auto settings = drafter::family_of(d.family).read_settings(j, j, "train config")) settings->store(d);
+  const drafter::Family& family = drafter::family_of(d.family);
+  nlohmann::json j = to_json(c);
+  // A setting that follows the drafter's shape (a head rank scales with the hidden size) and was not given takes
+  // the family's value for this drafter.
+  nlohmann::json by_shape = nlohmann::json::object();
+  family.shape_defaults(d.hidden_size, by_shape);
+  for (const auto& [key, value] : by_shape.items())
+    if (!c.was_given(key)) j[key] = value;
+  if (const auto settings = family.read_settings(j, j, "train config")) settings->store(d);
 }
 
 }  // namespace dflash::train

@@ -662,9 +662,14 @@ TrainConfig train_config_of(const TrainArgs& args) {
   if (given.out.empty()) throw std::invalid_argument("train: --resume needs --out RUN_DIR");
   const std::string saved = (std::filesystem::path(given.out) / "train_config.json").string();
   TrainConfig base;
-  apply_json(base, read_config_file(saved), saved);
+  const nlohmann::json saved_json = read_config_file(saved);
+  apply_json(base, saved_json, saved);
   base.stop_after = 0;  // a pause applies to the invocation that asked for it
   base.given_from.clear();  // what the run saved is not given now
+  // ... except the head ranks, the shape of the weights it saved: the default rule for the hidden size
+  // (head_rank_default.h) must not rebuild a run that saved another rank (one from before the rule: 256).
+  for (const char* key : {"markov_rank", "selector_rank"})
+    if (saved_json.contains(key)) base.given_from[key] = saved;
   TrainConfig resumed = over(base, args);
   resumed.resume = true;
   return resumed;

@@ -242,7 +242,12 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   util::CreatedFolder made(cfg.out);
   if (!run.lead) made.keep();  // ranks may share the folder: only the lead, which writes its checkpoints, removes it
   if (run.lead) {
-    write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(cfg).dump(2) + "\n");
+    // The head ranks the drafter was built with (a rank not given follows the hidden size, head_rank_default.h;
+    // another family's stays at its default): what a resume rebuilds and what the settings file shows.
+    TrainConfig saved = cfg;
+    saved.markov_rank = side.dcfg.dspark.markov_rank;
+    saved.selector_rank = side.dcfg.dflash2.selector_rank;
+    write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(saved).dump(2) + "\n");
     drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
     if (side.draft_counts.defined())
       save_draft_vocab(cfg.out, {side.draft_ids, side.draft_counts, side.draft_lm_head});

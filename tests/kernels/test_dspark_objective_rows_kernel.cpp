@@ -177,6 +177,69 @@ TEST_P(DSparkRowsPerIsa, BFloat16MatchesFp64) {
   check(ScalarType::BFloat16, 4, 97, 97, true, true, false, 7);
 }
 
+// Issue 51: rows that share a target position read one teacher row (teacher_rows). Every output equals the run
+// over a teacher row per drafted row, bit for bit, and the shared rows are left as they were (float32 included,
+// whose own rows the kernel otherwise uses as scratch).
+void check_shared_teacher(ScalarType dt, uint64_t seed) {
+  const int64_t rows = 7, V = 301, ld = 304, distinct = 3;
+  const std::vector<int64_t> which{2, 0, 2, 1, 1, 0, 2};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 2.0);
+  const bool bf = dt == ScalarType::BFloat16;
+  Rows x = make_rows(rows, ld), shared = make_rows(distinct, ld), expanded = make_rows(rows, ld);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < V; ++v) x.set(size_t(r * ld + v), float(normal(rng)), bf);
+  for (int64_t t = 0; t < distinct; ++t)
+    for (int64_t v = 0; v < V; ++v) shared.set(size_t(t * ld + v), float(normal(rng)), bf);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < V; ++v)
+      expanded.set(size_t(r * ld + v), shared.f32[size_t(which[size_t(r)] * ld + v)], bf);
+  std::vector<int64_t> labels(static_cast<size_t>(rows));
+  std::vector<float> scale(static_cast<size_t>(rows)), c(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    labels[size_t(r)] = int64_t(rng() % uint64_t(V)), scale[size_t(r)] = 0.5f + float(r), c[size_t(r)] = float(normal(rng));
+  struct Out {
+    std::vector<float> lse, ce, l1, accept, bce, dconf, grad;
+    std::vector<uint8_t> correct;
+  };
+  auto run = [&](Rows& teacher, const int64_t* teacher_rows) {
+    Rows logits = x;
+    Out o{std::vector<float>(size_t(rows)), std::vector<float>(size_t(rows)), std::vector<float>(size_t(rows)),
+          std::vector<float>(size_t(rows)), std::vector<float>(size_t(rows)), std::vector<float>(size_t(rows)), {},
+          std::vector<uint8_t>(size_t(rows))};
+    DSparkRowsArgs a;
+    a.dtype = dt;
+    a.rows = rows, a.vocab = V, a.ld = ld, a.teacher_ld = ld;
+    a.logits = logits.data(dt), a.teacher = teacher.data(dt);
+    a.teacher_rows = teacher_rows, a.teacher_count = teacher_rows ? distinct : 0;
+    a.labels = labels.data(), a.scale = scale.data(), a.confidence = c.data(), a.write_grad = true;
+    a.lse = o.lse.data(), a.ce = o.ce.data(), a.l1 = o.l1.data(), a.accept = o.accept.data();
+    a.correct = o.correct.data(), a.bce = o.bce.data(), a.dconf = o.dconf.data();
+    EXPECT_EQ(check_dspark_rows(a), "");
+    dspark_rows_cpu(a, 0, 3);
+    dspark_rows_cpu(a, 3, rows);
+    for (size_t i = 0; i < logits.x.size(); ++i) o.grad.push_back(float(logits.at(i, dt)));
+    return o;
+  };
+  const Rows shared0 = shared;
+  const Out want = run(expanded, nullptr), got = run(shared, which.data());
+  EXPECT_EQ(got.lse, want.lse);
+  EXPECT_EQ(got.ce, want.ce);
+  EXPECT_EQ(got.l1, want.l1);
+  EXPECT_EQ(got.accept, want.accept);
+  EXPECT_EQ(got.bce, want.bce);
+  EXPECT_EQ(got.dconf, want.dconf);
+  EXPECT_EQ(got.correct, want.correct);
+  EXPECT_EQ(got.grad, want.grad);
+  for (size_t i = 0; i < shared.x.size(); ++i) ASSERT_EQ(shared.at(i, dt), shared0.at(i, dt)) << i;
+}
+
+TEST_P(DSparkRowsPerIsa, SharedTeacherRowsEqualOneRowPerDraftedRow) {
+  DFLASH_USE_ISA(GetParam());
+  check_shared_teacher(ScalarType::Float32, 11);
+  check_shared_teacher(ScalarType::BFloat16, 12);
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, DSparkRowsPerIsa, dflash::kernels::testing::kEveryIsa,
                          dflash::kernels::testing::isa_label);
 
@@ -202,6 +265,12 @@ TEST(DSparkRowsChecks, NameTheProblem) {
   a.confidence = scale.data();  // no teacher
   EXPECT_EQ(check_dspark_rows(a), "dspark rows: the confidence head needs the teacher's logits");
   a.confidence = nullptr;
+  std::vector<int64_t> trows{0, 2};
+  a.teacher_rows = trows.data();  // no teacher
+  EXPECT_EQ(check_dspark_rows(a), "dspark rows: teacher_rows without the teacher's logits");
+  a.teacher = buf.data(), a.teacher_ld = 10, a.teacher_count = 2;
+  EXPECT_EQ(check_dspark_rows(a), "dspark rows: teacher row 2 of row 1 is outside [0, 2)");
+  a.teacher = nullptr, a.teacher_rows = nullptr;
   a.l1_weight = -1;
   EXPECT_EQ(check_dspark_rows(a), "dspark rows: the loss weights must be finite and >= 0");
 }

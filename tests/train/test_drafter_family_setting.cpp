@@ -7,9 +7,14 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "drafter_family_setting.h"
 #include "error_of.h"
+#include "head_rank_default.h"
+#include "target_config.h"
+#include "target_setup.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
 
@@ -172,4 +177,75 @@ TEST(DrafterFamilySetting, AResumedRunKeepsItsFamily) {
   EXPECT_EQ(c.drafter_family, DrafterFamily::DSpark);
   EXPECT_EQ(c.markov_rank, 16);
   EXPECT_EQ(c.markov_head_type, MarkovHeadType::Rnn);
+}
+
+// Issue 51: markov_rank / selector_rank not given follow the hidden size, clamp(16 round(H / 256), 32, 256)
+// (head_rank_default.h), so the published 8B / 27B shapes keep 256; a rank given, even 256, always wins, and a
+// resumed run keeps the rank it saved (one from before the rule included).
+namespace {
+
+dflash::models::TargetConfig dense_target(int64_t hidden) {
+  dflash::models::TargetConfig t;
+  t.arch = dflash::models::TargetArch::qwen3;
+  t.vocab_size = 512;
+  t.hidden_size = hidden;
+  t.intermediate_size = 3 * hidden;
+  t.num_hidden_layers = 8;
+  t.num_attention_heads = 8;
+  t.num_key_value_heads = 2;
+  t.head_dim = 64;
+  t.rope.theta = 1e6;
+  return t;
+}
+
+// The ranks of the drafter train builds for a target of hidden size H with these settings.
+std::pair<int64_t, int64_t> built_ranks(nlohmann::json settings, int64_t hidden) {
+  settings["mask_token_id"] = 5;
+  TrainConfig c = with(settings);
+  resolve_drafter_family(c, "train");
+  const auto d = resolve_drafter_config(c, dense_target(hidden));
+  return {d.dspark.markov_rank, d.dflash2.selector_rank};
+}
+
+}  // namespace
+
+TEST(DrafterFamilySetting, HeadRanksFollowTheHiddenSizeUnlessGiven) {
+  using dflash::drafter::default_head_rank;
+  for (const auto& [h, r] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 32}, {16, 32}, {576, 32}, {640, 48}, {1024, 64}, {2048, 128}, {3840, 240}, {4096, 256}, {5120, 256},
+           {16384, 256}})
+    EXPECT_EQ(default_head_rank(h), r) << "H " << h;
+  for (const int64_t h : {576, 1024, 4096, 5120}) {
+    EXPECT_EQ(built_ranks({{"drafter_family", "dspark"}}, h).first, default_head_rank(h)) << h;
+    EXPECT_EQ(built_ranks({{"drafter_family", "dflash2"}}, h).second, default_head_rank(h)) << h;
+  }
+  // Given wins, the old default's value too; another family's rank is not touched.
+  EXPECT_EQ(built_ranks({{"drafter_family", "dspark"}, {"markov_rank", 256}}, 576).first, 256);
+  EXPECT_EQ(built_ranks({{"drafter_family", "dspark"}, {"markov_rank", 8}}, 4096).first, 8);
+  EXPECT_EQ(built_ranks({{"drafter_family", "dspark"}, {"markov_rank", 0}, {"enable_confidence_head", false},
+                         {"confidence_loss_weight", 0.0}},
+                        1024)
+                .first,
+            0);
+  EXPECT_EQ(built_ranks({{"drafter_family", "dflash2"}, {"selector_rank", 256}}, 576).second, 256);
+  EXPECT_EQ(built_ranks({{"drafter_family", "dflash2"}}, 576).first, 256);  // DSpark's heads stay unset
+  EXPECT_EQ(built_ranks({{"drafter_family", "dspark"}}, 576).second, 256);
+}
+
+TEST(DrafterFamilySetting, AResumedRunKeepsTheHeadRankItSaved) {
+  const std::string dir = "/tmp/dflash_family_" + std::to_string(::getpid()) + "_resume_rank";
+  ::mkdir(dir.c_str(), 0755);
+  for (const int64_t saved_rank : {256, 32}) {  // 256: a small run saved before the rule
+    TrainConfig saved = valid();
+    saved.out = dir;
+    saved.drafter_family = DrafterFamily::DSpark;
+    saved.markov_rank = saved_rank;
+    saved.mask_token_id = 5;
+    std::ofstream(dir + "/train_config.json") << to_json(saved).dump();
+    TrainArgs args;
+    ASSERT_TRUE(read_train_args({"--resume", "--out", dir}, args));
+    TrainConfig c = train_config_of(args);
+    resolve_drafter_family(c, "train");
+    EXPECT_EQ(resolve_drafter_config(c, dense_target(576)).dspark.markov_rank, saved_rank);
+  }
 }

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
+#include "head_rank_default.h"
 #include "dspark_training.h"
 
 namespace dflash::families {
@@ -75,6 +76,10 @@ class DSparkFamily final : public drafter::Family {
 
   // --- training hooks (dspark_training.cpp) ---
   const drafter::FamilyTraining* training() const override { return &dspark_training(); }
+  // A markov_rank not given follows the drafter's hidden size (head_rank_default.h).
+  void shape_defaults(int64_t hidden_size, nlohmann::json& out) const override {
+    out["markov_rank"] = drafter::default_head_rank(hidden_size);
+  }
 };
 
 }  // namespace
