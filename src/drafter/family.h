@@ -15,6 +15,8 @@
 
 namespace dflash::drafter {
 
+class FamilyCost;  // family_cost.h
+
 // A family's own config.json settings (its extras: DSpark's heads, DFlash2's convs and selector), read by
 // Family::read_settings and owned by the family.
 class FamilySettings {
@@ -74,6 +76,11 @@ class Family {
   virtual void describe_for_engines(const DrafterConfig& /*c*/, ExportTraits& /*t*/) const {}
   // true: the exported config.json must carry the run's num_anchors (the family's model class asserts it).
   virtual bool export_needs_num_anchors() const { return false; }
+
+  // --- planner hooks (family_cost.h) ---
+  // What the family adds to a training step's memory and FLOPs, as `plan` and `bench step` count them; the default
+  // (family_cost.cpp) adds nothing: the DFlash backbone every family shares, which the planner counts itself.
+  virtual const FamilyCost& cost() const;
 };
 
 }  // namespace dflash::drafter

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
+#include "dflash2_cost.h"
 #include "strict_json.h"
 
 namespace dflash::families {
@@ -82,6 +83,9 @@ class DFlash2Family final : public drafter::Family {
     t.hidden_size = c.hidden_size;
     t.selector_top_k = c.dflash2.selector_top_k;
   }
+
+  // --- planner hooks (dflash2_cost.cpp) ---
+  const drafter::FamilyCost& cost() const override { return dflash2_cost(); }
 };
 
 }  // namespace

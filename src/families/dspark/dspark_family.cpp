@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
+#include "dspark_cost.h"
 
 namespace dflash::families {
 namespace {
@@ -71,6 +72,9 @@ class DSparkFamily final : public drafter::Family {
   }
   // DeepSpec's Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many).
   bool export_needs_num_anchors() const override { return true; }
+
+  // --- planner hooks (dspark_cost.cpp) ---
+  const drafter::FamilyCost& cost() const override { return dspark_cost(); }
 };
 
 }  // namespace
