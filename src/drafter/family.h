@@ -16,6 +16,8 @@
 
 namespace dflash::drafter {
 
+class FamilyCost;  // family_cost.h
+
 // A family's own config.json settings (its extras: DSpark's heads, DFlash2's convs and selector), read by
 // Family::read_settings and owned by the family.
 class FamilySettings {
@@ -87,6 +89,11 @@ class Family {
   // What the training loop asks of the family: its objective's options, block batches and metric terms; nullptr:
   // DFlash's (FamilyTraining's defaults).
   virtual const FamilyTraining* training() const { return nullptr; }
+
+  // --- planner hooks (family_cost.h) ---
+  // What the family adds to a training step's memory and FLOPs, as `plan` and `bench step` count them; the default
+  // (family_cost.cpp) adds nothing: the DFlash backbone every family shares, which the planner counts itself.
+  virtual const FamilyCost& cost() const;
 };
 
 }  // namespace dflash::drafter

@@ -39,6 +39,7 @@
 #include "drafter_model.h"
 #include "head_rank_default.h"
 #include "drafter_presets.h"
+#include "family_cost.h"
 #include "family_registry.h"
 #include "dspark_block_batch.h"
 #include "dtype_names.h"
@@ -169,16 +170,19 @@ Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, 
   const auto opts = at::TensorOptions().dtype(dtype);
   const int64_t nH = int64_t(c.target_layer_ids.size()) * c.hidden_size;
   r.feats = at::randn({1, seq, nH}, gen, opts).to(dev);
-  const bool dspark = c.family == DrafterFamily::DSpark;  // DSpark's L1 and confidence: the target's last hidden
-  r.last = kl > 0 || dspark ? at::randn({1, seq, c.hidden_size}, gen, opts).to(dev) : at::Tensor();
+  // Soft labels or the family's own teacher (DSpark's L1 and confidence): the target's last hidden state.
+  const bool last = kl > 0 || family_cost(c).needs_last_hidden(c);
+  r.last = last ? at::randn({1, seq, c.hidden_size}, gen, opts).to(dev) : at::Tensor();
   const at::Tensor ids = at::randint(0, c.vocab_size - 1, {1, seq}, gen, at::kLong).to(dev);
   at::Tensor loss_mask = at::ones({1, seq}, at::kBool);
   loss_mask.narrow(1, 0, seq / 8).fill_(false);  // a prompt
   std::mt19937_64 rng(seed);
   const AnchorSample s_cpu = sample_anchors(loss_mask, anchors, rng);
   r.s = AnchorSample{s_cpu.anchors.to(dev), s_cpu.keep.to(dev), at::Tensor(), at::Tensor()};  // unpacked rows
-  r.blocks = dspark ? build_dspark_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma)
-                   : build_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma);
+  // The family's blocks as training builds them (train/step_producer.cpp; to become the family's training hook).
+  r.blocks = c.family == DrafterFamily::DSpark
+                 ? build_dspark_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma)
+                 : build_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma);
   return r;
 }
 
@@ -368,16 +372,19 @@ void compare_generic_ce(const BenchStepOptions& o, ops::AttentionBackend attenti
   const StepResult r = run_policy(o.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows,
                                   o.policies.front(), o.iters, o.seed, probe, false, 1, attention);
   const double mean = mean_of(r.seconds);
-  const bool dspark = o.drafter.family == DrafterFamily::DSpark;
   std::printf("%-10s %14.3f %14s %14s %9s   generic %s (ours %s: %.2fx faster)\n", "generic-ce", mean,
-              human_bytes(r.measured_bytes).c_str(), "-", "-",
-              dspark ? "DSpark objective passes" : "cross-entropy", ours["policy"].get<std::string>().c_str(),
+              human_bytes(r.measured_bytes).c_str(), "-", "-", family_cost(o.drafter).generic_loss_label(),
+              ours["policy"].get<std::string>().c_str(),
               mean / ours["mean_seconds"].get<double>());
   out["generic_ce"] = {{"mean_seconds", mean}, {"seconds", r.seconds}, {"measured_peak_bytes", r.measured_bytes},
                        {"loss", r.loss}};
 }
 
-// DSpark or DFlash2: DFlash's step on the same shapes (the first policy, one worker), and the family's measured
+// The baseline the other families are timed against: a drafter config's default family (DFlash, the backbone they
+// extend).
+DrafterFamily baseline_family() { return DrafterConfig{}.family; }
+
+// A family other than the baseline (DSpark, DFlash2): the baseline's step on the same shapes (the first policy, one worker), and the family's measured
 // time over it next to the planner's FLOP floor (drafter_step_flops of each step): what the family would cost if
 // every step ran at one FLOP rate.
 void compare_dflash_step(const BenchStepOptions& o, ops::AttentionBackend attention, const MemoryProbe& probe,
@@ -390,7 +397,7 @@ void compare_dflash_step(const BenchStepOptions& o, ops::AttentionBackend attent
     family_mean = mean_of(run_policy(o.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol,
                                      o.iters, o.seed, probe, true, 1, attention).seconds);
   BenchStepOptions d = o;
-  d.drafter.family = DrafterFamily::DFlash;
+  d.drafter.family = baseline_family();
   d.drafter.dspark = DSparkHeads{};
   d.drafter.dflash2 = DFlash2Settings{};
   const StepResult r = run_policy(d.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol,
@@ -534,10 +541,10 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   out["settings"] = {{"seq_len", o.seq_len},        {"anchors", o.anchors}, {"block_size", c.block_size},
                      {"dtype", dtype},              {"kl_weight", o.kl_weight},
                      {"loss_chunk_rows", o.loss_chunk_rows}, {"iters", o.iters}, {"threads", at::get_num_threads()}};
-  // DSpark's objective has its own teacher term (the L1), not DFlash's soft labels: --kl-weight does not apply.
+  // A family whose objective has its own teacher term (DSpark's L1), not soft labels: --kl-weight does not apply.
   char kl[64];
-  if (family == DrafterFamily::DSpark)
-    std::snprintf(kl, sizeof kl, "its L1 teacher");
+  if (*family_cost(c).teacher_label())
+    std::snprintf(kl, sizeof kl, "%s", family_cost(c).teacher_label());
   else
     std::snprintf(kl, sizeof kl, "kl_weight %g", o.kl_weight);
   std::printf("bench step: model %s (%s), seq %lld, %lld anchors x %lld, %s, %s, loss chunk %lld, %d threads\n",
@@ -549,8 +556,9 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   // The same switch turns DSpark's fused objective kernel off; the plain-PyTorch step is DFlash's.
   if (o.generic_ce) compare_generic_ce(o, attention, probe, out);
   if (o.draft_vocab > 0) compare_draft_vocab(o, attention, probe, out);
-  if (o.vs_dflash && family != DrafterFamily::DFlash) compare_dflash_step(o, attention, probe, out);
-  if (o.reference && !o.cuda && family == DrafterFamily::DFlash) compare_pytorch_reference(o, out);
+  if (o.vs_dflash && family != baseline_family()) compare_dflash_step(o, attention, probe, out);
+  // The plain-PyTorch step is the baseline's (tests/python's reference drafter).
+  if (o.reference && !o.cuda && family == baseline_family()) compare_pytorch_reference(o, out);
   if (o.dspark_naive && family == DrafterFamily::DSpark)
     out["dspark_objective"] = compare_dspark_objective(o, [&] { return probe.reset(); }, [&] { return probe.peak(); });
   return out;

@@ -1,7 +1,5 @@
 #include "memory_planner.h"
 
-#include "dflash2_plan_terms.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +11,7 @@
 #include "anchor_attention_cuda_host.h"
 #include "anchor_attention_reference.h"
 #include "drafter_weights.h"
+#include "family_cost.h"
 
 namespace dflash::plan {
 
@@ -21,10 +20,7 @@ namespace {
 
 struct Dims {
   double T, C, H, Q, K, I, V, Vl, D, Hq, Hkv, L, n, e, a, r;  // Vl: LM-head rows of the loss
-  bool soft;
-  bool dspark_fused;  // DSpark on the CPU in fp32 / bf16: the fused kernel's chunk buffers in the compute dtype
-  double heads;  // DSpark's objective beyond the chunks (dspark_heads.h, dspark_lm_loss_op.cpp); 0 otherwise
-  double dw2_gemm;  // DSpark fused in bf16: one chunk's dW2 GEMM, [V, r] in fp32 (its output) plus the bf16 result
+  bool soft;  // a third logits buffer and the teacher's hidden input: soft labels or the family's own teacher
 };
 
 Dims dims_of(const PlanSettings& s) {
@@ -46,22 +42,7 @@ Dims dims_of(const PlanSettings& s) {
   d.e = double(s.dtype_bytes);
   d.a = s.dtype_bytes == 8 ? 8.0 : 4.0;  // accumulation dtype (norm statistics, LSE, loss)
   d.r = std::min<double>(double(s.loss_chunk_rows), d.T);
-  d.soft = s.kl_weight != 0.0 || c.family == drafter::DrafterFamily::DSpark;  // DSpark: the L1 teacher's logits
-  if (c.family == drafter::DrafterFamily::DSpark) {
-    // dW2 [V, r] in fp32 built during the loss, and per row the Markov features, their gradient and the rnn/gate
-    // activations autograd keeps (about 6 x r), plus the confidence logit and its gradient.
-    const double r = double(c.dspark.markov_rank);
-    d.dspark_fused = s.device == PlanDevice::Cpu && (s.dtype_bytes == 4 || s.dtype_bytes == 2);
-    // The fused chunks write dW2 in the compute dtype when there is one chunk (dspark_lm_loss_op.cpp), else in fp32.
-    const bool dw2_narrow = d.dspark_fused && double(s.loss_chunk_rows) >= d.T;
-    d.heads = d.V * r * (dw2_narrow ? d.e : d.a) + 6 * d.T * r * d.e + 2 * d.T * d.a;
-    // Narrower than fp32, generic passes: the op also holds W2's fp32 copy [V, r] for the whole pass.
-    if (d.e < d.a && !d.dspark_fused) d.heads += d.V * r * d.a;
-    // Measured (docs/BENCHMARKS.md): the bf16 GEMM logits^T u allocates its [V, r] output in fp32 and then the
-    // bf16 result, both while the chunk's logits are alive; at a large vocabulary this is the step's peak. With one
-    // chunk that bf16 result is dW2 itself (counted in heads above).
-    if (d.dspark_fused && d.e == 2) d.dw2_gemm = d.V * r * (dw2_narrow ? d.a : d.a + d.e);
-  }
+  d.soft = s.kl_weight != 0.0 || family_cost(c).needs_last_hidden(c);
   return d;
 }
 
@@ -75,14 +56,14 @@ double layer_saved_full(const Dims& d) {
 // A checkpointed layer keeps only its input.
 double layer_saved_ckpt(const Dims& d) { return d.e * d.T * d.H; }
 
-// Rows x V buffers alive at once in src/ops/chunked_lm_loss_op.cpp: logits + logsumexp temporary (+ teacher logits).
-// The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this over-plans it.
-// DSpark's fused CPU kernel (dspark_lm_loss_op.cpp) holds the logits and the teacher's, both in fp32.
-double loss_chunk_bytes(const Dims& d) {
-  // The teacher's chunk is freed before the backward GEMMs, so the dW2 GEMM's buffers replace it at the peak.
-  if (d.dspark_fused) return d.r * d.Vl * d.e + std::max(d.r * d.Vl * d.e, d.dw2_gemm) + d.r * d.H * d.e + d.heads;
+// Rows x V buffers alive at once in src/ops/chunked_lm_loss_op.cpp: logits + logsumexp temporary (+ teacher logits),
+// unless the family's own loss kernel holds others (FamilyMemory::loss_chunk_buffers); and what the family's objective
+// holds beside them. The fused CPU cross-entropy (hard labels, fp32/bf16) holds only the raw logits, so this
+// over-plans it.
+double loss_chunk_bytes(const Dims& d, const FamilyMemory& fam) {
   // (the narrow-dtype raw logits and the backward cast exist only while one of the three is not allocated)
-  return d.r * d.Vl * d.a * (d.soft ? 3 : 2) + d.r * d.H * d.e + d.heads;
+  const double buffers = fam.loss_chunk_buffers >= 0 ? fam.loss_chunk_buffers : d.r * d.Vl * d.a * (d.soft ? 3 : 2);
+  return buffers + d.r * d.H * d.e + fam.loss_chunk_beside;
 }
 
 // The CUDA attention's backward as the op runs it (anchor_attention_cuda_host.h): its workspace in chunks.
@@ -164,6 +145,22 @@ int64_t largest_param(const DrafterConfig& c) {
 
 }  // namespace
 
+StepCostShape cost_shape_of(const PlanSettings& s) {
+  StepCostShape c;
+  c.batch = s.batch;
+  c.seq_len = s.seq_len;
+  c.num_anchors = s.num_anchors;
+  c.dtype_bytes = s.dtype_bytes;
+  c.loss_chunk_rows = s.loss_chunk_rows;
+  c.checkpoint = s.checkpoint;
+  c.cpu = s.device == PlanDevice::Cpu;
+  return c;
+}
+
+bool step_needs_last_hidden(const PlanSettings& s) {
+  return s.kl_weight > 0 || family_cost(s.cfg).needs_last_hidden(s.cfg);
+}
+
 void set_run_shape(PlanSettings& s, const drafter::RunShape& shape) {
   s.seq_len = shape.max_len;
   s.num_anchors = shape.num_anchors;
@@ -211,12 +208,13 @@ MemoryPlan plan_memory(const PlanSettings& s) {
     saved[i] = ckpt[i] ? layer_saved_ckpt(d) : layer_saved_full(d);
     saved_sum += saved[i];
   }
-  const DFlash2PlanBytes x2 = dflash2_plan_bytes(c, d.T, d.e, double(s.loss_chunk_rows));  // 0 unless dflash2
+  // What the family adds (family_cost.h): all zero for the DFlash backbone.
+  const FamilyMemory fam = family_cost(c).memory(c, cost_shape_of(s));
   for (size_t i = 0; i < saved.size(); ++i)
-    if (!ckpt[i]) saved[i] += x2.conv_saved_per_layer, saved_sum += x2.conv_saved_per_layer;
-  const double full = layer_saved_full(d) + x2.conv_saved_per_layer;
-  const double loss_chunk = loss_chunk_bytes(d);
-  const double layer_grads = (P - d.H * d.n * d.H - 3 * d.H - x2.selector_params) / std::max(1.0, d.L) * d.e;
+    if (!ckpt[i]) saved[i] += fam.saved_per_layer, saved_sum += fam.saved_per_layer;
+  const double full = layer_saved_full(d) + fam.saved_per_layer;
+  const double loss_chunk = loss_chunk_bytes(d, fam);
+  const double layer_grads = (P - d.H * d.n * d.H - 3 * d.H - fam.params_outside_layers) / std::max(1.0, d.L) * d.e;
 
   auto phase = [&](const std::string& name, double bytes, const std::string& how) {
     p.phases.push_back({name, bytes, how});
@@ -233,26 +231,15 @@ MemoryPlan plan_memory(const PlanSettings& s) {
   // logits.
   phase("forward: loss chunk", base + saved_sum + final_norm + d.T * d.H * d.e + loss_chunk,
         "static + shared + all saved + final norm + d(hidden) + one loss chunk");
-  // DFlash2: the selector term runs after the LM-head loss, its graph kept for backward. On the CPU its top-K comes
-  // from the loss's own logits (chunked_lm_loss_with_top_k): no vocabulary chunk of its own.
-  const double selector_chunk = s.device == PlanDevice::Cpu ? 0 : x2.selector_chunk;
-  if (x2.selector_saved > 0)
-    phase("forward: selector chunk", base + saved_sum + final_norm + d.T * d.H * d.e + x2.selector_saved + selector_chunk,
-          "... + the selector's saved rows x K x r + one chunk's top-K logits (off the CPU)");
-  phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e + x2.selector_saved,
+  // The family's terms after the LM-head loss (DFlash2's selector, its graph kept for backward).
+  for (const CostTerm& f : fam.forward_phases)
+    phase(f.name, base + saved_sum + final_norm + d.T * d.H * d.e + f.bytes, f.how);
+  phase("backward: loss", base + saved_sum + final_norm + 2 * d.T * d.H * d.e + fam.loss_saved,
         "... + d(hidden) and its scaled copy (+ the selector's saved tensors)");
-  if (c.family == drafter::DrafterFamily::DSpark && c.dspark.markov_rank > 0) {
-    // Measured (docs/BENCHMARKS.md): the heads' [V, r] gradients arrive before any layer's backward. The objective's
-    // backward scales its saved dW2 into a new tensor, then W1's embedding backward makes one dense [V, r] gradient
-    // per use of W1 (the Markov features, and the confidence head's input when it takes them) while W2's is held.
-    const double vr = d.V * double(c.dspark.markov_rank) * d.e;
-    const double uses = c.dspark.enable_confidence_head && c.dspark.confidence_head_with_markov ? 2 : 1;
-    const double before = base + saved_sum + final_norm + 2 * d.T * d.H * d.e;
-    phase("backward: dspark objective", before + 2 * vr, "... + d(hidden) and its scaled copy + dW2 and its scaled copy");
-    phase("backward: markov embedding", before + (1 + uses) * vr,
-          "... + W2's gradient + one [V, r] gradient of W1 per use (Markov features, confidence head)");
-  }
-  double grads_so_far = d.H * d.e + x2.selector_params * d.e;  // norm.weight (+ DFlash2's selector, from the loss)
+  // The family's backward before any layer's (DSpark's heads' [V, r] gradients).
+  for (const CostTerm& b : fam.backward_phases)
+    phase(b.name, base + saved_sum + final_norm + 2 * d.T * d.H * d.e + b.bytes, b.how);
+  double grads_so_far = d.H * d.e + fam.params_outside_layers * d.e;  // norm.weight (+ the family's, from the loss)
   const double dy = d.T * d.H * d.e;
   const double dctx = d.C * d.H * d.e;
   double saved_before = saved_sum;
@@ -302,17 +289,12 @@ MemoryPlan plan_memory(const PlanSettings& s) {
        s.attention_backend == ops::AttentionBackend::Fused ? fused_how
        : s.attention_backend == ops::AttentionBackend::Reference ? reference_how
                                             : "the larger of fused (" + fused_how + ") and reference (" + reference_how + ")");
-  if (x2.selector_saved > 0) {
-    term("dflash2 selector (saved for backward)", x2.selector_saved, "drafted rows x (K x r + 3 r) x dtype + rows x K scores, ids");
-    term("dflash2 selector chunk", x2.selector_chunk, "chunk rows x min(V, 8192) x 2 fp32 (vocabulary-chunked top-K)");
-    term("dflash2 convs (saved per layer)", x2.conv_saved_per_layer, "2 sites x T x (2 K d/G + 3 d + 2 (min(K, B) - 1) d) x dtype");
-  }
+  for (const CostTerm& t : fam.terms) term(t.name, t.bytes, t.how);
   term("loss chunk", loss_chunk,
        std::to_string(int64_t(d.r)) + (c.draft_vocab_size > 0 ? " rows x K x (" : " rows x V x (") +
-           (d.dspark_fused ? (d.dw2_gemm > 0 ? "logits in bf16 + the larger of the teacher's and the dW2 GEMM's "
-                                               "[V, r] fp32 output and bf16 result: the fused CPU kernel)"
-                                             : "2 buffers in the compute dtype: the fused CPU kernel)")
-            : d.soft ? "3 fp32 buffers)" : "2 fp32 buffers)"));
+           (fam.loss_chunk_buffers >= 0 ? fam.loss_chunk_buffers_how
+            : d.soft                    ? "3 fp32 buffers)"
+                                        : "2 fp32 buffers)"));
   return p;
 }
 

@@ -14,6 +14,7 @@
 #include "byte_size.h"
 #include "checkpoint_policy.h"
 #include "drafter_config.h"
+#include "family_cost.h"
 #include "run_shape.h"
 
 namespace dflash::plan {
@@ -65,6 +66,13 @@ struct MemoryPlan {
 void set_run_shape(PlanSettings& s, const drafter::RunShape& shape);
 
 MemoryPlan plan_memory(const PlanSettings& s);
+
+// `s` as the family's cost hooks take it (drafter/family_cost.h).
+drafter::StepCostShape cost_shape_of(const PlanSettings& s);
+// Whether a step needs the target's final-normed last hidden state: soft labels (kl_weight > 0) or the family's own
+// teacher (FamilyCost::needs_last_hidden: DSpark's L1). The producer captures and ships it; the LM head runs a third
+// pass over it.
+bool step_needs_last_hidden(const PlanSettings& s);
 
 // --budget: the cheapest settings (least recomputation, then the largest loss chunk) whose peak fits.
 // `fits` is false when nothing fits; `why` says what alone exceeds the budget.

@@ -10,7 +10,7 @@
 
 #include "drafter_family.h"
 #include "drafter_model.h"
-#include "family_step_flops.h"
+#include "family_cost.h"
 
 namespace dflash::plan {
 
@@ -38,7 +38,7 @@ DrafterFlops drafter_step_flops(const PlanSettings& s) {
     if (s.checkpoint.applies(i)) f.recompute += layer_linear + attn;
   }
   f.fc = 2 * (2 * C * n * H * H);
-  const FamilyFlops family = family_step_flops(s);
+  const FamilyFlops family = family_cost(c).flops(c, cost_shape_of(s));
   f.lm_head = (step_needs_last_hidden(s) ? 3 : 2) * 2 * T * V * H + family.lm_head;
   f.heads = family.heads;
   f.recompute += family.recompute;
@@ -162,9 +162,7 @@ std::string format_node_plan(const NodePlan& p, size_t rows) {
                 "loss %.1f, %s%.1f, recompute %.1f) / (%.0f%% of peak) = %.3f s\n",
                 drafter::drafter_family_name(dm.cfg.family), (long long)dm.batch, d.total() / 1e12, d.linear / 1e12,
                 d.fc / 1e12, d.attention / 1e12, d.lm_head / 1e12,
-                dm.cfg.family == drafter::DrafterFamily::DSpark    ? "Markov + confidence heads "
-                : dm.cfg.family == drafter::DrafterFamily::DFlash2 ? "convs + selector "
-                                                                   : "family heads ",
+                drafter::family_cost(dm.cfg).heads_label(),
                 d.heads / 1e12, d.recompute / 1e12, 100 * s.drafter_efficiency, p.drafter_seconds);
   o << line;
   std::snprintf(line, sizeof line, "drafter worker memory: %s GB peak (checkpoint %s, loss chunk %lld rows)%s\n",

@@ -35,8 +35,9 @@ namespace dflash::plan {
 //              and its block: 4 x D per key and head forward, 2.5 x that backward (P recomputed from the LSE)
 //   lm_head    the chunked loss: logits and d(hidden) in its forward (2 passes over rows x V), a third for the
 //              teacher's logits when kl_weight > 0 or the family is DSpark (frozen head: no weight gradient), and
-//              the family's own passes (family_step_flops.h: DSpark's Markov bias, DFlash2's top-K pass)
-//   heads      the family's modules (family_step_flops.h: DSpark's heads, DFlash2's convs and selector); 0 for DFlash
+//              the family's own passes (its FamilyCost::flops, drafter/family_cost.h: DSpark's Markov bias, DFlash2's
+//              top-K pass)
+//   heads      the family's modules (FamilyCost::flops: DSpark's heads, DFlash2's convs and selector); 0 for DFlash
 //   recompute  the forward of checkpointed layers (with DFlash2's convs), again during the backward
 struct DrafterFlops {
   double linear = 0, fc = 0, attention = 0, lm_head = 0, heads = 0, recompute = 0;

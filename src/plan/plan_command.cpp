@@ -14,6 +14,7 @@
 #include "drafter_from_target.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
+#include "family_cost.h"
 #include "head_rank_default.h"
 #include "family_registry.h"
 #include "dtype_names.h"
@@ -79,8 +80,9 @@ std::string target_preset_list() {
 }
 
 // The family a plan runs (--drafter-family over --config's architectures). A preset or a target's drafter takes
-// the family's default settings (a config keeps its own). DSpark's L1 teacher replaces soft labels: kl_weight is 0,
-// as train requires (its teacher's logits and the last hidden state are counted for the family itself).
+// the family's default settings (a config keeps its own). A family whose own teacher replaces soft labels (DSpark's
+// L1, FamilyCost::replaces_soft_labels) plans kl_weight 0, as train requires (its teacher's logits and the last hidden
+// state are counted for the family itself).
 void apply_family(PlanSettings& s, drafter::DrafterFamily family, const Args& a, const std::string& command) {
   using namespace dflash::drafter;
   if (s.cfg.family != family) {
@@ -91,10 +93,10 @@ void apply_family(PlanSettings& s, drafter::DrafterFamily family, const Args& a,
     s.cfg.dspark.markov_rank = s.cfg.dflash2.selector_rank = default_head_rank(s.cfg.hidden_size);
     s.cfg.validate(command + ": the drafter as drafter_family " + drafter_family_name(family));
   }
-  if (family == DrafterFamily::DSpark) {
+  if (const std::string teacher = family_cost(s.cfg).replaces_soft_labels(); !teacher.empty()) {
     if (a.given("kl-weight") && a.f64("kl-weight") != 0)
-      throw std::invalid_argument(command + ": --kl-weight must be 0 with drafter_family dspark (its L1 to the target "
-                                  "replaces soft labels)");
+      throw std::invalid_argument(command + ": --kl-weight must be 0 with drafter_family " +
+                                  drafter_family_name(family) + " (" + teacher + " replaces soft labels)");
     s.kl_weight = 0;
   }
 }
@@ -217,8 +219,8 @@ int plan_main(const std::vector<std::string>& argv) {
   a.range("drafter-efficiency", util::closed(0.01, 1)).range("usable-memory", util::closed(0.05, 1));
   if (!a.parse(argv)) return 0;
   const PlanSource src = source_of(a);
-  // The family first: the planner counts DSpark's (its heads and objective) and DFlash2's (convs and selector) extra
-  // memory and FLOPs, with --node too.
+  // The family first: the planner counts its extra memory and FLOPs (its FamilyCost: DSpark's heads and objective,
+  // DFlash2's convs and selector), with --node too.
   drafter::DrafterFamily family;
   {
     const std::string config = src.config;

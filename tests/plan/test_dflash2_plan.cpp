@@ -1,12 +1,11 @@
-// The memory planner for a DFlash2 drafter: its parameters counted, the convs' and the selector's bytes by hand,
-// and a peak above the same DFlash drafter's.
+// The memory planner for a DFlash2 drafter: its parameters counted, the convs' and the selector's bytes by hand
+// (through the family's cost hooks, drafter/family_cost.h), and a peak above the same DFlash drafter's.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "dflash2_plan_terms.h"
 #include "drafter_config.h"
-#include "family_step_flops.h"
+#include "family_cost.h"
 #include "memory_planner.h"
 #include "tiny_drafter_config.h"
 
@@ -52,16 +51,21 @@ TEST(DFlash2Plan, TermsByHandAndAPeakAboveDFlash) {
   EXPECT_DOUBLE_EQ(term(b, "dflash2 selector chunk"), 6 * 32 * 4 * 2);  // a 6-row chunk, the whole vocabulary
   EXPECT_EQ(term(a, "dflash2 selector chunk"), -1);                       // no such term for DFlash
   EXPECT_GT(b.peak_bytes, a.peak_bytes);
-  const DFlash2PlanBytes none = dflash2_plan_bytes(tiny(false).cfg, T, e, 6);
-  EXPECT_EQ(none.conv_saved_per_layer + none.selector_saved + none.selector_chunk, 0.0);
+  // DFlash's cost hooks add nothing: the planner counts the backbone itself.
+  const PlanSettings dflash = tiny(false);
+  const FamilyMemory none = family_cost(dflash.cfg).memory(dflash.cfg, cost_shape_of(dflash));
+  EXPECT_EQ(none.saved_per_layer + none.params_outside_layers + none.loss_saved + none.loss_chunk_beside, 0.0);
+  EXPECT_LT(none.loss_chunk_buffers, 0);
+  EXPECT_TRUE(none.terms.empty() && none.forward_phases.empty() && none.backward_phases.empty());
 }
 
 TEST(DFlash2Plan, TheSelectorsTopKPassCountsOnlyOffTheCpu) {
   // On the CPU the unary loss hands the selector its top-K (no second LM-head pass); on CUDA the selector still
   // runs one forward pass of 2 rows V d over the drafted rows (T (B - 1) / B = 9 of the 12 block tokens).
   PlanSettings s = tiny(true);
+  const auto lm_head = [](const PlanSettings& p) { return family_cost(p.cfg).flops(p.cfg, cost_shape_of(p)).lm_head; };
   s.device = PlanDevice::Cuda;
-  EXPECT_DOUBLE_EQ(family_step_flops(s).lm_head, 2 * 9 * 32 * 16.0);
+  EXPECT_DOUBLE_EQ(lm_head(s), 2 * 9 * 32 * 16.0);
   s.device = PlanDevice::Cpu;
-  EXPECT_DOUBLE_EQ(family_step_flops(s).lm_head, 0.0);
+  EXPECT_DOUBLE_EQ(lm_head(s), 0.0);
 }

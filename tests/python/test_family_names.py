@@ -37,13 +37,9 @@ NAMED_IN = {
     "src/eval/dflash2_proposer.cpp": 1,
     "src/eval/dspark_proposer.cpp": 1,
     "src/eval/drafter_context_cache.cpp": 1,
-    # Planner cost terms (memory and FLOPs) and bench step (which also times DFlash as the baseline of the others).
-    "src/plan/bench_step_command.cpp": 8,
-    "src/plan/plan_command.cpp": 1,
-    "src/plan/memory_planner.cpp": 3,
-    "src/plan/family_step_flops.cpp": 3,
-    "src/plan/dflash2_plan_terms.cpp": 1,
-    "src/plan/node_planner.cpp": 2,
+    # bench step: the family's blocks and loss gamma (the training hooks' to give) and its objective's own benchmark
+    # (bench_step_dspark.cpp: a torch-side hook). The planner's cost terms are the families' (drafter/family_cost.h).
+    "src/plan/bench_step_command.cpp": 3,
     # Training: the train settings of a family (the objective, block batches and metrics are its
     # drafter/family_training.h hooks).
     "src/train/target_setup.cpp": 1,
@@ -64,7 +60,7 @@ FAMILY_FILES = {
     "src/export/remote_code/dspark.py", "src/kernels/dspark_objective_rows.h",
     "src/kernels/dspark_objective_rows_cpu.cpp", "src/kernels/dspark_objective_rows_cpu_impl.inc",
     "src/ops/dspark_lm_loss_op.cpp", "src/ops/dspark_lm_loss_op.h", "src/plan/bench_step_dspark.cpp",
-    "src/plan/bench_step_dspark.h", "src/plan/dflash2_plan_terms.cpp", "src/plan/dflash2_plan_terms.h",
+    "src/plan/bench_step_dspark.h",
     "src/train/dflash2_train_settings.cpp", "src/train/dflash2_train_settings.h",
 }
 

@@ -7,6 +7,7 @@
 #include "config_fields.h"
 #include "head_rank_default.h"
 #include "dflash2_training.h"
+#include "dflash2_cost.h"
 #include "strict_json.h"
 
 namespace dflash::families {
@@ -91,6 +92,8 @@ class DFlash2Family final : public drafter::Family {
   void shape_defaults(int64_t hidden_size, nlohmann::json& out) const override {
     out["selector_rank"] = drafter::default_head_rank(hidden_size);
   }
+  // --- planner hooks (dflash2_cost.cpp) ---
+  const drafter::FamilyCost& cost() const override { return dflash2_cost(); }
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "config_fields.h"
 #include "head_rank_default.h"
 #include "dspark_training.h"
+#include "dspark_cost.h"
 
 namespace dflash::families {
 namespace {
@@ -80,6 +81,8 @@ class DSparkFamily final : public drafter::Family {
   void shape_defaults(int64_t hidden_size, nlohmann::json& out) const override {
     out["markov_rank"] = drafter::default_head_rank(hidden_size);
   }
+  // --- planner hooks (dspark_cost.cpp) ---
+  const drafter::FamilyCost& cost() const override { return dspark_cost(); }
 };
 
 }  // namespace

@@ -1,10 +1,14 @@
-// What DFlash2 adds to a training step's memory (docs/DFLASH2.md): its parameters are in drafter_weight_shapes;
-// this is the rest. All zero for another family.
+// DFlash2's cost of a training step (family_cost.h): its convs and its selector, as the planner counts them
+// (docs/DFLASH2.md). Its parameters are in drafter_weight_shapes; this is the rest.
 #pragma once
-#include "drafter_config.h"
+#include "family_cost.h"
 
-namespace dflash::plan {
+namespace dflash::families {
 
+const drafter::FamilyCost& dflash2_cost();
+
+// The bytes behind DFlash2's memory (FamilyMemory's terms), for a step of T block tokens (rows) in a dtype of e bytes
+// with loss chunks of chunk_rows rows.
 struct DFlash2PlanBytes {
   double conv_saved_per_layer = 0;  // a layer without checkpointing: delta [T, 2, K, d/G], the conv outputs and
                                     // the convs' shifted inputs (2 (min(K, B) - 1) x [T, d]), x 2 sites
@@ -13,8 +17,6 @@ struct DFlash2PlanBytes {
   double selector_chunk = 0;        // transient: one chunk's top-K logits (rows x vocabulary chunk, fp32)
   double selector_params = 0;       // r d + 2 V r: parameters outside the layers (not part of a layer's gradients)
 };
-
-// T: block tokens of the step (rows), e: compute dtype bytes, chunk_rows: loss_chunk_rows.
 DFlash2PlanBytes dflash2_plan_bytes(const drafter::DrafterConfig& c, double T, double e, double chunk_rows);
 
-}  // namespace dflash::plan
+}  // namespace dflash::families
