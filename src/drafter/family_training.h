@@ -49,10 +49,7 @@ class FamilyTraining {
   // Train's settings that scale the family's loss terms (named in a diverged run's advice), in the order said.
   virtual std::vector<std::string> loss_setting_keys() const { return {}; }
 
-  // --- the data ---
-  // Why the objective needs the target's last hidden states ("its L1 teacher"); "": it needs them only for
-  // kl_weight > 0, as every family does.
-  virtual std::string last_hidden_use() const { return ""; }
+  // --- the data (whether it needs the target's last hidden states: FamilyCost::needs_last_hidden) ---
   // The blocks of a micro-batch (block_batch.h's DFlash blocks by default), with loss weights decayed by `gamma`.
   virtual BlockBatch build_blocks(const DrafterConfig& d, const at::Tensor& input_ids, const at::Tensor& loss_mask,
                                   const AnchorSample& anchors, double gamma) const;

@@ -145,7 +145,7 @@ int bench_flops_main(const std::vector<std::string>& argv) {
   std::printf("GEMM %lld^3: %.4f s = %.1f GFLOP/s (the reference rate)\n", (long long)n, gemm_s, gemm_rate / 1e9);
   std::printf("%-16s %14s %16s %12s %14s %12s\n", "part", "model GFLOP", "predicted s", "measured s", "GFLOP/s",
               "efficiency");
-  nlohmann::json out = {{"target", name}, {"seq_len", S}, {"anchors", N}, {"target_dtype", a.str("target-dtype")},
+  nlohmann::json out = {{"target", name}, {"max_len", S}, {"num_anchors", N}, {"target_dtype", a.str("target-dtype")},
                         {"threads", threads}, {"gemm_size", n}, {"gemm_flops_per_s", gemm_rate}};
   for (const auto& [part, flops, secs] :
        {std::tuple{"target forward", target_flops, target_s}, std::tuple{"drafter step", drafter_flops, drafter_s}}) {

@@ -40,8 +40,8 @@
 #include "head_rank_default.h"
 #include "drafter_presets.h"
 #include "family_cost.h"
+#include "family_training.h"
 #include "family_registry.h"
-#include "dspark_block_batch.h"
 #include "dtype_names.h"
 #include "memory_fit.h"
 #include "memory_planner.h"
@@ -179,10 +179,8 @@ Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, 
   std::mt19937_64 rng(seed);
   const AnchorSample s_cpu = sample_anchors(loss_mask, anchors, rng);
   r.s = AnchorSample{s_cpu.anchors.to(dev), s_cpu.keep.to(dev), at::Tensor(), at::Tensor()};  // unpacked rows
-  // The family's blocks as training builds them (train/step_producer.cpp; to become the family's training hook).
-  r.blocks = c.family == DrafterFamily::DSpark
-                 ? build_dspark_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma)
-                 : build_block_batch(ids, loss_mask.to(dev), r.s, c.block_size, c.mask_token_id, gamma);
+  // The family's blocks as training builds them (its training hook, as train/step_producer.cpp asks it).
+  r.blocks = family_training(c).build_blocks(c, ids, loss_mask.to(dev), r.s, gamma);
   return r;
 }
 
@@ -190,7 +188,8 @@ Replica make_replica(const DrafterConfig& c, at::ScalarType dtype, int64_t seq, 
 DrafterLossOptions bench_loss_options(const DrafterConfig& c, int64_t chunk, double kl, bool fused_ce,
                                       ops::AttentionBackend attention) {
   DrafterLossOptions opt;
-  opt.gamma = c.family == DrafterFamily::DSpark ? kDSparkGamma : default_loss_gamma(c.block_size);
+  const double unset = family_training(c).unset_gamma();  // the gamma training gives a run that sets none
+  opt.gamma = unset > 0 ? unset : default_loss_gamma(c.block_size);
   opt.chunk.chunk_rows = chunk;
   opt.chunk.kl_weight = kl;
   opt.chunk.fused_ce = fused_ce;
@@ -538,7 +537,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   out["drafter_family"] = drafter_family_name(family);
   out["device"] = o.cuda ? "cuda" : "cpu";
   out["attention_backend"] = ops::attention_backend_name(attention);
-  out["settings"] = {{"seq_len", o.seq_len},        {"anchors", o.anchors}, {"block_size", c.block_size},
+  out["settings"] = {{"max_len", o.seq_len},        {"num_anchors", o.anchors}, {"block_size", c.block_size},
                      {"dtype", dtype},              {"kl_weight", o.kl_weight},
                      {"loss_chunk_rows", o.loss_chunk_rows}, {"iters", o.iters}, {"threads", at::get_num_threads()}};
   // A family whose objective has its own teacher term (DSpark's L1), not soft labels: --kl-weight does not apply.

@@ -358,7 +358,7 @@ const char* plan_device_name(PlanDevice d) { return d == PlanDevice::Cpu ? "cpu"
 nlohmann::json plan_to_json(const MemoryPlan& p) {
   const auto& s = p.settings;
   nlohmann::json j;
-  j["settings"] = {{"batch", s.batch}, {"seq_len", s.seq_len}, {"num_anchors", s.num_anchors},
+  j["settings"] = {{"batch", s.batch}, {"max_len", s.seq_len}, {"num_anchors", s.num_anchors},
                    {"block_size", s.cfg.block_size}, {"dtype_bytes", s.dtype_bytes},
                    {"checkpoint_every", s.checkpoint.every}, {"loss_chunk_rows", s.loss_chunk_rows},
                    {"kl_weight", s.kl_weight}, {"optimizer", plan_optimizer_name(s.optimizer)},

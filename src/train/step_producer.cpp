@@ -11,6 +11,7 @@
 #include "compute_settings.h"
 #include "drafter_model.h"
 #include "family_registry.h"
+#include "family_cost.h"
 #include "family_training.h"
 #include "sequence_packing.h"
 #include "target_model.h"
@@ -41,7 +42,7 @@ ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::Drafte
   ps.seed = cfg.seed;
   ps.pack = cfg.pack;
   ps.gamma = run_loss_options(cfg, d).gamma;
-  ps.want_last_hidden = cfg.kl_weight > 0 || !drafter::family_training(d).last_hidden_use().empty();
+  ps.want_last_hidden = cfg.kl_weight > 0 || drafter::family_cost(d).needs_last_hidden(d);
   ps.queue_depth = cfg.queue_depth;
   // As the workers: `threads` each, else the machine's cores shared among the threads that compute at once.
   ps.threads = cfg.threads > 0 ? cfg.threads
@@ -225,7 +226,7 @@ void StepProducer::finish_micro(int64_t k, Job& job) {
     job.fwd = {};  // the activations go now, not when the micro-batch is consumed
   }
   if (s_.want_last_hidden && !mb.last_hidden.defined()) {
-    const std::string use = training_->last_hidden_use();
+    const std::string use = drafter::family_cost(c).needs_last_hidden(c) ? drafter::family_cost(c).teacher_label() : "";
     throw std::invalid_argument(!use.empty() ? "data: drafter_family " + std::string(drafter::family_of(c.family).name()) +
                                                    " needs the target's last hidden states (" + use +
                                                    "), which the samples lack: dump them with `dflash data dump-hidden "

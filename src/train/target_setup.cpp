@@ -10,6 +10,7 @@
 
 #include "compute_settings.h"
 #include "drafter_from_target.h"
+#include "family_cost.h"
 #include "drafter_spec.h"
 #include "hidden_shards.h"
 #include "index_list.h"
@@ -77,7 +78,7 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
                               const models::DeviceLayout& layout, at::ScalarType dtype) {
   if (layout.all_cpu()) return;  // CPU replicas share one set of weights; RAM is the OS's to refuse
   std::vector<int64_t> captured(d.target_layer_ids.begin(), d.target_layer_ids.end());
-  if (cfg.kl_weight > 0 || d.family == drafter::DrafterFamily::DSpark)  // the last hidden state is kept too
+  if (cfg.kl_weight > 0 || drafter::family_cost(d).needs_last_hidden(d))  // the last hidden state is kept too
     captured.push_back(tcfg.num_hidden_layers - 1);
   const std::string problem = models::layout_memory_problem(
       tcfg, int64_t(c10::elementSize(dtype)), layout, cfg.batch_size * cfg.max_len, captured,

@@ -15,6 +15,7 @@
 #include "dspark_block_batch.h"
 #include "dspark_loss.h"
 #include "error_of.h"
+#include "family_cost.h"
 #include "family_registry.h"
 #include "family_training.h"
 #include "toy_family.h"
@@ -68,7 +69,7 @@ TEST(FamilyTraining, AFamilyWithoutHooksTrainsAsDFlash) {
   const FamilyTraining& toy = family_training(toy_family());
   EXPECT_EQ(&toy, &family_training(DrafterFamily::DFlash));
   EXPECT_EQ(toy.unset_gamma(), 0.0);
-  EXPECT_EQ(toy.last_hidden_use(), "");
+  EXPECT_FALSE(toy_family().cost().needs_last_hidden(config_of(DrafterFamily::DFlash)));
   EXPECT_TRUE(toy.loss_setting_keys().empty());
   const DrafterConfig d = config_of(DrafterFamily::DFlash);
   EXPECT_EQ(toy.metric_sums_size(d), 0);
@@ -94,7 +95,8 @@ TEST(FamilyTraining, DSparkTakesItsObjectiveBlocksAndTeacher) {
   EXPECT_GT(o.dspark.den_eps, 0.0);
   t.use_generic_loss_kernels(o);
   EXPECT_FALSE(o.dspark.fused);
-  EXPECT_EQ(t.last_hidden_use(), "its L1 teacher");
+  EXPECT_TRUE(family_cost(config_of(DrafterFamily::DSpark)).needs_last_hidden(config_of(DrafterFamily::DSpark)));
+  EXPECT_STREQ(family_cost(config_of(DrafterFamily::DSpark)).teacher_label(), "its L1 teacher");
   EXPECT_EQ(t.loss_setting_keys(), (std::vector<std::string>{"ce_loss_weight", "l1_loss_weight", "confidence_loss_weight"}));
   const Batch b = batch();
   expect_same_blocks(t.build_blocks(d, b.ids, b.mask, b.anchors, 4.0),
@@ -130,7 +132,7 @@ TEST(FamilyTraining, DFlash2TakesItsSelectorSettings) {
   EXPECT_EQ(o.dflash2.selector.candidates, SelectorCandidates::Inject);
   EXPECT_TRUE(o.dflash2.selector.stop_gradient);
   EXPECT_EQ(t.unset_gamma(), 0.0);
-  EXPECT_EQ(t.last_hidden_use(), "");
+  EXPECT_FALSE(family_cost(config_of(DrafterFamily::DFlash2)).needs_last_hidden(config_of(DrafterFamily::DFlash2)));
   EXPECT_EQ(t.loss_setting_keys(), std::vector<std::string>{"selector_loss_weight"});
 
   nlohmann::json s = run_settings();

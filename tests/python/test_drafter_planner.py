@@ -49,7 +49,7 @@ def test_planner_within_15_percent_of_measured(tmp_path, drafter_cli, model, seq
 def test_qwen36_27b_preset_fits_the_acceptance_numbers(drafter_cli):
     none, _ = plan(drafter_cli, "--preset", "qwen3.6-27b")
     layer, _ = plan(drafter_cli, "--preset", "qwen3.6-27b", "--activation-checkpoint", "layer")
-    assert none["settings"]["seq_len"] == 8000 and none["settings"]["num_anchors"] == 1024
+    assert none["settings"]["max_len"] == 8000 and none["settings"]["num_anchors"] == 1024
     assert none["peak_bytes"] <= 60e9
     assert layer["peak_bytes"] <= 48e9
     names = [t["name"] for t in none["breakdown"]]

@@ -37,12 +37,11 @@ NAMED_IN = {
     "src/eval/dflash2_proposer.cpp": 1,
     "src/eval/dspark_proposer.cpp": 1,
     "src/eval/drafter_context_cache.cpp": 1,
-    # bench step: the family's blocks and loss gamma (the training hooks' to give) and its objective's own benchmark
-    # (bench_step_dspark.cpp: a torch-side hook). The planner's cost terms are the families' (drafter/family_cost.h).
-    "src/plan/bench_step_command.cpp": 3,
+    # bench step: its objective's own benchmark (--dspark-naive, bench_step_dspark.cpp: a torch-side hook). The
+    # planner's cost terms are the families' (drafter/family_cost.h), the blocks and gamma their training hooks.
+    "src/plan/bench_step_command.cpp": 1,
     # Training: the train settings of a family (the objective, block batches and metrics are its
     # drafter/family_training.h hooks).
-    "src/train/target_setup.cpp": 1,
     "src/train/dflash2_train_settings.cpp": 2,
     # The remote-code files' texts compiled into export (their .py files sit in src/export/remote_code).
     "src/export/remote_code/hf_remote_code.cpp.in": 2,

@@ -23,7 +23,7 @@ def test_seed_step_dry_run(tmp_path, dflash_bin):
         plan = json.loads((tmp_path / f"plan_{pol}.json").read_text())
         assert plan["peak_bytes"] > 0 and plan["settings"]["checkpoint_every"] == (0 if pol == "none" else 1)
     step = json.loads((tmp_path / "bench_step.json").read_text())
-    assert step["settings"]["seq_len"] == 256 and step["settings"]["anchors"] == 16
+    assert step["settings"]["max_len"] == 256 and step["settings"]["num_anchors"] == 16
     assert [run["policy"] for run in step["runs"]] == ["none", "layer"]
     for run in step["runs"]:
         assert run["measured_peak_bytes"] > 0 and run["plan"]["peak_bytes"] > 0 and run["mean_seconds"] > 0

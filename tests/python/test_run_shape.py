@@ -65,3 +65,14 @@ def test_the_targets_dtype_is_spelt_as_train_spells_it(dflash_bin, cmd):
     assert "target-dtype" in help_rows(dflash_bin, ["train"])
     r = subprocess.run([dflash_bin, *cmd, "--dtype", "bf16"], capture_output=True, text=True, timeout=60)
     one_line_error(r, "--dtype is now --target-dtype", code=2)
+
+
+def test_the_plans_json_names_the_shape_as_train_does(dflash_bin):
+    """plan --json writes the step's shape under train's keys (bench step's settings too: test_gpu_scripts)."""
+    import json
+    r = subprocess.run([dflash_bin, "plan", "--preset", "qwen3-8b", "--max-len", "2048", "--num-anchors", "64",
+                        "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode in (0, 3), r.stderr
+    settings = json.loads(r.stdout)["settings"]
+    assert settings["max_len"] == 2048 and settings["num_anchors"] == 64
+    assert "seq_len" not in settings and "anchors" not in settings

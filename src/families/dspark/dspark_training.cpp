@@ -30,7 +30,6 @@ class DSparkTraining final : public drafter::FamilyTraining {
     return {"ce_loss_weight", "l1_loss_weight", "confidence_loss_weight"};
   }
 
-  std::string last_hidden_use() const override { return "its L1 teacher"; }
   drafter::BlockBatch build_blocks(const DrafterConfig& d, const at::Tensor& input_ids, const at::Tensor& loss_mask,
                                    const drafter::AnchorSample& anchors, double gamma) const override {
     return drafter::build_dspark_block_batch(input_ids, loss_mask, anchors, d.block_size, d.mask_token_id, gamma);
