@@ -1,0 +1,54 @@
+#include "family_model.h"
+
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+#include "family_registry.h"
+
+namespace dflash::drafter {
+
+DrafterWeights FamilyModel::load_starting_weights(const DrafterConfig& c, const std::string& path,
+                                                  at::ScalarType dtype, uint64_t, double) const {
+  return load_drafter_weights(c, path, dtype);
+}
+
+at::Tensor FamilyModel::decoder_layer(const DrafterConfig&, const DrafterWeights& w, int64_t i,
+                                      const DecoderLayerShape& s, const at::Tensor& x, const LayerShared& sh,
+                                      bool checkpointed) const {
+  const LayerWeights& l = w.layers[size_t(i)];
+  return checkpointed ? checkpointed_decoder_layer(l, s, x, sh) : drafter::decoder_layer(l, s, x, sh);
+}
+
+ops::ChunkedLossWithTopK unary_objective(const DrafterConfig& c, const FrozenTarget& t, const at::Tensor& hidden,
+                                         const at::Tensor& target_last_hidden, const BlockBatch& blocks,
+                                         const DrafterLossOptions& opt, const ops::UnaryTopKOptions& top) {
+  const int64_t H = c.hidden_size;
+  const bool soft = opt.chunk.kl_weight != 0.0;
+  if (soft && !target_last_hidden.defined())
+    throw std::invalid_argument("drafter_loss: kl_weight > 0 needs the target's last hidden states");
+  const at::Tensor teacher = soft ? target_last_hidden.reshape({-1, H}) : at::Tensor();
+  return ops::chunked_lm_loss_with_top_k(hidden.reshape({-1, H}), t.lm_head, blocks.labels, blocks.weights, teacher,
+                                         blocks.teacher_index, opt.chunk, top);
+}
+
+at::Tensor FamilyModel::objective(const DrafterConfig& c, const DrafterWeights&, const FrozenTarget& t,
+                                  const at::Tensor& target_last_hidden, const AnchorSample&, const BlockBatch& blocks,
+                                  const DrafterLossOptions& opt, DrafterLossResult& r) const {
+  const ops::ChunkedLossWithTopK u = unary_objective(c, t, r.hidden, target_last_hidden, blocks, opt);
+  r.loss = u.loss;
+  return u.row_correct;
+}
+
+BlockBatch FamilyModel::block_batch(const DrafterConfig& c, const at::Tensor& input_ids, const at::Tensor& loss_mask,
+                                    const AnchorSample& anchors, double gamma) const {
+  return build_block_batch(input_ids, loss_mask, anchors, c.block_size, c.mask_token_id, gamma);
+}
+
+const FamilyModel& model_of(const DrafterConfig& c) {
+  static const FamilyModel plain;
+  const FamilyModel* m = family_of(c.family).model();
+  return m ? *m : plain;
+}
+
+}  // namespace dflash::drafter

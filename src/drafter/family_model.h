@@ -1,0 +1,87 @@
+// The torch side of a drafter family (family.h stays torch-free; Family::model() hands this object out): what the
+// drafter's weights, block forward and objective ask of a family. The base class is the plain DFlash drafter
+// (docs/DFLASH.md), which DFlash and the test-only toy family use as it is; a family overrides the parts it
+// changes, in its folder under src/families (docs/ARCHITECTURE.md "A drafter family").
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "block_batch.h"
+#include "decoder_layer.h"
+#include "drafter_model.h"
+
+namespace dflash::drafter {
+
+using WeightShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+enum class Sublayer { Attention, Mlp };
+
+class FamilyModel {
+ public:
+  virtual ~FamilyModel() = default;
+
+  // --- weights (drafter_weights.h) ---
+  // Appends the family's tensors after the layers', in the order DrafterWeights::named() lists them.
+  virtual void add_weight_shapes(const DrafterConfig& /*c*/, WeightShapes& /*out*/) const {}
+  // Moves the family's typed tensors from made[k..] (drafter_weight_shapes() order) into `w` and returns the index
+  // past them; the tensors after that go to w.heads under their names.
+  virtual size_t take_weights(const DrafterConfig& /*c*/, const std::vector<at::Tensor>& /*made*/, size_t k,
+                              DrafterWeights& /*w*/) const {
+    return k;
+  }
+  // init_drafter_weights, after every tensor was drawn in drafter_weight_shapes() order: the family's own start.
+  virtual void finish_init(const DrafterConfig& /*c*/, DrafterWeights& /*w*/, at::ScalarType /*dtype*/) const {}
+  // train's init_from: a model.safetensors for `c` (this default), or whatever else the family starts from.
+  virtual DrafterWeights load_starting_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype,
+                                               uint64_t seed, double std) const;
+
+  // --- the block forward (drafter_hidden, eval's context cache) ---
+  // Throws std::invalid_argument "<who>: ..." when `w` lacks what the family's forward reads.
+  virtual void check_weights(const DrafterConfig& /*c*/, const DrafterWeights& /*w*/, const std::string& /*who*/) const {}
+  // Decoder layer i of the training forward; `checkpointed`: recomputed in backward (checkpoint_policy.h).
+  virtual at::Tensor decoder_layer(const DrafterConfig& c, const DrafterWeights& w, int64_t i,
+                                   const DecoderLayerShape& s, const at::Tensor& x, const LayerShared& sh,
+                                   bool checkpointed) const;
+  // A sublayer of layer i on its normed input h [1, B, H] (one block of B tokens at inference): sublayer(h), or
+  // the family's wrapping of it.
+  virtual at::Tensor wrap_sublayer(const DrafterConfig& /*c*/, const DrafterWeights& /*w*/, int64_t /*i*/,
+                                   Sublayer /*site*/, int64_t /*block_size*/, const at::Tensor& h,
+                                   const std::function<at::Tensor(const at::Tensor&)>& sublayer) const {
+    return sublayer(h);
+  }
+
+  // --- the objective (drafter_loss) ---
+  // The loss of r.hidden (already set) into r.loss, with the family's own results (r.family_stats, r.dflash2,
+  // r.loss_eps); returns row_correct [rows] (the row's argmax equals its label). Default: unary_objective.
+  virtual at::Tensor objective(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
+                               const at::Tensor& target_last_hidden, const AnchorSample& anchors,
+                               const BlockBatch& blocks, const DrafterLossOptions& opt, DrafterLossResult& r) const;
+  // The blocks the objective reads (default: build_block_batch's same-position labels).
+  virtual BlockBatch block_batch(const DrafterConfig& c, const at::Tensor& input_ids, const at::Tensor& loss_mask,
+                                 const AnchorSample& anchors, double gamma) const;
+  // The loss decay's gamma when none is given; 0: default_loss_gamma(block_size).
+  virtual double default_gamma() const { return 0; }
+
+  // --- drafter selftest ---
+  // true: selftest's --selector-candidates and --selector-loss-weight apply.
+  virtual bool takes_selector_options() const { return false; }
+  // What the objective cannot take, refused before the forward: util::UsageError for a flag, std::invalid_argument
+  // naming `batch` for a missing tensor (has_last_hidden: the batch has target_last_hidden).
+  virtual void check_selftest(const DrafterLossOptions& /*opt*/, bool /*has_last_hidden*/,
+                              const std::string& /*batch*/) const {}
+};
+
+// The unary objective every family builds on: the chunked CE (plus kl_weight x KL to the target's soft labels,
+// which needs target_last_hidden [b, S, H]) of `hidden` through t.lm_head, and its top-k when top.k > 0.
+ops::ChunkedLossWithTopK unary_objective(const DrafterConfig& c, const FrozenTarget& t, const at::Tensor& hidden,
+                                         const at::Tensor& target_last_hidden, const BlockBatch& blocks,
+                                         const DrafterLossOptions& opt, const ops::UnaryTopKOptions& top = {});
+
+// The model hooks of c's family (family_registry.h): its Family::model(), or the plain DFlash drafter's.
+const FamilyModel& model_of(const DrafterConfig& c);
+
+}  // namespace dflash::drafter
