@@ -16,8 +16,6 @@
 
 namespace dflash::drafter {
 
-class FamilyModel;  // family_model.h: the torch side (weights, forward, objective)
-
 // A family's own config.json settings (its extras: DSpark's heads, DFlash2's convs and selector), read by
 // Family::read_settings and owned by the family.
 class FamilySettings {
@@ -78,10 +76,7 @@ class Family {
   // true: the exported config.json must carry the run's num_anchors (the family's model class asserts it).
   virtual bool export_needs_num_anchors() const { return false; }
 
-  // --- model and eval hooks (issue 50: weights, forward, objective, drafting) ---
-  // The family's torch side (family_model.h: its weights, block forward and objective); nullptr: the plain DFlash
-  // drafter, FamilyModel's defaults. A pointer so that this header stays torch-free.
-  virtual const FamilyModel* model() const { return nullptr; }
+  // --- eval hooks (issue 50; the model's hooks are torch-side: family_model.h, a registry of their own) ---
   // Drafts one speculative cycle proposes at most (the target verifies one token more): B - 1 (slot 0 is the last
   // committed token), or B for a family whose block outputs are all drafts.
   virtual int64_t drafts_per_cycle(const DrafterConfig& c) const { return c.block_size - 1; }

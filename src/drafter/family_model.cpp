@@ -1,6 +1,8 @@
 #include "family_model.h"
 
+#include <map>
 #include <stdexcept>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -45,9 +47,33 @@ BlockBatch FamilyModel::block_batch(const DrafterConfig& c, const at::Tensor& in
   return build_block_batch(input_ids, loss_mask, anchors, c.block_size, c.mask_token_id, gamma);
 }
 
+namespace {
+
+// Filled at start-up (before any thread runs), read-only afterwards: lookups need no lock.
+std::map<const Family*, const FamilyModel*>& models() {
+  static std::map<const Family*, const FamilyModel*> table;
+  return table;
+}
+
+}  // namespace
+
+void register_family_model(const Family& f, const FamilyModel& m) {
+  const auto [it, added] = models().emplace(&f, &m);
+  if (!added && it->second != &m)
+    throw std::logic_error(std::string("drafter family '") + f.name() + "' has a model registered already");
+}
+
+const FamilyModel* find_family_model(const Family& f) {
+  const auto it = models().find(&f);
+  return it == models().end() ? nullptr : it->second;
+}
+
 const FamilyModel& model_of(const DrafterConfig& c) {
   static const FamilyModel plain;
-  const FamilyModel* m = family_of(c.family).model();
+  if (models().empty())
+    throw std::logic_error("no drafter family model is registered: call families::register_builtin_family_models() "
+                           "at start (src/families/family_models_table.h)");
+  const FamilyModel* m = find_family_model(family_of(c.family));
   return m ? *m : plain;
 }
 

@@ -1,7 +1,9 @@
-// The torch side of a drafter family (family.h stays torch-free; Family::model() hands this object out): what the
-// drafter's weights, block forward and objective ask of a family. The base class is the plain DFlash drafter
-// (docs/DFLASH.md), which DFlash and the test-only toy family use as it is; a family overrides the parts it
-// changes, in its folder under src/families (docs/ARCHITECTURE.md "A drafter family").
+// The torch side of a drafter family (family.h stays torch-free): what the drafter's weights, block forward and
+// objective ask of a family. The base class is the plain DFlash drafter (docs/DFLASH.md), which DFlash and the
+// test-only toy family use as it is; a family overrides the parts it changes, in its folder under src/families,
+// and registers that object here (register_family_model) from the families' torch table
+// (families/family_models_table.h), which the dflash main and every test binary call; a registry of its own, so
+// that the torch-free builds of the families (the fuzz targets) link without it.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -81,7 +83,16 @@ ops::ChunkedLossWithTopK unary_objective(const DrafterConfig& c, const FrozenTar
                                          const at::Tensor& target_last_hidden, const BlockBatch& blocks,
                                          const DrafterLossOptions& opt, const ops::UnaryTopKOptions& top = {});
 
-// The model hooks of c's family (family_registry.h): its Family::model(), or the plain DFlash drafter's.
+class Family;
+
+// Registers `m` (which outlives the process) as f's model; registering f again replaces nothing (std::logic_error
+// if with another object).
+void register_family_model(const Family& f, const FamilyModel& m);
+// f's registered model; nullptr: none (the plain DFlash drafter).
+const FamilyModel* find_family_model(const Family& f);
+// The model hooks of c's family (family_registry.h): its registered model, or the plain DFlash drafter's.
+// std::logic_error while no family model is registered (a binary that forgot the torch table would otherwise train
+// every family as DFlash).
 const FamilyModel& model_of(const DrafterConfig& c);
 
 }  // namespace dflash::drafter

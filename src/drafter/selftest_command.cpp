@@ -92,7 +92,7 @@ int selftest_main(const std::vector<std::string>& argv) {
   if (!family.takes_selector_options() && (a.given("selector-candidates") || a.given("selector-loss-weight"))) {
     std::string takers;  // the families whose objective has a selector, as the message names them
     for (const Family* f : registered_families())
-      if (const FamilyModel* m = f->model(); m && m->takes_selector_options())
+      if (const FamilyModel* m = find_family_model(*f); m && m->takes_selector_options())
         takers += std::string(takers.empty() ? "" : " or ") + f->display_name();
     throw util::UsageError("drafter selftest: --selector-candidates and --selector-loss-weight are for a " + takers +
                            " drafter, the config is " + std::string(drafter_family_name(cfg.family)));

@@ -1,4 +1,4 @@
-// The families' model and eval hooks (drafter/family_model.h, Family::model(), drafts_per_cycle,
+// The families' model and eval hooks (drafter/family_model.h and its registry, drafts_per_cycle,
 // has_confidence_cut): a family without a model of its own is the plain DFlash drafter; DSpark's and DFlash2's
 // weights are the DFlash backbone's, drawn the same for one seed, followed by their own tensors.
 #include <gtest/gtest.h>
@@ -59,8 +59,8 @@ void expect_backbone_is_dflashs(const DrafterConfig& c) {
 
 TEST(FamilyModelHooks, DFlashAndTheToyFamilyAreThePlainDrafter) {
   dflash::families::testing::register_toy_family();
-  EXPECT_EQ(family_named("dflash", "test").model(), nullptr);
-  EXPECT_EQ(family_named("toy", "test").model(), nullptr);
+  EXPECT_EQ(find_family_model(family_named("dflash", "test")), nullptr);
+  EXPECT_EQ(find_family_model(family_named("toy", "test")), nullptr);
   const DrafterConfig c = tiny("DFlashDraftModel");
   WeightShapes extra;
   model_of(c).add_weight_shapes(c, extra);
@@ -77,7 +77,7 @@ TEST(FamilyModelHooks, DSparkIsTheBackbonePlusItsHeads) {
   const DrafterConfig c = tiny("Qwen3DSparkModel", nlohmann::json::object(),
                                {{"markov_rank", 4}, {"markov_head_type", "gated"}, {"enable_confidence_head", true},
                                 {"confidence_head_with_markov", true}});
-  ASSERT_NE(family_of(c.family).model(), nullptr);
+  ASSERT_NE(find_family_model(family_of(c.family)), nullptr);
   expect_backbone_is_dflashs(c);
   EXPECT_FALSE(init_drafter_weights(c, at::kFloat, 1).heads.empty());  // kept by name
 }
@@ -85,7 +85,7 @@ TEST(FamilyModelHooks, DSparkIsTheBackbonePlusItsHeads) {
 TEST(FamilyModelHooks, DFlash2IsTheBackbonePlusIdentityConvsAndANoOpSelector) {
   const DrafterConfig c = tiny("DFlash2DraftModel", {{"conv_kernel_size", 2}, {"conv_group_size", 4},
                                                      {"selector_rank", 4}, {"selector_top_k", 4}});
-  ASSERT_NE(family_of(c.family).model(), nullptr);
+  ASSERT_NE(find_family_model(family_of(c.family)), nullptr);
   EXPECT_TRUE(model_of(c).takes_selector_options());
   expect_backbone_is_dflashs(c);
   const DrafterWeights w = init_drafter_weights(c, at::kDouble, 7);
@@ -94,6 +94,17 @@ TEST(FamilyModelHooks, DFlash2IsTheBackbonePlusIdentityConvsAndANoOpSelector) {
   DrafterWeights missing = w;
   missing.convs.clear();
   EXPECT_THROW(model_of(c).check_weights(c, missing, "test"), std::invalid_argument);
+}
+
+TEST(FamilyModelHooks, AModelIsRegisteredOncePerFamily) {
+  const Family& dspark = family_named("dspark", "test");
+  const FamilyModel* m = find_family_model(dspark);
+  ASSERT_NE(m, nullptr);
+  register_family_model(dspark, *m);  // the same object again: nothing changes
+  EXPECT_EQ(find_family_model(dspark), m);
+  static const FamilyModel other;
+  EXPECT_THROW(register_family_model(dspark, other), std::logic_error);
+  EXPECT_EQ(find_family_model(dspark), m);
 }
 
 TEST(FamilyModelHooks, EvalTraits) {

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
-#include "dflash2_model_hooks.h"
 #include "strict_json.h"
 
 namespace dflash::families {
@@ -83,9 +82,6 @@ class DFlash2Family final : public drafter::Family {
     t.hidden_size = c.hidden_size;
     t.selector_top_k = c.dflash2.selector_top_k;
   }
-
-  // --- model and eval hooks (dflash2_model_hooks.cpp) ---
-  const drafter::FamilyModel* model() const override { return &dflash2_model(); }
 };
 
 }  // namespace

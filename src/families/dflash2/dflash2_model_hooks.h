@@ -9,7 +9,7 @@ class FamilyModel;
 
 namespace dflash::families {
 
-// Declared torch-free, so that the family's torch-free files can hand it out (Family::model()).
+// Registered by family_models_table.cpp.
 const drafter::FamilyModel& dflash2_model();
 
 }  // namespace dflash::families

@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
-#include "dspark_model_hooks.h"
 
 namespace dflash::families {
 namespace {
@@ -73,8 +72,7 @@ class DSparkFamily final : public drafter::Family {
   // DeepSpec's Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many).
   bool export_needs_num_anchors() const override { return true; }
 
-  // --- model and eval hooks (dspark_model_hooks.cpp) ---
-  const drafter::FamilyModel* model() const override { return &dspark_model(); }
+  // --- eval hooks ---
   // All B block outputs are drafts (slot 0 predicts the token after the last committed one).
   int64_t drafts_per_cycle(const DrafterConfig& c) const override { return c.block_size; }
   bool has_confidence_cut() const override { return true; }

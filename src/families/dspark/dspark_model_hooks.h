@@ -8,7 +8,7 @@ class FamilyModel;
 
 namespace dflash::families {
 
-// Declared torch-free, so that the family's torch-free files can hand it out (Family::model()).
+// Registered by family_models_table.cpp.
 const drafter::FamilyModel& dspark_model();
 
 }  // namespace dflash::families
