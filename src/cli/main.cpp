@@ -14,6 +14,7 @@
 #include "eval_commands.h"
 #include "export_commands.h"
 #include "families_table.h"
+#include "family_models_table.h"
 #include "io_commands.h"
 #include "models_commands.h"
 #include "ops_commands.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     dflash::families::register_builtin_families();
+    dflash::families::register_builtin_family_models();
     dflash::ops::check_environment_switches();  // a malformed switch is refused by every command, not dropped
     return dflash::util::dispatch(all_commands(), args, "dflash");
   } catch (const dflash::util::UsageError& e) {

@@ -1,13 +1,9 @@
 #include "dflash2_init.h"
 
-#include <algorithm>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-
-#include "dflash2_weight_names.h"
-#include "safetensors.h"
 
 namespace dflash::drafter {
 
@@ -39,16 +35,6 @@ DrafterWeights load_dflash_as_dflash2(const DrafterConfig& dflash2, const std::s
                                       uint64_t seed, double std) {
   return dflash2_from_dflash(dflash2, load_drafter_weights(dflash_backbone_config(dflash2), path, dtype), dtype, seed,
                              std);
-}
-
-DrafterWeights load_starting_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype,
-                                     uint64_t seed, double std) {
-  if (c.family == DrafterFamily::DFlash2) {
-    const auto names = io::SafetensorsFile::open(path).names();
-    if (std::find(names.begin(), names.end(), kSelectorSuccessorCodebook) == names.end())
-      return load_dflash_as_dflash2(c, path, dtype, seed, std);
-  }
-  return load_drafter_weights(c, path, dtype);
 }
 
 }  // namespace dflash::drafter

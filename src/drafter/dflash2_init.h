@@ -18,11 +18,6 @@ DrafterWeights dflash2_from_dflash(const DrafterConfig& dflash2, const DrafterWe
 DrafterWeights load_dflash_as_dflash2(const DrafterConfig& dflash2, const std::string& path, at::ScalarType dtype,
                                       uint64_t seed, double std = 0.02);
 
-// The weights a run starts from (train's init_from): a drafter model.safetensors for `c`; for a DFlash2 config a
-// DFlash drafter's file (no selector in it) is taken as the backbone of load_dflash_as_dflash2.
-DrafterWeights load_starting_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype,
-                                     uint64_t seed, double std = 0.02);
-
 // `c` as family dflash: the backbone's config of a DFlash2 config.
 DrafterConfig dflash_backbone_config(DrafterConfig c);
 

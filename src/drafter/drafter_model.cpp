@@ -3,11 +3,9 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 
 #include "decoder_layer.h"
-#include "dspark_loss.h"
-#include "dflash2_layer.h"
+#include "family_model.h"
 #include "norm_ops.h"
 
 namespace dflash::drafter {
@@ -52,23 +50,13 @@ at::Tensor drafter_hidden(const DrafterConfig& c, const DrafterWeights& w, const
   auto [q_cos, q_sin] = rope_tables(block_pos, rope, dtype);
   auto [k_cos, k_sin] = rope_tables(key_pos, rope, dtype);
   const LayerShared shared{context, q_cos, q_sin, k_cos, k_sin, anchors, keep, ctx_start};
-  const bool dflash2 = c.family == DrafterFamily::DFlash2;
-  if (dflash2 && int64_t(w.convs.size()) != c.num_hidden_layers)
-    throw std::invalid_argument("drafter: a DFlash2 config needs the weights' convs (" +
-                                std::to_string(c.num_hidden_layers) + " layers), got " + std::to_string(w.convs.size()));
+  const FamilyModel& family = model_of(c);
+  family.check_weights(c, w, "drafter");
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const DecoderLayerShape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, B, c.window_for_layer(i),
                        c.rms_norm_eps, attention};
-    if (dflash2) {  // the DFlash2 layer: the same sublayers wrapped in their block convs
-      const LayerConvWeights& cv = w.convs[size_t(i)];
-      const int64_t G = c.dflash2.conv_group_size;
-      x = ckpt.applies(i) ? checkpointed_dflash2_decoder_layer(w.layers[size_t(i)], cv, s, G, x, shared)
-                          : dflash2_decoder_layer(w.layers[size_t(i)], cv, s, G, x, shared);
-      continue;
-    }
-    x = ckpt.applies(i) ? checkpointed_decoder_layer(w.layers[size_t(i)], s, x, shared)
-                        : decoder_layer(w.layers[size_t(i)], s, x, shared);
+    x = family.decoder_layer(c, w, i, s, x, shared, ckpt.applies(i));
   }
   return rms_norm(x, w.norm, c.rms_norm_eps);
 }
@@ -80,48 +68,9 @@ DrafterLossResult drafter_loss(const DrafterConfig& c, const DrafterWeights& w, 
   DrafterLossResult r;
   r.hidden = drafter_hidden(c, w, t, target_features, blocks.block_ids, anchors.anchors, anchors.keep, ckpt,
                             anchors.doc_start, anchors.ctx_start, opt.attention);
-  const int64_t H = c.hidden_size, B = c.block_size;
-  at::Tensor row_correct;
-  if (c.family == DrafterFamily::DSpark) {
-    DSparkObjective o = dspark_objective(c, w, t.lm_head, r.hidden, target_last_hidden, anchors.keep, blocks, opt.dspark);
-    r.loss = o.loss;
-    r.family_stats = o.stats;
-    row_correct = o.row_correct;
-  } else {
-    const bool soft = opt.chunk.kl_weight != 0.0;
-    if (soft && !target_last_hidden.defined())
-      throw std::invalid_argument("drafter_loss: kl_weight > 0 needs the target's last hidden states");
-    const at::Tensor teacher = soft ? target_last_hidden.reshape({-1, H}) : at::Tensor();
-    // DFlash2 on the CPU: the selector's top-K comes from the unary loss's own logits (no second LM-head pass).
-    const bool dflash2 = c.family == DrafterFamily::DFlash2;
-    ops::UnaryTopKOptions top;
-    if (dflash2 && r.hidden.device().is_cpu())
-      top = {opt.dflash2.selector.top_k, opt.dflash2.selector.unary.output_multiplier,
-             opt.dflash2.selector.unary.final_logit_softcapping};
-    const ops::ChunkedLossWithTopK u = ops::chunked_lm_loss_with_top_k(
-        r.hidden.reshape({-1, H}), t.lm_head, blocks.labels, blocks.weights, teacher, blocks.teacher_index, opt.chunk,
-        top);
-    r.loss = u.loss;
-    row_correct = u.row_correct;
-    if (dflash2) {
-      DFlash2LossOptions o = opt.dflash2;
-      o.chunk_rows = opt.chunk.chunk_rows;
-      Candidates given;
-      if (top.k > 0) {
-        const auto shape = r.hidden.sizes().slice(0, 2).vec();
-        given = {u.top_ids.view({shape[0], shape[1], top.k}), u.top_logits.view({shape[0], shape[1], top.k})};
-      }
-      if (o.selector_weight == 0.0) {  // measured only
-        at::NoGradGuard no_grad;
-        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o, given);
-      } else {
-        r.dflash2 = dflash2_selector_objective(w.selector, r.hidden, t.lm_head, blocks, B, o, given);
-        r.loss = r.loss + o.selector_weight * r.dflash2.selector_loss.to(r.loss.scalar_type());
-      }
-    }
-  }
+  const int64_t B = c.block_size;
+  const at::Tensor row_correct = model_of(c).objective(c, w, t, target_last_hidden, anchors, blocks, opt, r);
   r.loss_weight = blocks.weights.sum().to(at::kCPU, at::kDouble);
-  if (c.family == DrafterFamily::DSpark) r.loss_eps = opt.dspark.den_eps;
   // Per-slot statistics: rows are (batch, block, slot) flattened, so slot = row % B.
   const at::Tensor w_rows = blocks.weights.reshape({-1, B}).to(at::kDouble);
   const at::Tensor counted = (w_rows > 0).to(at::kDouble);

@@ -7,8 +7,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "dspark_heads.h"
 #include "dflash2_weight_names.h"
+#include "family_model.h"
 #include "safetensors.h"
 
 namespace dflash::drafter {
@@ -103,12 +103,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> drafter_weight_shapes(
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     for (int p = 0; p < kNumLayerParams; ++p)
       out.emplace_back("layers." + std::to_string(i) + "." + layer_param_suffix(p), layer_param_shape(c, p));
-  if (c.family == DrafterFamily::DSpark)
-    for (auto& s : dspark_head_shapes(c.dspark, c.vocab_size, H)) out.push_back(std::move(s));
-  if (c.family == DrafterFamily::DFlash2)
-    for (auto& e : dflash2_extra_weight_shapes({c.num_hidden_layers, H, c.vocab_size, c.dflash2.conv_kernel_size,
-                                                c.dflash2.conv_group_size, c.dflash2.selector_rank}))
-      out.push_back(std::move(e));
+  model_of(c).add_weight_shapes(c, out);
   return out;
 }
 
@@ -124,17 +119,7 @@ DrafterWeights assemble_weights(const DrafterConfig& c, const std::vector<at::Te
   w.layers.resize(size_t(c.num_hidden_layers));
   for (auto& l : w.layers)
     for (int p = 0; p < kNumLayerParams; ++p) l.t[size_t(p)] = made[k++];
-  if (c.family == DrafterFamily::DFlash2) {
-    w.convs.resize(size_t(c.num_hidden_layers));
-    for (auto& cv : w.convs)
-      for (BlockConvWeights* b : {&cv.attention_conv, &cv.mlp_conv}) {
-        b->base_kernel = made[k++];
-        b->kernel_projection = made[k++];
-      }
-    w.selector.hidden_projection = made[k++];
-    w.selector.predecessor_codebook = made[k++];
-    w.selector.successor_codebook = made[k++];
-  }
+  k = model_of(c).take_weights(c, made, k, w);
   const auto shapes = drafter_weight_shapes(c);
   for (; k < made.size(); ++k) w.heads.emplace_back(shapes[k].first, made[k]);
   return w;
@@ -158,15 +143,7 @@ DrafterWeights init_drafter_weights(const DrafterConfig& c, at::ScalarType dtype
     made.push_back(t.to(dtype));
   }
   DrafterWeights w = assemble_weights(c, made);
-  // DFlash2's modules were drawn after the backbone (so the backbone is DFlash's with this seed); the convs start
-  // as the exact identity and the selector as a no-op (successor codebook 0: S = U), as SpecForge starts them.
-  if (c.family == DrafterFamily::DFlash2) {
-    for (auto& cv : w.convs) {
-      cv.attention_conv = identity_block_conv(c.hidden_size, c.dflash2.conv_kernel_size, c.dflash2.conv_group_size, dtype);
-      cv.mlp_conv = identity_block_conv(c.hidden_size, c.dflash2.conv_kernel_size, c.dflash2.conv_group_size, dtype);
-    }
-    w.selector.successor_codebook.zero_();
-  }
+  model_of(c).finish_init(c, w, dtype);
   return w;
 }
 
@@ -206,6 +183,11 @@ void save_drafter_weights(const std::string& path, const DrafterWeights& w, at::
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (auto& [n, t] : w.named()) out.emplace_back(n, t.detach().to(dtype).contiguous());
   io::save_safetensors(path, out, {{"format", "pt"}});
+}
+
+DrafterWeights load_starting_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype,
+                                     uint64_t seed, double std) {
+  return model_of(c).load_starting_weights(c, path, dtype, seed, std);
 }
 
 }  // namespace dflash::drafter

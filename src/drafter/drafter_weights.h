@@ -66,4 +66,10 @@ DrafterWeights drafter_weights_from(const DrafterConfig& c, const std::vector<st
 DrafterWeights load_drafter_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype);
 void save_drafter_weights(const std::string& path, const DrafterWeights& w, at::ScalarType dtype);
 
+// The weights a run starts from (train's init_from): a drafter model.safetensors for `c`, or what c's family also
+// starts from (family_model.h; DFlash2: a DFlash drafter's file, as the backbone of load_dflash_as_dflash2). `seed`
+// and `std` draw what the file does not hold.
+DrafterWeights load_starting_weights(const DrafterConfig& c, const std::string& path, at::ScalarType dtype,
+                                     uint64_t seed, double std = 0.02);
+
 }  // namespace dflash::drafter

@@ -40,7 +40,6 @@ struct FamilySettingKeys {
   std::vector<std::string> in_dflash_config;
 };
 
-class FamilyTraining;  // family_training.h: the training loop's hooks (torch side)
 
 class Family {
  public:
@@ -85,15 +84,17 @@ class Family {
   // added to `out` as config key -> value; a drafter built from the target takes them where they were not given.
   virtual void shape_defaults(int64_t /*hidden_size*/, nlohmann::json& /*out*/) const {}
 
-  // --- training hooks (family_training.h; torch side, so only declared here) ---
-  // What the training loop asks of the family: its objective's options, block batches and metric terms; nullptr:
-  // DFlash's (FamilyTraining's defaults).
-  virtual const FamilyTraining* training() const { return nullptr; }
-
   // --- planner hooks (family_cost.h) ---
   // What the family adds to a training step's memory and FLOPs, as `plan` and `bench step` count them; the default
   // (family_cost.cpp) adds nothing: the DFlash backbone every family shares, which the planner counts itself.
   virtual const FamilyCost& cost() const;
+
+  // --- eval hooks (issue 50; the model's hooks are torch-side: family_model.h, a registry of their own) ---
+  // Drafts one speculative cycle proposes at most (the target verifies one token more): B - 1 (slot 0 is the last
+  // committed token), or B for a family whose block outputs are all drafts.
+  virtual int64_t drafts_per_cycle(const DrafterConfig& c) const { return c.block_size - 1; }
+  // true: eval's --confidence-threshold (the cumulative confidence cut of docs/DSPARK.md "Evaluation") applies.
+  virtual bool has_confidence_cut() const { return false; }
 };
 
 }  // namespace dflash::drafter

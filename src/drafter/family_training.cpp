@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "family_model.h"
 #include "family_registry.h"
 
 namespace dflash::drafter {
@@ -15,7 +16,7 @@ BlockBatch FamilyTraining::build_blocks(const DrafterConfig& d, const at::Tensor
 
 const FamilyTraining& family_training(const Family& f) {
   static const FamilyTraining defaults;
-  const FamilyTraining* t = f.training();
+  const FamilyTraining* t = model_of(f).training();  // the family's torch side (family_model.h)
   return t ? *t : defaults;
 }
 

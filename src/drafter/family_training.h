@@ -1,7 +1,7 @@
 // What the training loop asks of a drafter family (family.h's plug-in, torch side): the options of its objective
 // from the run's settings, whether it needs the target's last hidden states, its block batches, and the metric
 // terms its objective reports. The loop (src/train: step_producer, step_runner, trainer) calls these and never
-// branches on a family. Reached through Family::training(); the defaults here are DFlash's, so a family without
+// branches on a family. Reached through FamilyModel::training() (family_model.h's torch-side registry); the defaults here are DFlash's, so a family without
 // training hooks of its own (DFlash, the test-only toy) trains as DFlash does.
 //
 // Metrics follow one reduction rule: a family's objective reports a vector of sums (metric_sums) that add over
@@ -65,7 +65,7 @@ class FamilyTraining {
 
 class Family;
 
-// The training hooks of family `f`: its Family::training(), else the defaults above (DFlash's).
+// The training hooks of family `f`: its FamilyModel::training(), else the defaults above (DFlash's).
 const FamilyTraining& family_training(const Family& f);
 // Those of `d`'s family, which must be registered (family_registry.h).
 const FamilyTraining& family_training(const DrafterConfig& d);

@@ -21,7 +21,9 @@
 #include "drafter_commands.h"
 #include "drafter_family.h"
 #include "drafter_model.h"
-#include "dspark_block_batch.h"
+#include "family_model.h"
+#include "family_training.h"
+#include "family_registry.h"
 #include "loss_weighting.h"
 #include "safetensors.h"
 
@@ -76,31 +78,32 @@ int selftest_main(const std::vector<std::string>& argv) {
   if (!decay) throw util::UsageError("drafter selftest: --loss-decay: expected exp or none, got '" + a.str("loss-decay") + "'");
   if (*decay == LossDecay::None && a.f64("gamma") != 0)
     throw util::UsageError("drafter selftest: --gamma is not used with --loss-decay none (no decay, no gamma)");
-  const bool dspark = cfg.family == DrafterFamily::DSpark, dflash2 = cfg.family == DrafterFamily::DFlash2;
-  // The train defaults of run_loss_options: DSpark's decay gamma is DeepSpec's 4 when unset.
-  const double gamma = dspark && a.f64("gamma") == 0 ? kDSparkGamma : a.f64("gamma");
+  // The family's objective as train builds it: its loss decay and blocks (family_training.h), the flags it takes
+  // (family_model.h).
+  const FamilyModel& family = model_of(cfg);
+  const FamilyTraining& training = family_training(cfg);
+  const double gamma = a.f64("gamma") == 0 ? training.unset_gamma() : a.f64("gamma");
   opt.gamma = loss_gamma(gamma, *decay, cfg.block_size);
   opt.chunk.kl_weight = a.f64("kl-weight");
   opt.chunk.chunk_rows = a.i64("chunk-rows");
-  if (dspark && opt.chunk.kl_weight != 0)
-    throw util::UsageError("drafter selftest: --kl-weight must be 0 for a DSpark drafter (its teacher is the L1 term)");
-  if (dspark && !last.defined())
-    throw std::invalid_argument(a.str("batch") + ": no target_last_hidden (a DSpark drafter's objective needs the "
-                                "target's last hidden states [b, S, H])");
+  family.check_selftest(opt, last.defined(), a.str("batch"));
   opt.dspark.chunk_rows = opt.chunk.chunk_rows;
   const auto candidates = selector_candidates_from_text(a.str("selector-candidates"));
   if (!candidates)
     throw util::UsageError("drafter selftest: --selector-candidates: expected strict or inject, got '" +
                            a.str("selector-candidates") + "'");
-  if (!dflash2 && (a.given("selector-candidates") || a.given("selector-loss-weight")))
-    throw util::UsageError("drafter selftest: --selector-candidates and --selector-loss-weight are for a DFlash2 "
-                           "drafter, the config is " + std::string(drafter_family_name(cfg.family)));
+  if (!family.takes_selector_options() && (a.given("selector-candidates") || a.given("selector-loss-weight"))) {
+    std::string takers;  // the families whose objective has a selector, as the message names them
+    for (const Family* f : registered_families())
+      if (const FamilyModel* m = find_family_model(*f); m && m->takes_selector_options())
+        takers += std::string(takers.empty() ? "" : " or ") + f->display_name();
+    throw util::UsageError("drafter selftest: --selector-candidates and --selector-loss-weight are for a " + takers +
+                           " drafter, the config is " + std::string(drafter_family_name(cfg.family)));
+  }
   opt.dflash2.selector.top_k = cfg.dflash2.selector_top_k;
   opt.dflash2.selector.candidates = *candidates;
   opt.dflash2.selector_weight = a.f64("selector-loss-weight");
-  const BlockBatch blocks =
-      dspark ? build_dspark_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma)
-             : build_block_batch(ids, loss_mask, anchors, cfg.block_size, cfg.mask_token_id, opt.gamma);
+  const BlockBatch blocks = training.build_blocks(cfg, ids, loss_mask, anchors, opt.gamma);
   const auto r = drafter_loss(cfg, w, t, feats, last, anchors, blocks, opt,
                               CheckpointPolicy::parse(a.str("activation-checkpoint")));
   r.loss.backward();

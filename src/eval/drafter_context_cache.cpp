@@ -6,7 +6,7 @@
 #include <string>
 
 #include "anchor_attention_op.h"
-#include "dynamic_block_conv.h"
+#include "family_model.h"
 #include "few_rows_linear.h"
 #include "norm_ops.h"
 
@@ -63,12 +63,9 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
   const at::Tensor pos = at::arange(a, a + B, on_device).view({1, B});
   auto [cos, sin] = rope_tables(pos, drafter::drafter_rope(c_, pos), dt);
   const at::Tensor anchor = at::full({1}, a, on_device), keep = at::ones({1}, on_device.dtype(at::kBool));
-  // DFlash2 wraps each sublayer in its block conv (the block is one conv block: taps never reach the context).
-  const bool dflash2 = c_.family == drafter::DrafterFamily::DFlash2;
-  if (dflash2 && static_cast<int64_t>(w_.convs.size()) != c_.num_hidden_layers)
-    throw std::invalid_argument("DrafterContextCache: a DFlash2 config needs the weights' convs (" +
-                                std::to_string(c_.num_hidden_layers) + " layers), got " + std::to_string(w_.convs.size()));
-  const drafter::BlockConvShape conv_shape{c_.dflash2.conv_group_size, B};
+  // A family may wrap each sublayer (family_model.h; DFlash2 in its block convs, the block being one conv block).
+  const drafter::FamilyModel& family = drafter::model_of(c_);
+  family.check_weights(c_, w_, "DrafterContextCache");
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const auto& w = w_.layers[static_cast<size_t>(l)];
     auto attention = [&](const at::Tensor& h1) {
@@ -95,12 +92,9 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
       return few_rows_linear(act, w[drafter::kDownProj]);
     };
     const at::Tensor h1 = rms_norm(x, w[drafter::kInputNorm], c_.rms_norm_eps);
-    x = x + (dflash2 ? drafter::conv_wrapped_sublayer(h1, w_.convs[static_cast<size_t>(l)].attention_conv, conv_shape,
-                                                      attention)
-                     : attention(h1));
+    x = x + family.wrap_sublayer(c_, w_, l, drafter::Sublayer::Attention, B, h1, attention);
     const at::Tensor h2 = rms_norm(x, w[drafter::kPostNorm], c_.rms_norm_eps);
-    x = x + (dflash2 ? drafter::conv_wrapped_sublayer(h2, w_.convs[static_cast<size_t>(l)].mlp_conv, conv_shape, mlp)
-                     : mlp(h2));
+    x = x + family.wrap_sublayer(c_, w_, l, drafter::Sublayer::Mlp, B, h2, mlp);
   }
   return rms_norm(x, w_.norm, c_.rms_norm_eps);
 }

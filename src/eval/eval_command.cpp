@@ -16,16 +16,16 @@
 #include "atomic_output.h"
 #include "attention_selfcheck.h"
 #include "compute_settings.h"
-#include "dflash2_proposer.h"
 #include "dflash_proposer.h"
-#include "dspark_proposer.h"
 #include "drafter_attention.h"
 #include "drafter_config.h"
 #include "drafter_family.h"
+#include "drafter_proposers.h"
 #include "eval_commands.h"
 #include "eval_report.h"
 #include "eval_run.h"
 #include "eval_tracking.h"
+#include "family_registry.h"
 #include "llama_cpp_eval.h"
 #include "llama_cpp_tools.h"
 #include "target_loader.h"
@@ -62,13 +62,8 @@ ProposerSide make_proposer(const EvalOptions& o, const models::TargetModel& targ
         o.attention_backend, s.drafter->config, ddev, s.drafter->weights.fc.scalar_type(),
         {.context_len = 512 + std::max<int64_t>(0, o.max_new), .packed = false, .backward = false});
     std::fprintf(stderr, "%s\n", s.attention->line.c_str());
-    if (s.drafter->config.family == drafter::DrafterFamily::DSpark)
-      s.proposer = std::make_unique<DSparkProposer>(*s.drafter, target, o.max_draft, s.attention->backend,
-                                                    o.confidence_threshold);
-    else if (s.drafter->config.family == drafter::DrafterFamily::DFlash2)
-      s.proposer = std::make_unique<DFlash2Proposer>(*s.drafter, target, o.max_draft, s.attention->backend);
-    else
-      s.proposer = std::make_unique<DFlashProposer>(*s.drafter, target, o.max_draft, s.attention->backend);
+    s.proposer = make_drafter_proposer(*s.drafter, target,
+                                       {o.max_draft, s.attention->backend, o.confidence_threshold});
   } else if (o.proposer == "oracle") {
     s.proposer = std::make_unique<OracleProposer>(o.block_size);
   } else if (o.proposer == "random") {
@@ -143,9 +138,9 @@ LlamaCppSettings llama_cpp_settings(const EvalOptions& o) {
   if (!std::filesystem::is_regular_file(s.draft_gguf))
     throw std::invalid_argument("eval --engine llama.cpp: " + s.draft_gguf + " is missing: export the drafter with "
                                 "dflash export RUN --out " + dir + " --gguf");
-  // Our eval verifies max_draft proposals per cycle (0: all, B-1 for dflash/dflash2 and B for dspark); llama.cpp
-  // drafts --spec-draft-n-max per cycle with the same ceilings.
-  const int64_t full = dc.family == drafter::DrafterFamily::DSpark ? dc.block_size : dc.block_size - 1;
+  // Our eval verifies max_draft proposals per cycle (0: all, the family's drafts_per_cycle: B-1, or B where every
+  // block output is a draft); llama.cpp drafts --spec-draft-n-max per cycle with the same ceilings.
+  const int64_t full = drafter::family_of(dc.family).drafts_per_cycle(dc);
   s.draft_max = o.max_draft > 0 ? std::min(o.max_draft, full) : full;
   s.max_new = o.max_new;
   s.threads = std::max<int64_t>(1, o.target.threads);
@@ -351,9 +346,13 @@ int eval_main(const std::vector<std::string>& args) {
     const std::string config = resolve_drafter_dir(o.drafter) + "/config.json";
     const drafter::DrafterConfig dc = drafter::load_drafter_config(config);
     const auto family = drafter::family_for_command("eval", o.drafter_family, dc.family, config);
-    if (a.given("confidence-threshold") && family != drafter::DrafterFamily::DSpark)
-      throw std::invalid_argument("eval: --confidence-threshold applies to dspark drafters only (" + config + " is " +
-                                  drafter::drafter_family_name(family) + ")");
+    if (a.given("confidence-threshold") && !drafter::family_of(family).has_confidence_cut()) {
+      std::string takers;  // the families with a confidence cut, as the message names them
+      for (const drafter::Family* f : drafter::registered_families())
+        if (f->has_confidence_cut()) takers += std::string(takers.empty() ? "" : " or ") + f->name();
+      throw std::invalid_argument("eval: --confidence-threshold applies to " + takers + " drafters only (" + config +
+                                  " is " + drafter::drafter_family_name(family) + ")");
+    }
     if (a.f64("confidence-threshold") > 0 && !dc.dspark.enable_confidence_head)  // before the target loads
       throw std::invalid_argument("eval: --confidence-threshold needs a confidence head, but " + config +
                                   " has enable_confidence_head false");

@@ -23,20 +23,18 @@ NAMED_IN = {
     "src/drafter/drafter_config.h": 1,
     "src/train/train_config.h": 1,
     "src/train/train_config.cpp": 1,
-    # The model and weights hooks (block forward, weight names and init): step 2's last part.
-    "src/drafter/drafter_model.cpp": 4,
-    "src/drafter/drafter_weights.cpp": 4,
-    "src/drafter/dflash2_init.cpp": 3,
-    "src/drafter/selftest_command.cpp": 2,
+    # DFlash2 started from a DFlash drafter (the backbone's config as family dflash, and a check): moves into
+    # src/families/dflash2 once src/train/master_state.cpp and tests/drafter/test_dflash2_model.cpp stop including it.
+    "src/drafter/dflash2_init.cpp": 2,
     # Export traits per serving engine: string-keyed rows, to become each family's rows.
     "src/drafter/serving_engines.h": 9,
     # An export folder's files (every family's remote code, so that a re-export removes another family's file).
     "src/util/output_folder.h": 2,
-    # Eval: the proposer factory hook (eval layer) and the family's block/confidence rules.
-    "src/eval/eval_command.cpp": 4,
+    # Eval: the table of the families' own proposers (they read the target and the decode's sampler, layers above
+    # src/families) and each proposer's check that it got its family.
+    "src/eval/drafter_proposers.cpp": 2,
     "src/eval/dflash2_proposer.cpp": 1,
     "src/eval/dspark_proposer.cpp": 1,
-    "src/eval/drafter_context_cache.cpp": 1,
     # bench step: its objective's own benchmark (--dspark-naive, bench_step_dspark.cpp: a torch-side hook). The
     # planner's cost terms are the families' (drafter/family_cost.h), the blocks and gamma their training hooks.
     "src/plan/bench_step_command.cpp": 1,

@@ -6,7 +6,6 @@
 
 #include "config_fields.h"
 #include "head_rank_default.h"
-#include "dflash2_training.h"
 #include "dflash2_cost.h"
 #include "strict_json.h"
 
@@ -86,8 +85,6 @@ class DFlash2Family final : public drafter::Family {
     t.selector_top_k = c.dflash2.selector_top_k;
   }
 
-  // --- training hooks (dflash2_training.cpp) ---
-  const drafter::FamilyTraining* training() const override { return &dflash2_training(); }
   // A selector_rank not given follows the drafter's hidden size (head_rank_default.h).
   void shape_defaults(int64_t hidden_size, nlohmann::json& out) const override {
     out["selector_rank"] = drafter::default_head_rank(hidden_size);

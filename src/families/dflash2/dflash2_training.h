@@ -3,7 +3,7 @@
 // accuracy, and the accepted lengths of the path the selector walks fed with its own picks, of the unary top-K oracle
 // (not the unary argmax: TorchSpec #177) and of the unary argmax.
 #pragma once
-#include "family.h"  // FamilyTraining declared: the family class includes this without torch
+#include "family_training.h"
 
 namespace dflash::families {
 

@@ -4,7 +4,6 @@
 
 #include "config_fields.h"
 #include "head_rank_default.h"
-#include "dspark_training.h"
 #include "dspark_cost.h"
 
 namespace dflash::families {
@@ -75,14 +74,16 @@ class DSparkFamily final : public drafter::Family {
   // DeepSpec's Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many).
   bool export_needs_num_anchors() const override { return true; }
 
-  // --- training hooks (dspark_training.cpp) ---
-  const drafter::FamilyTraining* training() const override { return &dspark_training(); }
   // A markov_rank not given follows the drafter's hidden size (head_rank_default.h).
   void shape_defaults(int64_t hidden_size, nlohmann::json& out) const override {
     out["markov_rank"] = drafter::default_head_rank(hidden_size);
   }
   // --- planner hooks (dspark_cost.cpp) ---
   const drafter::FamilyCost& cost() const override { return dspark_cost(); }
+  // --- eval hooks ---
+  // All B block outputs are drafts (slot 0 predicts the token after the last committed one).
+  int64_t drafts_per_cycle(const DrafterConfig& c) const override { return c.block_size; }
+  bool has_confidence_cut() const override { return true; }
 };
 
 }  // namespace

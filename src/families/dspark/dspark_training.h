@@ -1,7 +1,7 @@
 // DSpark's training hooks (family_training.h): DeepSpec's objective weights and decay, its next-token blocks, the
 // target's last hidden state as the L1 teacher, and DeepSpec's train metrics (docs/DSPARK.md).
 #pragma once
-#include "family.h"  // FamilyTraining declared: the family class includes this without torch
+#include "family_training.h"
 
 namespace dflash::families {
 
