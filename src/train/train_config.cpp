@@ -304,11 +304,11 @@ struct TextKind<ReportTo> {
 };
 
 // The device settings: parsed by util/device_list.h's grammar, whose one-line errors name the key (one field of
-// each type: drafter_devices, target_devices).
+// each type: drafter_devices, target_devices); apply_json puts the file (or "train config" for flags) before it.
 template <>
 struct TextKind<util::DeviceListSetting> {
   static std::optional<TextError> read(const std::string& s, util::DeviceListSetting& out) {
-    out = util::read_device_list_setting(s, "train config: 'drafter_devices'");
+    out = util::read_device_list_setting(s, "'drafter_devices'");
     return std::nullopt;
   }
   static std::string write(const util::DeviceListSetting& d) { return d.text; }
@@ -317,7 +317,7 @@ struct TextKind<util::DeviceListSetting> {
 template <>
 struct TextKind<util::DeviceGridSetting> {
   static std::optional<TextError> read(const std::string& s, util::DeviceGridSetting& out) {
-    out = util::read_device_grid_setting(s, "train config: 'target_devices'");
+    out = util::read_device_grid_setting(s, "'target_devices'");
     return std::nullopt;
   }
   static std::string write(const util::DeviceGridSetting& d) { return d.text; }
@@ -528,7 +528,14 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
             c.*m = text_of(value, bad);
           } else if constexpr (!is_plain<T>) {
             const std::string text = text_of(value, bad);
-            if (const auto e = TextKind<T>::read(text, c.*m))
+            std::optional<TextError> e;
+            try {
+              e = TextKind<T>::read(text, c.*m);
+            } catch (const std::invalid_argument& x) {  // a grammar of its own, its error naming the key
+              throw std::invalid_argument((where == "command line" ? std::string("train config") : where) + ": " +
+                                          x.what());
+            }
+            if (e)
               throw std::invalid_argument(where + ": '" + key + "' must be " + e->must_be + ", got '" + text + "'" +
                                           e->detail);
           } else if constexpr (std::is_same_v<T, int64_t>) {

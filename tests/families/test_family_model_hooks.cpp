@@ -65,7 +65,7 @@ TEST(FamilyModelHooks, DFlashAndTheToyFamilyAreThePlainDrafter) {
   WeightShapes extra;
   model_of(c).add_weight_shapes(c, extra);
   EXPECT_TRUE(extra.empty());
-  EXPECT_EQ(model_of(c).default_gamma(), 0.0);
+  EXPECT_EQ(model_of(c).training(), nullptr);  // trains as DFlash (family_training.h's defaults)
   EXPECT_FALSE(model_of(c).takes_selector_options());
   const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1);
   EXPECT_TRUE(w.heads.empty());

@@ -134,10 +134,10 @@ def test_train_config_file_lists_and_json_arrays(dflash_bin, files, tmp_path):
     base = {"target": str(files / "target"), "data": str(files / "samples.jsonl"), "out": str(tmp_path / "run"),
             "mask_token_id": 5, "steps": 1}
     cases = [
-        ({"target_devices": "cpu;;cpu"}, "train config: 'target_devices': an empty replica in 'cpu;;cpu'"),
-        ({"drafter_devices": ["cpu", "", "cpu"]}, "train config: 'drafter_devices': an empty entry in 'cpu,,cpu'"),
+        ({"target_devices": "cpu;;cpu"}, "c.json: 'target_devices': an empty replica in 'cpu;;cpu'"),
+        ({"drafter_devices": ["cpu", "", "cpu"]}, "c.json: 'drafter_devices': an empty entry in 'cpu,,cpu'"),
         ({"drafter_devices": ["", "cpu"]}, "an empty entry in ',cpu' (entry 0)"),  # used to be dropped silently
-        ({"target_devices": "gpu:0"}, "train config: 'target_devices': expected a device like cpu, cuda or cuda:1, got"),
+        ({"target_devices": "gpu:0"}, "c.json: 'target_devices': expected a device like cpu, cuda or cuda:1, got"),
         ({"drafter_devices": "cuda:1", "target_devices": "cuda:0,cuda:1"},
          "train config: cuda:1 is in 'target_devices' ('cuda:0,cuda:1') and in 'drafter_devices' ('cuda:1')"),
     ]
@@ -173,4 +173,4 @@ def test_doctor_config_lists(dflash_bin, files, tmp_path):
     c.write_text(json.dumps({"target": str(files / "target"), "target_devices": "cpu;;cpu"}))
     r = run(dflash_bin, "doctor", "--quick", "--devices", "cpu", "--config", c, timeout=600)
     assert r.returncode == 1, r.stderr
-    assert "train config: 'target_devices': an empty replica in 'cpu;;cpu'" in r.stdout, r.stdout
+    assert "c.json: 'target_devices': an empty replica in 'cpu;;cpu'" in r.stdout, r.stdout
