@@ -40,7 +40,6 @@ struct FamilySettingKeys {
   std::vector<std::string> in_dflash_config;
 };
 
-
 class Family {
  public:
   virtual ~Family() = default;
@@ -89,7 +88,7 @@ class Family {
   // (family_cost.cpp) adds nothing: the DFlash backbone every family shares, which the planner counts itself.
   virtual const FamilyCost& cost() const;
 
-  // --- eval hooks (issue 50; the model's hooks are torch-side: family_model.h, a registry of their own) ---
+  // --- eval hooks (the model's hooks are torch-side: family_model.h, a registry of their own) ---
   // Drafts one speculative cycle proposes at most (the target verifies one token more): B - 1 (slot 0 is the last
   // committed token), or B for a family whose block outputs are all drafts.
   virtual int64_t drafts_per_cycle(const DrafterConfig& c) const { return c.block_size - 1; }
