@@ -383,9 +383,9 @@ void compare_generic_ce(const BenchStepOptions& o, ops::AttentionBackend attenti
 // extend).
 DrafterFamily baseline_family() { return DrafterConfig{}.family; }
 
-// A family other than the baseline (DSpark, DFlash2): the baseline's step on the same shapes (the first policy, one worker), and the family's measured
-// time over it next to the planner's FLOP floor (drafter_step_flops of each step): what the family would cost if
-// every step ran at one FLOP rate.
+// A family other than the baseline (DSpark, DFlash2): the baseline's step on the same shapes (the first policy, one
+// worker), and the family's measured time over it next to the planner's FLOP floor (drafter_step_flops of each
+// step): what the family would cost if every step ran at one FLOP rate.
 void compare_dflash_step(const BenchStepOptions& o, ops::AttentionBackend attention, const MemoryProbe& probe,
                          nlohmann::json& out) {
   const CheckpointPolicy pol = o.policies.front();
