@@ -37,7 +37,6 @@
 #include "drafter_attention.h"
 #include "drafter_family.h"
 #include "drafter_model.h"
-#include "head_rank_default.h"
 #include "drafter_presets.h"
 #include "family_cost.h"
 #include "family_training.h"
@@ -396,9 +395,7 @@ void compare_dflash_step(const BenchStepOptions& o, ops::AttentionBackend attent
     family_mean = mean_of(run_policy(o.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol,
                                      o.iters, o.seed, probe, true, 1, attention).seconds);
   BenchStepOptions d = o;
-  d.drafter.family = baseline_family();
-  d.drafter.dspark = DSparkHeads{};
-  d.drafter.dflash2 = DFlash2Settings{};
+  d.drafter = drafter_as_family(o.drafter, baseline_family(), "bench step: the baseline drafter");
   const StepResult r = run_policy(d.drafter, o.dtype, o.seq_len, o.anchors, o.kl_weight, o.loss_chunk_rows, pol,
                                   o.iters, o.seed, probe, true, 1, attention);
   const double mean = mean_of(r.seconds);
@@ -612,14 +609,9 @@ int bench_step_main(const std::vector<std::string>& argv) {
   o.drafter = cfg_file.empty() ? preset.drafter : load_drafter_config(cfg_file);
   const DrafterFamily family = drafter::family_for_command(
       "bench step", a.str("drafter-family"), cfg_file.empty() ? std::nullopt : std::optional(o.drafter.family), cfg_file);
-  if (o.drafter.family != family) {  // a preset with --drafter-family: the family's default settings
-    o.drafter.family = family;
-    o.drafter.dspark = DSparkHeads{};
-    o.drafter.dflash2 = DFlash2Settings{};
-    // the head ranks train gives a drafter of this hidden size (head_rank_default.h)
-    o.drafter.dspark.markov_rank = o.drafter.dflash2.selector_rank = drafter::default_head_rank(o.drafter.hidden_size);
-    o.drafter.validate("bench step: --model " + a.str("model") + " as drafter_family " + drafter_family_name(family));
-  }
+  // A preset with --drafter-family: the family's default settings.
+  o.drafter = drafter_as_family(o.drafter, family,
+                                "bench step: --model " + a.str("model") + " as drafter_family " + drafter_family_name(family));
   o.model_name = cfg_file.empty() ? a.str("model") : cfg_file;
   const drafter::RunShape shape =
       drafter::given_run_shape(a, shape_keys, cfg_file.empty() ? preset.shape : drafter::RunShape{});

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "drafter_from_target.h"
+#include "head_rank_default.h"
 #include "target_presets.h"
 
 namespace dflash::plan {
@@ -111,6 +112,16 @@ PlanSettings plan_preset(const std::string& name, const std::string& where) {
   s.master_fp32 = true;
   s.device = PlanDevice::Cuda;
   return s;
+}
+
+drafter::DrafterConfig drafter_as_family(drafter::DrafterConfig c, drafter::DrafterFamily f, const std::string& where) {
+  if (c.family == f) return c;
+  c.family = f;
+  c.dspark = drafter::DSparkHeads{};
+  c.dflash2 = drafter::DFlash2Settings{};
+  c.dspark.markov_rank = c.dflash2.selector_rank = drafter::default_head_rank(c.hidden_size);
+  c.validate(where);
+  return c;
 }
 
 }  // namespace dflash::plan

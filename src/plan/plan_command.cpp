@@ -15,7 +15,6 @@
 #include "drafter_model.h"
 #include "drafter_presets.h"
 #include "family_cost.h"
-#include "head_rank_default.h"
 #include "family_registry.h"
 #include "dtype_names.h"
 #include "input_file.h"
@@ -85,14 +84,7 @@ std::string target_preset_list() {
 // state are counted for the family itself).
 void apply_family(PlanSettings& s, drafter::DrafterFamily family, const Args& a, const std::string& command) {
   using namespace dflash::drafter;
-  if (s.cfg.family != family) {
-    s.cfg.family = family;
-    s.cfg.dspark = DSparkHeads{};
-    s.cfg.dflash2 = DFlash2Settings{};
-    // the head ranks train gives a drafter of this hidden size (head_rank_default.h)
-    s.cfg.dspark.markov_rank = s.cfg.dflash2.selector_rank = default_head_rank(s.cfg.hidden_size);
-    s.cfg.validate(command + ": the drafter as drafter_family " + drafter_family_name(family));
-  }
+  s.cfg = drafter_as_family(s.cfg, family, command + ": the drafter as drafter_family " + drafter_family_name(family));
   if (const std::string teacher = family_cost(s.cfg).replaces_soft_labels(); !teacher.empty()) {
     if (a.given("kl-weight") && a.f64("kl-weight") != 0)
       throw std::invalid_argument(command + ": --kl-weight must be 0 with drafter_family " +
