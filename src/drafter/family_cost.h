@@ -91,6 +91,9 @@ class FamilyCost {
   virtual const char* heads_label() const { return "family heads "; }
   // How `bench step` names its loss without the fused CPU kernels (its generic-ce row: "generic <this>").
   virtual const char* generic_loss_label() const { return "cross-entropy"; }
+  // Rows of the teacher's LM-head pass when needs_last_hidden: one per drafted row unless the objective computes
+  // the teacher once per distinct target position.
+  virtual double teacher_rows(const DrafterConfig& c, const StepCostShape& s) const { return s.rows(c); }
 };
 
 // The cost of c.family's plug-in (family_registry.h).

@@ -39,7 +39,11 @@ DrafterFlops drafter_step_flops(const PlanSettings& s) {
   }
   f.fc = 2 * (2 * C * n * H * H);
   const FamilyFlops family = family_cost(c).flops(c, cost_shape_of(s));
-  f.lm_head = (step_needs_last_hidden(s) ? 3 : 2) * 2 * T * V * H + family.lm_head;
+  // Forward and the input gradient over the drafted rows; the teacher's forward over its own rows.
+  const double teacher = !step_needs_last_hidden(s) ? 0
+                         : s.kl_weight > 0        ? T
+                                                  : family_cost(c).teacher_rows(c, cost_shape_of(s));
+  f.lm_head = 2 * 2 * T * V * H + 2 * teacher * V * H + family.lm_head;
   f.heads = family.heads;
   f.recompute += family.recompute;
   return f;

@@ -9,6 +9,8 @@
 
 #include "drafter_config.h"
 #include "drafter_presets.h"
+#include "family_cost.h"
+#include "memory_planner.h"
 #include "node_planner.h"
 #include "target_presets.h"
 #include "target_config.h"
@@ -68,6 +70,27 @@ TEST(NodePlanner, DrafterStepFlopsMatchAHandCount) {
   f = drafter_step_flops(s);
   EXPECT_DOUBLE_EQ(f.lm_head, 1.5 * 24576.0);
   EXPECT_DOUBLE_EQ(f.recompute, (56320.0 + 9216.0) + (56320.0 + 10752.0));
+}
+
+TEST(NodePlanner, DSparkTeacherRunsOncePerTargetPosition) {
+  // DSpark's L1 teacher is the target's logits at each drafted row's target position, computed once per distinct
+  // position: T rows while the blocks do not overlap, at most batch x S once they must (T = 12 > S = 8 here).
+  PlanSettings s = tiny_plan();
+  nlohmann::json j = tiny_drafter_config_json();
+  j["architectures"] = {"Qwen3DSparkModel"};
+  j["markov_rank"] = 4;
+  j["markov_head_type"] = "vanilla";
+  j["enable_confidence_head"] = true;
+  j["confidence_head_with_markov"] = true;
+  s.cfg = parse_drafter_config(j, "tiny dspark");
+  const double T = 12, V = 32, H = 16;
+  const auto teacher_flops = [&](int64_t seq_len) {
+    s.seq_len = seq_len;
+    const double family = family_cost(s.cfg).flops(s.cfg, cost_shape_of(s)).lm_head;
+    return drafter_step_flops(s).lm_head - family - 2 * 2 * T * V * H;  // less the logits and d(hidden)
+  };
+  EXPECT_DOUBLE_EQ(teacher_flops(20), 2 * T * V * H);
+  EXPECT_DOUBLE_EQ(teacher_flops(8), 2 * 8 * V * H);
 }
 
 TEST(NodePlanner, ChoosesTheSplitThatIsClear) {

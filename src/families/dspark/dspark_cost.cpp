@@ -23,6 +23,12 @@ class DSparkCost final : public drafter::FamilyCost {
   const char* teacher_label() const override { return "its L1 teacher"; }
   const char* heads_label() const override { return "Markov + confidence heads "; }
   const char* generic_loss_label() const override { return "DSpark objective passes"; }
+  // The objective computes the teacher once per distinct target position of a loss chunk (dspark_lm_loss). A
+  // chunk holds consecutive sorted anchors, so its B-token blocks overlap once the anchors are closer than B:
+  // about T min(1, S / (N B)) = min(T, batch S) rows, which is also the most a step can have.
+  double teacher_rows(const DrafterConfig& c, const StepCostShape& s) const override {
+    return std::min(s.rows(c), double(s.batch) * double(s.seq_len));
+  }
 
   drafter::FamilyMemory memory(const DrafterConfig& c, const StepCostShape& s) const override {
     drafter::FamilyMemory m;
