@@ -314,8 +314,7 @@ ChunkedLossWithTopK chunked_lm_loss_with_top_k(const at::Tensor& hidden, const a
                                                const at::Tensor& labels, const at::Tensor& weights,
                                                const at::Tensor& teacher_hidden, const at::Tensor& teacher_index,
                                                const ChunkedLossOptions& opt, const UnaryTopKOptions& top) {
-  if (top.k < 0 || (top.k > 0 && (!hidden.defined() || !hidden.device().is_cpu())))
-    throw std::invalid_argument("chunked_lm_loss: the selector's top-K is taken on the CPU only, with k >= 0");
+  if (top.k < 0) throw std::invalid_argument("chunked_lm_loss: the selector's top-K needs k >= 0");
   const auto [th, ti] = checked_teacher(hidden, lm_head, labels, weights, teacher_hidden, teacher_index, opt);
   const LossPass p = loss_with_top_k(hidden, lm_head, labels, weights, th, ti, opt.chunk_rows, opt.kl_weight,
                                      opt.fused_ce, top);

@@ -53,7 +53,8 @@ struct ChunkedLossWithTopK {
 };
 
 // chunked_lm_loss plus the top-K of the rows it computes, with no second LM-head pass. C++ only (not in the op's
-// schema); hidden on the CPU when top.k > 0 (else std::invalid_argument).
+// schema); top.k < 0 is std::invalid_argument. On the CPU the top-K is a scan of each chunk's logits, elsewhere
+// row_top_k_by_threshold (row_top_k.h).
 ChunkedLossWithTopK chunked_lm_loss_with_top_k(const at::Tensor& hidden, const at::Tensor& lm_head,
                                                const at::Tensor& labels, const at::Tensor& weights,
                                                const at::Tensor& teacher_hidden, const at::Tensor& teacher_index,

@@ -61,17 +61,53 @@ at::Tensor unary_logits(const at::Tensor& raw, double output_multiplier, double 
   return u;
 }
 
-std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& rows, int64_t k) {
-  if (!rows.defined() || rows.dim() != 2 || !rows.device().is_cpu())
-    throw std::invalid_argument("row top-K: need logits [rows, V] on the CPU");
+namespace {
+
+void check_top_k_args(const at::Tensor& rows, int64_t k) {
+  if (!rows.defined() || rows.dim() != 2) throw std::invalid_argument("row top-K: need logits [rows, V]");
   const at::ScalarType dt = rows.scalar_type();
   if (dt != at::kFloat && dt != at::kDouble && dt != at::kBFloat16)
     throw std::invalid_argument(std::string("row top-K: logits must be float, double or bfloat16, got ") +
                                 c10::toString(dt));
-  const int64_t r = rows.size(0), V = rows.size(1);
+  const int64_t V = rows.size(1);
   if (k < 1 || k > V || k > kMaxTopK)
     throw std::invalid_argument("row top-K: selector_top_k must be in [1, " + std::to_string(std::min(V, kMaxTopK)) +
                                 "], got " + std::to_string(k));
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> row_top_k_by_threshold(const at::Tensor& rows, int64_t k) {
+  check_top_k_args(rows, k);
+  const at::ScalarType dt = rows.scalar_type();
+  const int64_t r = rows.size(0), V = rows.size(1);
+  at::Tensor ids = at::empty({r, k}, rows.options().dtype(at::kLong));
+  at::Tensor vals = at::empty({r, k}, rows.options());
+  const at::Tensor columns = at::arange(V, ids.options());
+  for (int64_t r0 = 0; r0 < r; r0 += 64) {
+    const int64_t n = std::min<int64_t>(64, r - r0);
+    // float holds every bfloat16 exactly; NaN sorts as -inf, as in the scan.
+    at::Tensor x = rows.narrow(0, r0, n).to(dt == at::kDouble ? at::kDouble : at::kFloat);
+    x = x.masked_fill(at::isnan(x), -std::numeric_limits<double>::infinity());
+    const at::Tensor kth = std::get<0>(at::topk(x, k, 1)).narrow(1, k - 1, 1);
+    const at::Tensor above = x > kth;
+    const at::Tensor equal = x == kth;
+    const at::Tensor ties_kept = k - above.sum(1, /*keepdim=*/true);
+    const at::Tensor keep = above.logical_or_(equal.logical_and(equal.cumsum(1, at::kInt) <= ties_kept));
+    // masked_select walks row by row, columns ascending: k per row.
+    const at::Tensor cols = columns.expand({n, V}).masked_select(keep).view({n, k});
+    const auto [v, order] = at::sort(x.gather(1, cols), /*stable=*/true, 1, /*descending=*/true);
+    ids.narrow(0, r0, n).copy_(cols.gather(1, order));
+    vals.narrow(0, r0, n).copy_(rows.narrow(0, r0, n).gather(1, ids.narrow(0, r0, n)));
+  }
+  return {vals, ids};
+}
+
+std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& rows, int64_t k) {
+  if (rows.defined() && !rows.device().is_cpu()) return row_top_k_by_threshold(rows, k);
+  check_top_k_args(rows, k);
+  const at::ScalarType dt = rows.scalar_type();
+  const int64_t r = rows.size(0), V = rows.size(1);
   const at::Tensor x = rows.stride(1) == 1 ? rows : rows.contiguous();
   at::Tensor ids = at::empty({r, k}, rows.options().dtype(at::kLong));
   at::Tensor vals;

@@ -48,8 +48,12 @@ TEST(DFlash2Plan, TermsByHandAndAPeakAboveDFlash) {
   // conv kernel 2: one shifted input per conv, two convs per site
   EXPECT_DOUBLE_EQ(term(b, "dflash2 convs (saved per layer)"), 2 * T * (2 * 2 * 16 / 4 + 3 * 16 + 2 * 1 * 16) * e);
   EXPECT_DOUBLE_EQ(term(b, "dflash2 selector (saved for backward)"), rows * (5 * 6 + 3 * 6) * e + rows * 5 * 16);
-  EXPECT_DOUBLE_EQ(term(b, "dflash2 selector chunk"), 6 * 32 * 4 * 2);  // a 6-row chunk, the whole vocabulary
-  EXPECT_EQ(term(a, "dflash2 selector chunk"), -1);                       // no such term for DFlash
+  // The unary top-K's temporaries (the plan is CUDA's): a 6-row chunk x V x 12 bytes; on the CPU none (a scan).
+  EXPECT_DOUBLE_EQ(term(b, "dflash2 unary top-K (off the CPU)"), 6 * 32 * 12);
+  PlanSettings cpu = tiny(true);
+  cpu.device = PlanDevice::Cpu;
+  EXPECT_DOUBLE_EQ(term(plan_memory(cpu), "dflash2 unary top-K (off the CPU)"), 0.0);
+  EXPECT_EQ(term(a, "dflash2 unary top-K (off the CPU)"), -1);  // no such term for DFlash
   EXPECT_GT(b.peak_bytes, a.peak_bytes);
   // DFlash's cost hooks add nothing: the planner counts the backbone itself.
   const PlanSettings dflash = tiny(false);
@@ -59,13 +63,12 @@ TEST(DFlash2Plan, TermsByHandAndAPeakAboveDFlash) {
   EXPECT_TRUE(none.terms.empty() && none.forward_phases.empty() && none.backward_phases.empty());
 }
 
-TEST(DFlash2Plan, TheSelectorsTopKPassCountsOnlyOffTheCpu) {
-  // On the CPU the unary loss hands the selector its top-K (no second LM-head pass); on CUDA the selector still
-  // runs one forward pass of 2 rows V d over the drafted rows (T (B - 1) / B = 9 of the 12 block tokens).
+TEST(DFlash2Plan, TheSelectorsTopKNeedsNoLmHeadPassOnAnyDevice) {
+  // The unary loss hands the selector its top-K from its own logits, on the CPU and on CUDA alike.
   PlanSettings s = tiny(true);
   const auto lm_head = [](const PlanSettings& p) { return family_cost(p.cfg).flops(p.cfg, cost_shape_of(p)).lm_head; };
   s.device = PlanDevice::Cuda;
-  EXPECT_DOUBLE_EQ(lm_head(s), 2 * 9 * 32 * 16.0);
+  EXPECT_DOUBLE_EQ(lm_head(s), 0.0);
   s.device = PlanDevice::Cpu;
   EXPECT_DOUBLE_EQ(lm_head(s), 0.0);
 }

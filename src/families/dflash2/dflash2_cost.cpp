@@ -16,8 +16,10 @@ DFlash2PlanBytes dflash2_plan_bytes(const drafter::DrafterConfig& c, double T, d
   b.conv_saved_per_layer = 2 * T * (2 * Kc * d / G + 3 * d + shifted) * e;
   const double rows = T * (B - 1) / B;  // drafted slots
   b.selector_saved = rows * (K * r + 3 * r) * e + rows * K * (4 + 8 + 4);
+  // Off the CPU the unary loss takes the top-K from each chunk's logits 64 rows at a time (row_top_k_by_threshold):
+  // a value copy, an int32 count and four byte masks per row and column.
   const double chunk = std::min(rows, std::max(B - 1, chunk_rows));
-  b.selector_chunk = chunk * std::min(double(c.vocab_size), 8192.0) * 4 * 2;
+  b.selector_chunk = std::min(chunk, 64.0) * double(c.vocab_size) * 12;
   b.selector_params = r * d + 2 * double(c.vocab_size) * r;
   return b;
 }
@@ -34,8 +36,7 @@ using drafter::StepCostShape;
 //            the selector: U at the K candidates, forward + d(hidden) 2 x 2 rows K d; the hidden projection and the
 //            scores, 3 x 2 rows (r d + K r); the metrics' walk, forward only: the projection again and the K x K
 //            lattice 2 rows (r d + K K r)
-//   lm_head  the top-K pass through the frozen LM head, forward only: 2 rows V d (0 on the CPU, where the unary
-//            loss hands the selector the top-K of its own logits).
+//   lm_head  none: the unary loss hands the selector the top-K of its own logits (no second LM-head pass).
 class DFlash2Cost final : public drafter::FamilyCost {
  public:
   const char* heads_label() const override { return "convs + selector "; }
@@ -47,14 +48,14 @@ class DFlash2Cost final : public drafter::FamilyCost {
     m.params_outside_layers = x2.selector_params;
     m.loss_saved = x2.selector_saved;
     if (x2.selector_saved > 0) {
-      // The selector term runs after the LM-head loss, its graph kept for backward. On the CPU its top-K comes from
-      // the loss's own logits (chunked_lm_loss_with_top_k): no vocabulary chunk of its own.
-      m.forward_phases.push_back({"forward: selector chunk", x2.selector_saved + (s.cpu ? 0 : x2.selector_chunk),
-                                  "... + the selector's saved rows x K x r + one chunk's top-K logits (off the CPU)"});
+      // The selector term runs after the LM-head loss, its graph kept for backward. Its top-K comes from the loss's
+      // own logits (chunked_lm_loss_with_top_k): on the CPU by a scan, elsewhere with temporaries beside the chunk.
+      m.forward_phases.push_back({"forward: selector", x2.selector_saved, "... + the selector's saved rows x K x r"});
+      if (!s.cpu) m.loss_chunk_beside += x2.selector_chunk;
       m.terms = {{"dflash2 selector (saved for backward)", x2.selector_saved,
                   "drafted rows x (K x r + 3 r) x dtype + rows x K scores, ids"},
-                 {"dflash2 selector chunk", x2.selector_chunk,
-                  "chunk rows x min(V, 8192) x 2 fp32 (vocabulary-chunked top-K)"},
+                 {"dflash2 unary top-K (off the CPU)", s.cpu ? 0 : x2.selector_chunk,
+                  "min(chunk rows, 64) x V x 12 (row_top_k_by_threshold's temporaries, beside the loss chunk)"},
                  {"dflash2 convs (saved per layer)", x2.conv_saved_per_layer,
                   "2 sites x T x (2 K d/G + 3 d + 2 (min(K, B) - 1) d) x dtype"}};
     }
@@ -64,7 +65,7 @@ class DFlash2Cost final : public drafter::FamilyCost {
   drafter::FamilyFlops flops(const DrafterConfig& c, const StepCostShape& s) const override {
     drafter::FamilyFlops f;
     const double B = double(c.block_size), T = double(s.batch * s.num_anchors) * B;
-    const double d = double(c.hidden_size), V = double(c.vocab_size);  // no draft vocabulary
+    const double d = double(c.hidden_size);
     const auto& x = c.dflash2;
     const double Kc = double(x.conv_kernel_size), G = double(x.conv_group_size), K = double(x.selector_top_k),
                  r = double(x.selector_rank);
@@ -75,7 +76,7 @@ class DFlash2Cost final : public drafter::FamilyCost {
       if (s.checkpoint.applies(i)) f.recompute += layer;
     }
     const double rows = T * (B - 1) / B;
-    f.lm_head = s.cpu ? 0 : 2 * rows * V * d;
+    f.lm_head = 0;  // the selector's candidates come from the unary loss's logits on every device
     f.heads += 2 * 2 * rows * K * d + 3 * 2 * rows * (r * d + K * r) + 2 * rows * (r * d + K * K * r);
     return f;
   }

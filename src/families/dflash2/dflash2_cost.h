@@ -14,7 +14,7 @@ struct DFlash2PlanBytes {
                                     // the convs' shifted inputs (2 (min(K, B) - 1) x [T, d]), x 2 sites
   double selector_saved = 0;        // kept for backward from the loss forward: rows x K x r gathered successor rows,
                                     // rows x r (predecessor rows, projection, gate), rows x K scores and ids
-  double selector_chunk = 0;        // transient: one chunk's top-K logits (rows x vocabulary chunk, fp32)
+  double selector_chunk = 0;        // transient off the CPU: the unary top-K's temporaries (64 rows x V)
   double selector_params = 0;       // r d + 2 V r: parameters outside the layers (not part of a layer's gradients)
 };
 DFlash2PlanBytes dflash2_plan_bytes(const drafter::DrafterConfig& c, double T, double e, double chunk_rows);

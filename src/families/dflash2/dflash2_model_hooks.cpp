@@ -92,11 +92,9 @@ class DFlash2Model final : public FamilyModel {
   at::Tensor objective(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,
                        const at::Tensor& target_last_hidden, const AnchorSample&, const BlockBatch& blocks,
                        const DrafterLossOptions& opt, DrafterLossResult& r) const override {
-    // On the CPU the selector's top-K comes from the unary loss's own logits (no second LM-head pass).
-    ops::UnaryTopKOptions top;
-    if (r.hidden.device().is_cpu())
-      top = {opt.dflash2.selector.top_k, opt.dflash2.selector.unary.output_multiplier,
-             opt.dflash2.selector.unary.final_logit_softcapping};
+    // The selector's top-K comes from the unary loss's own logits (no second LM-head pass).
+    const ops::UnaryTopKOptions top{opt.dflash2.selector.top_k, opt.dflash2.selector.unary.output_multiplier,
+                                    opt.dflash2.selector.unary.final_logit_softcapping};
     const ops::ChunkedLossWithTopK u = unary_objective(c, t, r.hidden, target_last_hidden, blocks, opt, top);
     r.loss = u.loss;
     DFlash2LossOptions o = opt.dflash2;
