@@ -23,6 +23,7 @@ using WeightShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 enum class Sublayer { Attention, Mlp };
 
 class FamilyTraining;  // family_training.h
+class FamilyDrafting;  // family_drafting.h
 
 class FamilyModel {
  public:
@@ -77,6 +78,11 @@ class FamilyModel {
   // naming `batch` for a missing tensor (has_last_hidden: the batch has target_last_hidden).
   virtual void check_selftest(const DrafterLossOptions& /*opt*/, bool /*has_last_hidden*/,
                               const std::string& /*batch*/) const {}
+
+  // --- eval: drafting one speculative cycle (family_drafting.h) ---
+  // How the family turns a cycle's block into drafts; nullptr: as DFlash does (the LM head's argmax on slots
+  // 1..B-1, eval's own).
+  virtual const FamilyDrafting* drafting() const { return nullptr; }
 };
 
 // The unary objective every family builds on: the chunked CE (plus kl_weight x KL to the target's soft labels,

@@ -16,15 +16,16 @@
 #include "atomic_output.h"
 #include "attention_selfcheck.h"
 #include "compute_settings.h"
-#include "dflash_proposer.h"
 #include "drafter_attention.h"
 #include "drafter_config.h"
 #include "drafter_family.h"
-#include "drafter_proposers.h"
+#include "drafter_proposer.h"
 #include "eval_commands.h"
 #include "eval_report.h"
 #include "eval_run.h"
 #include "eval_tracking.h"
+#include "family_drafting.h"
+#include "family_model.h"
 #include "family_registry.h"
 #include "llama_cpp_eval.h"
 #include "llama_cpp_tools.h"
@@ -62,8 +63,9 @@ ProposerSide make_proposer(const EvalOptions& o, const models::TargetModel& targ
         o.attention_backend, s.drafter->config, ddev, s.drafter->weights.fc.scalar_type(),
         {.context_len = 512 + std::max<int64_t>(0, o.max_new), .packed = false, .backward = false});
     std::fprintf(stderr, "%s\n", s.attention->line.c_str());
-    s.proposer = make_drafter_proposer(*s.drafter, target,
-                                       {o.max_draft, s.attention->backend, o.confidence_threshold});
+    s.proposer = std::make_unique<DrafterProposer>(*s.drafter, target,
+                                                   DrafterProposerOptions{o.max_draft, s.attention->backend,
+                                                                          o.confidence_threshold});
   } else if (o.proposer == "oracle") {
     s.proposer = std::make_unique<OracleProposer>(o.block_size);
   } else if (o.proposer == "random") {
@@ -353,9 +355,9 @@ int eval_main(const std::vector<std::string>& args) {
       throw std::invalid_argument("eval: --confidence-threshold applies to " + takers + " drafters only (" + config +
                                   " is " + drafter::drafter_family_name(family) + ")");
     }
-    if (a.f64("confidence-threshold") > 0 && !dc.dspark.enable_confidence_head)  // before the target loads
-      throw std::invalid_argument("eval: --confidence-threshold needs a confidence head, but " + config +
-                                  " has enable_confidence_head false");
+    // What the family cannot draft with (a threshold without a confidence head), before the target loads.
+    if (const drafter::FamilyDrafting* d = drafter::model_of(drafter::family_of(family)).drafting())
+      d->check(dc, {a.f64("confidence-threshold")}, config);
   }
   o.block_size = a.i64("block-size");
   o.max_draft = a.i64("max-draft");

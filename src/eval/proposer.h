@@ -1,8 +1,7 @@
 // What speculative decoding asks of a drafter: given the last committed token, propose the next B-1 tokens;
-// then hear which of them the target verified. The DFlash drafter is one implementation (dflash_proposer.h), the
-// DSpark drafter another (dspark_proposer.h: B drafts, sampled ones with their distributions), the DFlash2 drafter a
-// third (dflash2_proposer.h: the selector's path, sampled drafts with their sparse distributions); tests use an
-// oracle (the target's own continuation) and a random proposer (simple_proposers.h).
+// then hear which of them the target verified. A drafter of any family is one implementation (drafter_proposer.h:
+// the family's drafting hook turns the block into drafts, e.g. DSpark's B drafts, sampled ones with their
+// distributions); tests use an oracle (the target's own continuation) and a random proposer (simple_proposers.h).
 #pragma once
 #include <cstdint>
 #include <random>

@@ -1,4 +1,4 @@
-"""`dflash eval` with DFlash2 drafters (src/eval/dflash2_proposer) on tiny random HF Llama targets: greedy decoding is
+"""`dflash eval` with DFlash2 drafters (dflash2_drafting.h) on tiny random HF Llama targets: greedy decoding is
 lossless (the drafts are the selector's greedy path, B - 1 of them, B verified); one drafting cycle through
 build/dflash2_draft_probe gives the path (and at T > 0 the sparse q) of an independent fp64 walk over the top-K of
 U = lm_head(h) (family_reference.py), and that path is not the unary argmax, so a walk that ignores the selector

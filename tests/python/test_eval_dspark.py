@@ -1,4 +1,4 @@
-"""`dflash eval` with DSpark drafters (src/eval/dspark_proposer) on a tiny random HF Llama target: greedy decoding
+"""`dflash eval` with DSpark drafters (dspark_drafting.h) on a tiny random HF Llama target: greedy decoding
 is lossless with every Markov head variant (the drafts are the Markov-corrected argmax, B of them, B + 1 verified);
 a Markov head built to predict the target's own greedy successor of each token gets long acceptances, which a wrong
 previous token, slot alignment or missing bias would not; --confidence-threshold cuts drafts by the cumulative

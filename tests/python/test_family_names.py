@@ -30,11 +30,6 @@ NAMED_IN = {
     "src/drafter/serving_engines.h": 9,
     # An export folder's files (every family's remote code, so that a re-export removes another family's file).
     "src/util/output_folder.h": 2,
-    # Eval: the table of the families' own proposers (they read the target and the decode's sampler, layers above
-    # src/families) and each proposer's check that it got its family.
-    "src/eval/drafter_proposers.cpp": 2,
-    "src/eval/dflash2_proposer.cpp": 1,
-    "src/eval/dspark_proposer.cpp": 1,
     # bench step: its objective's own benchmark (--dspark-naive, bench_step_dspark.cpp: a torch-side hook). The
     # planner's cost terms are the families' (drafter/family_cost.h), the blocks and gamma their training hooks.
     "src/plan/bench_step_command.cpp": 1,
@@ -52,8 +47,7 @@ FAMILY_FILES = {
     "src/drafter/dflash2_settings.cpp", "src/drafter/dflash2_settings.h", "src/drafter/dflash2_weight_names.cpp",
     "src/drafter/dflash2_weight_names.h", "src/drafter/dspark_block_batch.cpp", "src/drafter/dspark_block_batch.h",
     "src/drafter/dspark_heads.cpp", "src/drafter/dspark_heads.h", "src/drafter/dspark_loss.cpp",
-    "src/drafter/dspark_loss.h", "src/eval/dflash2_proposer.cpp", "src/eval/dflash2_proposer.h",
-    "src/eval/dspark_proposer.cpp", "src/eval/dspark_proposer.h", "src/export/remote_code/dflash2.py",
+    "src/drafter/dspark_loss.h", "src/export/remote_code/dflash2.py",
     "src/export/remote_code/dspark.py", "src/kernels/dspark_objective_rows.h",
     "src/kernels/dspark_objective_rows_cpu.cpp", "src/kernels/dspark_objective_rows_cpu_impl.inc",
     "src/ops/dspark_lm_loss_op.cpp", "src/ops/dspark_lm_loss_op.h", "src/plan/bench_step_dspark.cpp",

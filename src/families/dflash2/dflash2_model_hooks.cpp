@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "dflash2_drafting.h"
 #include "dflash2_init.h"
 #include "dflash2_layer.h"
 #include "dflash2_training.h"
@@ -22,6 +23,7 @@ using namespace drafter;
 class DFlash2Model final : public FamilyModel {
  public:
   const drafter::FamilyTraining* training() const override { return &dflash2_training(); }  // dflash2_training.cpp
+  const drafter::FamilyDrafting* drafting() const override { return &dflash2_drafting(); }  // dflash2_drafting.cpp
 
   void add_weight_shapes(const DrafterConfig& c, WeightShapes& out) const override {
     for (auto& e : dflash2_extra_weight_shapes({c.num_hidden_layers, c.hidden_size, c.vocab_size,

@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "dspark_block_batch.h"
+#include "dspark_drafting.h"
 #include "dspark_heads.h"
 #include "dspark_loss.h"
 #include "dspark_training.h"
@@ -34,6 +35,7 @@ class DSparkModel final : public FamilyModel {
   }
 
   const drafter::FamilyTraining* training() const override { return &dspark_training(); }  // dspark_training.cpp
+  const drafter::FamilyDrafting* drafting() const override { return &dspark_drafting(); }  // dspark_drafting.cpp
 
   void check_selftest(const DrafterLossOptions& opt, bool has_last_hidden, const std::string& batch) const override {
     if (opt.chunk.kl_weight != 0)

@@ -1,13 +1,11 @@
-#include "dflash2_proposer.h"
+#include "dflash2_drafting.h"
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-#include <random>
 #include <stdexcept>
 #include <string>
 
-namespace dflash::eval {
+namespace dflash::families {
 
 drafter::Candidates unary_candidates(const at::Tensor& unary, int64_t top_k) {
   if (unary.dim() != 2 || top_k < 1 || top_k > unary.size(1))
@@ -32,15 +30,16 @@ drafter::Candidates unary_candidates(const at::Tensor& unary, int64_t top_k) {
   return {i, v};
 }
 
-Draft selector_path_draft(const drafter::SelectorWeights& w, const drafter::Candidates& cands, const at::Tensor& hidden,
-                          int64_t anchor, int64_t vocab_size, double temperature, const std::vector<double>& uniforms) {
+drafter::BlockDraft selector_path_draft(const drafter::SelectorWeights& w, const drafter::Candidates& cands,
+                                        const at::Tensor& hidden, int64_t anchor, int64_t vocab_size,
+                                        double temperature, const std::vector<double>& uniforms) {
   if (cands.ids.dim() != 2 || hidden.dim() != 2 || hidden.size(0) != cands.ids.size(0) ||
       cands.logits.sizes() != cands.ids.sizes())
     throw std::invalid_argument("selector path: need candidates [L, K] and hidden [L, d]");
   const int64_t L = cands.ids.size(0), K = cands.ids.size(1);
   if (temperature > 0 && static_cast<int64_t>(uniforms.size()) != L)
     throw std::invalid_argument("selector path: sampling needs one uniform per drafted slot");
-  Draft out;
+  drafter::BlockDraft out;
   if (L == 0) return out;
   // The walk in float64 on the codebook rows it reads (the anchor and the candidates): the draws and the q handed
   // to the rejection rule are then the same numbers, and the full [V, r] codebooks are never copied.
@@ -68,48 +67,58 @@ Draft selector_path_draft(const drafter::SelectorWeights& w, const drafter::Cand
   return out;
 }
 
-DFlash2Proposer::DFlash2Proposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft,
-                                 ops::AttentionBackend attention)
-    : DFlashProposer(d, target, max_draft, attention) {
-  const std::string where = d.dir + "/config.json";
-  if (d.config.family != drafter::DrafterFamily::DFlash2)
-    throw std::invalid_argument(where + ": DFlash2Proposer needs a dflash2 drafter (architectures DFlash2DraftModel)");
-  if (d.lm_head.defined())
-    throw std::invalid_argument(where + ": field 'draft_vocab_size': expected 0 for a dflash2 drafter (its selector "
-                                "codebooks are over the target vocabulary)");
-  const at::Device dev = d.weights.fc.device();
-  selector_ = {d.weights.selector.hidden_projection.to(dev, at::kFloat),
-               d.weights.selector.predecessor_codebook.to(dev, at::kFloat),
-               d.weights.selector.successor_codebook.to(dev, at::kFloat)};
-}
+namespace {
 
-int64_t DFlash2Proposer::drafted_slots() const {
-  const int64_t B = d_.config.block_size;
-  return max_draft() > 0 ? std::min(max_draft(), B - 1) : B - 1;
-}
+using namespace drafter;
 
-std::vector<int64_t> DFlash2Proposer::propose(int64_t last_token, int64_t pos) {
-  return draft_with_uniforms(last_token, pos, 0.0, {}).tokens;
-}
-
-Draft DFlash2Proposer::draft(int64_t last_token, int64_t pos, double temperature, std::mt19937_64& rng) {
-  std::vector<double> uniforms;
-  if (temperature > 0) {
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    for (int64_t k = 0; k < drafted_slots(); ++k) uniforms.push_back(unit(rng));
+class DFlash2BlockDrafter final : public BlockDrafter {
+ public:
+  DFlash2BlockDrafter(const DrafterConfig& c, const DrafterWeights& w)
+      : top_k_(c.dflash2.selector_top_k), vocab_size_(c.vocab_size) {
+    const at::Device dev = w.fc.device();
+    selector_ = {w.selector.hidden_projection.to(dev, at::kFloat), w.selector.predecessor_codebook.to(dev, at::kFloat),
+                 w.selector.successor_codebook.to(dev, at::kFloat)};
   }
-  return draft_with_uniforms(last_token, pos, temperature, uniforms);
+
+  BlockDraft draft(const DraftBlock& b, const DraftSampling& s) const override {
+    const int64_t n = b.drafts;
+    // One uniform per drafted slot at T > 0, drawn before anything else of the cycle reads the stream.
+    std::vector<double> uniforms;
+    if (s.temperature > 0)
+      for (int64_t k = 0; k < n; ++k) uniforms.push_back(s.uniform());
+    const at::Tensor h = b.hidden.narrow(0, 1, n);  // [n, d]: slots 1..n
+    // U_k through the target's LM head as DFlash's proposals are (its few-row product: on CPU much faster than the
+    // chunked at::linear of training's top_candidates for these n rows), then the top-K in training's order.
+    const at::Tensor unary = b.lm_head(h.unsqueeze(0))[0];
+    const Candidates cands = unary_candidates(unary, top_k_);
+    return selector_path_draft(selector_, cands, h, b.last_token, vocab_size_, s.temperature, uniforms);
+  }
+
+ private:
+  SelectorWeights selector_;  // float32 on the drafter's device
+  int64_t top_k_ = 0, vocab_size_ = 0;
+};
+
+class DFlash2Drafting final : public FamilyDrafting {
+ public:
+  void check(const DrafterConfig& c, const DraftingOptions& /*o*/, const std::string& where) const override {
+    if (c.draft_vocab_size > 0)
+      throw std::invalid_argument(where + ": field 'draft_vocab_size': expected 0 for a dflash2 drafter (its selector "
+                                  "codebooks are over the target vocabulary)");
+  }
+
+  std::unique_ptr<BlockDrafter> make(const DrafterConfig& c, const DrafterWeights& w, const DraftingOptions& o,
+                                     const std::string& where) const override {
+    check(c, o, where);
+    return std::make_unique<DFlash2BlockDrafter>(c, w);
+  }
+};
+
+}  // namespace
+
+const FamilyDrafting& dflash2_drafting() {
+  static const DFlash2Drafting drafting;
+  return drafting;
 }
 
-Draft DFlash2Proposer::draft_with_uniforms(int64_t last_token, int64_t pos, double temperature,
-                                           const std::vector<double>& uniforms) {
-  const int64_t n = drafted_slots();
-  const at::Tensor h = block_hidden(last_token, pos)[0].narrow(0, 1, n);  // [n, d]: slots 1..n
-  // U_k through the target's LM head as DFlash's proposals are (its few-row product: on CPU much faster than the
-  // chunked at::linear of training's top_candidates for these n rows), then the top-K in training's order.
-  const at::Tensor unary = target_.lm_head(h.unsqueeze(0).to(target_.dtype()))[0];
-  const drafter::Candidates cands = unary_candidates(unary, d_.config.dflash2.selector_top_k);
-  return selector_path_draft(selector_, cands, h, last_token, d_.config.vocab_size, temperature, uniforms);
-}
-
-}  // namespace dflash::eval
+}  // namespace dflash::families

@@ -1,40 +1,40 @@
-// The DFlash2 proposer's pieces without a target: the top-K of full unary logits is training's order (descending
-// logit, equal logits by ascending id, also when a tie straddles the K-th place), and a sampled walk's dense q is the
-// walk's sparse q on its candidates, zero elsewhere, with the path drawn from it.
+// DFlash2's drafting pieces (dflash2_drafting.h) without a target: the top-K of full unary logits is training's
+// order (descending logit, equal logits by ascending id, also when a tie straddles the K-th place), and a sampled
+// walk's dense q is the walk's sparse q on its candidates, zero elsewhere, with the path drawn from it.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
 #include <stdexcept>
 
-#include "dflash2_proposer.h"
+#include "dflash2_drafting.h"
 
 namespace {
 
 using namespace dflash;
 
-TEST(DFlash2Proposer, UnaryCandidatesAreAStableDescendingSort) {
+TEST(DFlash2Drafting, UnaryCandidatesAreAStableDescendingSort) {
   at::manual_seed(2);
   // Integer logits in [0, 6): many ties, also at the K-th place.
   const at::Tensor u = at::randint(0, 6, {7, 40}, at::kFloat);
   for (int64_t K : {1, 3, 8, 40}) {
-    const drafter::Candidates c = eval::unary_candidates(u, K);
+    const drafter::Candidates c = families::unary_candidates(u, K);
     auto [sv, si] = at::sort(u, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
     EXPECT_TRUE(c.ids.equal(si.narrow(-1, 0, K))) << K;
     EXPECT_TRUE(c.logits.equal(sv.narrow(-1, 0, K))) << K;
   }
-  EXPECT_THROW(eval::unary_candidates(u, 41), std::invalid_argument);
-  EXPECT_THROW(eval::unary_candidates(u, 0), std::invalid_argument);
+  EXPECT_THROW(families::unary_candidates(u, 41), std::invalid_argument);
+  EXPECT_THROW(families::unary_candidates(u, 0), std::invalid_argument);
 }
 
-TEST(DFlash2Proposer, SampledDraftCarriesTheSparseQ) {
+TEST(DFlash2Drafting, SampledDraftCarriesTheSparseQ) {
   at::manual_seed(4);
   const int64_t V = 30, d = 8, r = 4, L = 3, K = 5;
   drafter::SelectorWeights w{at::randn({r, d}), at::randn({V, r}), at::randn({V, r})};
   const at::Tensor h = at::randn({L, d});
-  const drafter::Candidates c = eval::unary_candidates(at::randn({L, V}), K);
+  const drafter::Candidates c = families::unary_candidates(at::randn({L, V}), K);
   const std::vector<double> uniforms = {0.1, 0.5, 0.93};
-  const eval::Draft dr = eval::selector_path_draft(w, c, h, 7, V, 0.8, uniforms);
+  const drafter::BlockDraft dr = families::selector_path_draft(w, c, h, 7, V, 0.8, uniforms);
   // The same walk in float32 through drafter::selector_walk on the full codebooks.
   const drafter::SelectorWalk ref = drafter::selector_walk(
       w, {c.ids.unsqueeze(0), c.logits.unsqueeze(0)}, h.unsqueeze(0), at::full({1}, 7, at::kLong), 0.8,
@@ -57,7 +57,7 @@ TEST(DFlash2Proposer, SampledDraftCarriesTheSparseQ) {
     EXPECT_NEAR(total, 1.0, 1e-12);
   }
   // Greedy: the argmax path, no distributions.
-  const eval::Draft g = eval::selector_path_draft(w, c, h, 7, V, 0.0, {});
+  const drafter::BlockDraft g = families::selector_path_draft(w, c, h, 7, V, 0.0, {});
   EXPECT_TRUE(g.probs.empty());
   const drafter::SelectorWalk gref = drafter::selector_walk(w, {c.ids.unsqueeze(0), c.logits.unsqueeze(0)},
                                                             h.unsqueeze(0), at::full({1}, 7, at::kLong));

@@ -1,11 +1,16 @@
-#include "dflash_proposer.h"
+#include "drafter_proposer.h"
 
 #include <ATen/ATen.h>
 
 #include "draft_vocab_map.h"
+#include "family_model.h"
+#include "family_registry.h"
 #include "safetensors.h"
+#include "token_sampler.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <random>
 #include <stdexcept>
 
 namespace dflash::eval {
@@ -62,9 +67,9 @@ LoadedDrafter load_drafter(const std::string& path, const at::Device& device) {
   return d;
 }
 
-DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel& target, int64_t max_draft,
-                               ops::AttentionBackend attention)
-    : d_(d), target_(target), cache_(d_.config, d_.weights, attention), max_draft_(max_draft) {
+DrafterProposer::DrafterProposer(const LoadedDrafter& d, const models::TargetModel& target,
+                                 const DrafterProposerOptions& o)
+    : d_(d), target_(target), cache_(d_.config, d_.weights, o.attention), max_draft_(o.max_draft) {
   const auto& tc = target.config();
   const auto& c = d.config;
   auto fail = [&](const std::string& what) {
@@ -81,40 +86,41 @@ DFlashProposer::DFlashProposer(const LoadedDrafter& d, const models::TargetModel
     fail("mask_token_id " + std::to_string(c.mask_token_id) + " outside the target vocabulary");
   for (auto id : c.target_layer_ids)
     if (id < 0 || id >= tc.num_hidden_layers) fail("target_layer_ids has " + std::to_string(id));
+  drafts_per_cycle_ = drafter::family_of(c.family).drafts_per_cycle(c);
+  if (const drafter::FamilyDrafting* f = drafter::model_of(c).drafting())
+    family_ = f->make(c, d.weights, {o.confidence_threshold}, d.dir + "/config.json");
 }
 
-std::vector<int> DFlashProposer::target_layers() const {
+std::vector<int> DrafterProposer::target_layers() const {
   std::vector<int> out;
   for (auto id : d_.config.target_layer_ids) out.push_back(static_cast<int>(id));
   return out;
 }
 
-at::Tensor DFlashProposer::features(const models::TargetOutput& out, int64_t n) const {
+at::Tensor DrafterProposer::features(const models::TargetOutput& out, int64_t n) const {
   std::vector<at::Tensor> parts;
   for (auto id : d_.config.target_layer_ids) parts.push_back(out.hidden.at(static_cast<int>(id)).narrow(1, 0, n).to(d_.weights.fc.device()));
   return at::cat(parts, -1);
 }
 
-void DFlashProposer::start(const std::vector<int64_t>& prompt, const models::TargetOutput& prefill) {
+void DrafterProposer::start(const std::vector<int64_t>& prompt, const models::TargetOutput& prefill) {
   cache_.reset();
   cache_.append(features(prefill, static_cast<int64_t>(prompt.size())));
 }
 
-at::Tensor DFlashProposer::block_hidden(int64_t last_token, int64_t pos) {
+at::Tensor DrafterProposer::cycle_hidden(int64_t last_token, int64_t pos) {
   if (pos != cache_.length())
-    throw std::logic_error("DFlashProposer: anchor " + std::to_string(pos) + " but context holds " +
+    throw std::logic_error("DrafterProposer: anchor " + std::to_string(pos) + " but context holds " +
                            std::to_string(cache_.length()) + " positions");
   const int64_t B = d_.config.block_size;
   std::vector<int64_t> ids(static_cast<size_t>(B), d_.config.mask_token_id);
   ids[0] = last_token;
   const at::Tensor emb = target_.embed(at::tensor(ids, at::kLong).view({1, B}).to(target_.input_device()));
-  return cache_.block_hidden(emb.to(d_.weights.fc.device()));
+  return cache_.block_hidden(emb.to(d_.weights.fc.device()))[0];
 }
 
-std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
-  const int64_t B = block_size();
-  const at::Tensor h = block_hidden(last_token, pos);
-  const int64_t n = max_draft_ > 0 ? std::min(max_draft_, B - 1) : B - 1;
+std::vector<int64_t> DrafterProposer::plain_drafts(const at::Tensor& hidden, int64_t n) const {
+  const at::Tensor h = hidden.unsqueeze(0);  // [1, B, H]
   at::Tensor best;
   if (d_.lm_head.defined()) {  // draft vocabulary: argmax over its K rows, then draft id -> target id
     const at::Tensor logits = at::linear(h.narrow(1, 1, n).to(d_.lm_head.scalar_type()), d_.lm_head);
@@ -124,10 +130,32 @@ std::vector<int64_t> DFlashProposer::propose(int64_t last_token, int64_t pos) {
   }
   best = best.to(at::kCPU).contiguous();
   std::vector<int64_t> out(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
-  out.resize(static_cast<size_t>(B - 1), d_.config.mask_token_id);  // slots past max_draft: never verified
+  out.resize(static_cast<size_t>(drafts_per_cycle_), d_.config.mask_token_id);  // slots past max_draft: never verified
   return out;
 }
 
-void DFlashProposer::commit(const models::TargetOutput& verify, int64_t n) { cache_.append(features(verify, n)); }
+Draft DrafterProposer::draft_with(int64_t last_token, int64_t pos, const drafter::DraftSampling& sampling) {
+  const at::Tensor h = cycle_hidden(last_token, pos);
+  const int64_t n = max_draft_ > 0 ? std::min(max_draft_, drafts_per_cycle_) : drafts_per_cycle_;
+  if (!family_) return {plain_drafts(h, n), {}};  // point masses at any temperature, as DFlash always drafted
+  drafter::BlockDraft b = family_->draft(
+      {h, last_token, n, [this](const at::Tensor& x) { return target_.lm_head(x.to(target_.dtype())); }}, sampling);
+  return {std::move(b.tokens), std::move(b.probs)};
+}
+
+std::vector<int64_t> DrafterProposer::propose(int64_t last_token, int64_t pos) {
+  return draft_with(last_token, pos, {}).tokens;
+}
+
+Draft DrafterProposer::draft(int64_t last_token, int64_t pos, double temperature, std::mt19937_64& rng) {
+  drafter::DraftSampling s;
+  s.temperature = temperature;
+  s.uniform = [&rng] { return std::uniform_real_distribution<double>(0.0, 1.0)(rng); };
+  s.probs = [temperature](const at::Tensor& logits) { return data::token_probs(logits, temperature); };
+  s.draw = [&rng](const std::vector<double>& p) { return data::draw(p, rng); };
+  return draft_with(last_token, pos, s);
+}
+
+void DrafterProposer::commit(const models::TargetOutput& verify, int64_t n) { cache_.append(features(verify, n)); }
 
 }  // namespace dflash::eval

@@ -1,17 +1,17 @@
-// The DSpark proposer's confidence truncation (dspark_proposer.h): the draft keeps the leading slots whose
+// DSpark's confidence truncation at eval (dspark_drafting.h): the draft keeps the leading slots whose
 // cumulative product of sigmoid(confidence) stays >= the threshold; 0 turns it off.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "dspark_proposer.h"
+#include "dspark_drafting.h"
 
 namespace {
 double logit(double p) { return std::log(p / (1 - p)); }
 }  // namespace
 
 TEST(DSparkConfidence, StopsWhereTheCumulativeProductFallsBelowTheThreshold) {
-  using dflash::eval::confident_draft_length;
+  using dflash::families::confident_draft_length;
   // sigmoid: 0.9, 0.9, 0.5, 0.99 -> cumulative 0.9, 0.81, 0.405, 0.40095
   const std::vector<double> c = {logit(0.9), logit(0.9), logit(0.5), logit(0.99)};
   EXPECT_EQ(confident_draft_length(c, 0.0), 4);    // off
