@@ -13,6 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "block_batch.h"
 #include "decoder_layer.h"
 #include "drafter_model.h"
@@ -23,6 +25,7 @@ using WeightShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 enum class Sublayer { Attention, Mlp };
 
 class FamilyTraining;  // family_training.h
+struct ObjectiveBenchSetup;  // family_objective_bench.h
 
 class FamilyModel {
  public:
@@ -77,6 +80,12 @@ class FamilyModel {
   // naming `batch` for a missing tensor (has_last_hidden: the batch has target_last_hidden).
   virtual void check_selftest(const DrafterLossOptions& /*opt*/, bool /*has_last_hidden*/,
                               const std::string& /*batch*/) const {}
+
+  // --- bench step: the objective's own benchmark (issue 50 item 1, helper fam-export) ---
+  // `bench step --objective-naive 1`: the family's objective as training computes it against a naive version of it
+  // on the same inputs (time, peak memory, loss and gradient differences), printed and returned as JSON, which bench
+  // step writes under "<family>_objective"; null (the default, family_objective_bench.cpp): the family has none.
+  virtual nlohmann::json benchmark_objective(const ObjectiveBenchSetup& s) const;
 };
 
 // The unary objective every family builds on: the chunked CE (plus kl_weight x KL to the target's soft labels,

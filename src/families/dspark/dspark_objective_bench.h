@@ -1,24 +1,21 @@
-// `dflash bench step` for drafter_family dspark: DSpark's chunked objective (dflash::dspark_lm_loss, one chunk of
-// rows x V logits at a time; the fused CPU kernel, and again with its generic ATen passes) against the naive version that materialises the batch's [rows, V] logits, written here
-// from the formulas (docs/DSPARK.md), on the same inputs: time and peak memory of forward + backward, and the
-// difference of their losses and gradients.
+// DSpark's objective benchmark (drafter/family_objective_bench.h; `dflash bench step --objective-naive 1` with
+// drafter_family dspark): its chunked objective (dflash::dspark_lm_loss, one chunk of rows x V logits at a time; the
+// fused CPU kernel, and again with its generic ATen passes) against the naive version that materialises the batch's
+// [rows, V] logits, written here from the formulas (docs/DSPARK.md), on the same inputs: time and peak memory of
+// forward + backward, and the difference of their losses and gradients.
 #pragma once
-#include <cstdint>
-#include <functional>
-
 #include <ATen/core/Tensor.h>
 
 #include <nlohmann/json.hpp>
 
-#include "bench_step.h"
+#include "family_objective_bench.h"
 
-namespace dflash::plan {
+namespace dflash::families {
 
-// reset() starts a memory measurement and returns the baseline; peak() the peak since. Returns {"rows", "vocab",
-// "chunked": {mean_seconds, measured_peak_bytes, loss}, "generic": {...}, "naive": {...}, "loss_abs_diff",
-// "grad_max_abs_diff" (chunked vs naive), "generic_loss_abs_diff", "generic_grad_max_abs_diff" (chunked vs generic)}.
-nlohmann::json compare_dspark_objective(const BenchStepOptions& o, const std::function<int64_t()>& reset,
-                                        const std::function<int64_t()>& peak);
+// Returns {"rows", "vocab", "chunk_rows", "chunked": {mean_seconds, measured_peak_bytes, loss}, "generic": {...},
+// "naive": {...}, "loss_abs_diff", "grad_max_abs_diff" (chunked vs naive), "generic_loss_abs_diff",
+// "generic_grad_max_abs_diff" (chunked vs generic)}. DSparkModel::benchmark_objective.
+nlohmann::json compare_dspark_objective(const drafter::ObjectiveBenchSetup& o);
 
 // The naive objective: L = (ce_w sum w CE + l1_w sum w L1 + conf_w sum w BCE(c, stop-grad clamp(1 - L1/2, 0, 1)))
 // / (sum w + den_eps) over full logits l = hidden lm_head^T + markov W2^T and z = teacher[teacher_index] lm_head^T.
@@ -27,4 +24,4 @@ at::Tensor naive_dspark_loss(const at::Tensor& hidden, const at::Tensor& lm_head
                              const at::Tensor& teacher_hidden, const at::Tensor& teacher_index,
                              const at::Tensor& confidence, double ce_w, double l1_w, double conf_w, double den_eps);
 
-}  // namespace dflash::plan
+}  // namespace dflash::families
