@@ -60,8 +60,16 @@ TEST(FamilyExportHooks, AFamilysColumnsApplyToItsOwnTraits) {
 
 TEST(FamilyExportHooks, ARegisteredFamilysRemoteCodeBelongsToAnExportFolder) {
   namespace fs = std::filesystem;
+  // (fs::remove per file: this binary links libtorch, whose copy of fs::remove_all the dynamic linker may pick)
   const fs::path d = fs::temp_directory_path() / ("dflash_family_export_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const std::vector<std::string> files = {"config.json", "model.safetensors", "dflash.py", "dspark.py", "dflash2.py",
+                                          "toy.py"};
+  auto clean = [&] {
+    std::error_code ec;
+    for (const auto& f : files) fs::remove(d / f, ec);
+    fs::remove(d, ec);
+  };
+  clean();
   fs::create_directories(d);
   std::ofstream(d / "config.json") << R"({"architectures": ["Qwen3DSparkModel"], "dflash_config": {}})";
   for (const char* f : {"model.safetensors", "dflash.py", "dspark.py", "dflash2.py"}) std::ofstream(d / f) << "x";
@@ -69,7 +77,7 @@ TEST(FamilyExportHooks, ARegisteredFamilysRemoteCodeBelongsToAnExportFolder) {
   EXPECT_EQ(dflash::util::survey_folder(d.string()).content, dflash::util::FolderContent::DrafterExport);
   std::ofstream(d / "toy.py") << "x";  // no registered family writes it
   EXPECT_EQ(dflash::util::survey_folder(d.string()).content, dflash::util::FolderContent::Model);
-  fs::remove_all(d);
+  clean();
 }
 
 TEST(FamilyExportHooks, OnlyAFamilyWithItsOwnObjectiveBenchmarksIt) {
