@@ -1,5 +1,5 @@
 // A drafter family as a plug-in: what the layers ask of a family, so that adding one is a folder in src/families
-// plus one line in its registration table (families_table.cpp), and no other file names it
+// plus one line in its registration list (families_list.h), and no other file names it
 // (docs/ARCHITECTURE.md "A drafter family"). Declared here because drafter-layer code calls these hooks; each
 // family implements them in its own folder, a layer above. eval/proposer.h is the model: an interface below, the
 // implementations above. Torch-free.
@@ -68,8 +68,10 @@ class Family {
   // The settings `c` holds for this family (nullptr: none): the other half of FamilySettings::store's bridge.
   virtual std::unique_ptr<FamilySettings> settings_of(const DrafterConfig& /*c*/) const { return nullptr; }
 
-  // Export traits, as data: the modelling files written beside the weights (src/export/remote_code/, dflash.py
-  // first: every family builds on it) and the class auto_map's AutoModel names ("dspark.Qwen3DSparkModel").
+  // Export traits, as data: the modelling files written beside the weights (each in some family's folder,
+  // src/families/NAME/remote_code/, which export compiles in; dflash.py first: every family builds on it; registering
+  // the family adds them to an export folder's files, util/output_folder.h) and the class auto_map's AutoModel names
+  // ("dspark.Qwen3DSparkModel").
   virtual std::vector<const char*> remote_code_files() const { return {"dflash.py"}; }
   virtual const char* auto_model_class() const = 0;
   // What of `c` an engine may read differently from the trainer (serving_engines.h), beyond what every family has
@@ -94,6 +96,11 @@ class Family {
   virtual int64_t drafts_per_cycle(const DrafterConfig& c) const { return c.block_size - 1; }
   // true: eval's --confidence-threshold (the cumulative confidence cut of docs/DSPARK.md "Evaluation") applies.
   virtual bool has_confidence_cut() const { return false; }
+
+  // --- export hooks: the serving engines (issue 50 item 1, helper fam-export) ---
+  // The family's row per engine that serves it (serving_engines.h), in any order; an engine without a row does not
+  // serve the family. Default: none (a family no engine serves: export writes it, --engine refuses every engine).
+  virtual std::vector<EngineRule> engine_rules() const { return {}; }
 };
 
 }  // namespace dflash::drafter

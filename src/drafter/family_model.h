@@ -13,6 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "block_batch.h"
 #include "decoder_layer.h"
 #include "drafter_model.h"
@@ -24,6 +26,7 @@ enum class Sublayer { Attention, Mlp };
 
 class FamilyTraining;  // family_training.h
 class FamilyDrafting;  // family_drafting.h
+struct ObjectiveBenchSetup;  // family_objective_bench.h
 
 class FamilyModel {
  public:
@@ -83,6 +86,11 @@ class FamilyModel {
   // How the family turns a cycle's block into drafts; nullptr: as DFlash does (the LM head's argmax on slots
   // 1..B-1, eval's own).
   virtual const FamilyDrafting* drafting() const { return nullptr; }
+  // --- bench step: the objective's own benchmark (issue 50 item 1, helper fam-export) ---
+  // `bench step --objective-naive 1`: the family's objective as training computes it against a naive version of it
+  // on the same inputs (time, peak memory, loss and gradient differences), printed and returned as JSON, which bench
+  // step writes under "<family>_objective"; null (the default, family_objective_bench.cpp): the family has none.
+  virtual nlohmann::json benchmark_objective(const ObjectiveBenchSetup& s) const;
 };
 
 // The unary objective every family builds on: the chunked CE (plus kl_weight x KL to the target's soft labels,

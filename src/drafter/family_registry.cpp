@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "output_folder.h"
+
 namespace dflash::drafter {
 namespace {
 
@@ -20,6 +22,7 @@ void register_family(const Family& f) {
                              "\"]) is registered already as '" + g->name() + "' ([\"" + g->architecture() + "\"])");
   }
   table().push_back(&f);
+  for (const char* file : f.remote_code_files()) util::add_export_file(file);  // an export folder's files
 }
 
 const std::vector<const Family*>& registered_families() { return table(); }

@@ -24,7 +24,7 @@ namespace dflash::exporting {
 
 struct RemoteCodeFile {
   const char* name;  // the file name in the export folder
-  const char* text;  // src/export/remote_code/<name>, compiled in
+  const char* text;  // src/families/<family>/remote_code/<name>, compiled in
 };
 // The modelling files a family's export carries (dflash.py first), and the class its auto_map names.
 std::vector<RemoteCodeFile> hf_remote_code_files(drafter::DrafterFamily f);

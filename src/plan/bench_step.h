@@ -34,7 +34,7 @@ struct BenchStepOptions {
   int64_t draft_vocab = 0;    // > 0: the first policy again over a draft vocabulary of this many rows
   bool reference = true;      // the plain-PyTorch step on the same shapes (CPU)
   bool generic_ce = true;     // the first policy again with the generic cross-entropy (dspark: its generic objective)
-  bool dspark_naive = true;   // drafter_family dspark: its chunked objective vs the naive full-logits one
+  bool objective_naive = true;  // the family's objective vs a naive one (FamilyModel::benchmark_objective)
   bool vs_dflash = true;      // dspark / dflash2: DFlash's step on the same shapes, measured and FLOP-floor ratios
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
 };
@@ -45,10 +45,11 @@ inline constexpr double kPlanTolerance = 0.10;
 bool plan_within_tolerance(double planned, double measured);
 
 // The family is o.drafter.family: dflash, dspark (its blocks, teacher and objective) or dflash2 (its convs and
-// selector), each as training runs it. Prints the table as it goes and returns it as JSON: {"model", "device", "attention_backend", "settings", "runs":
-// [{"policy", "workers", "mean_seconds", "measured_peak_bytes", "planned_peak_bytes", "ratio", "loss", ...}],
-// "generic_ce", "draft_vocab", "reference", "dspark_objective" (bench_step_dspark.h), "vs_dflash" ({"measured_ratio",
-// "flop_floor_ratio", ...}: a family's step over DFlash's)}. Uses the calling thread's intra-op thread count.
+// selector), each as training runs it. Prints the table as it goes and returns it as JSON: {"model", "device",
+// "attention_backend", "settings", "runs": [{"policy", "workers", "mean_seconds", "measured_peak_bytes",
+// "planned_peak_bytes", "ratio", "loss", ...}], "generic_ce", "draft_vocab", "reference", "<family>_objective"
+// (FamilyModel::benchmark_objective, e.g. "dspark_objective"), "vs_dflash" ({"measured_ratio", "flop_floor_ratio",
+// ...}: a family's step over DFlash's)}. Uses the calling thread's intra-op thread count.
 nlohmann::json run_bench_step(const BenchStepOptions& o);
 
 }  // namespace dflash::plan

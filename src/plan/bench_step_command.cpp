@@ -15,6 +15,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -32,13 +33,14 @@
 #include "atomic_output.h"
 #include "attention_selfcheck.h"
 #include "bench_step.h"
-#include "bench_step_dspark.h"
 #include "compute_settings.h"
 #include "drafter_attention.h"
 #include "drafter_family.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
 #include "family_cost.h"
+#include "family_model.h"
+#include "family_objective_bench.h"
 #include "family_training.h"
 #include "family_registry.h"
 #include "dtype_names.h"
@@ -555,8 +557,21 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   if (o.vs_dflash && family != baseline_family()) compare_dflash_step(o, attention, probe, out);
   // The plain-PyTorch step is the baseline's (tests/python's reference drafter).
   if (o.reference && !o.cuda && family == baseline_family()) compare_pytorch_reference(o, out);
-  if (o.dspark_naive && family == DrafterFamily::DSpark)
-    out["dspark_objective"] = compare_dspark_objective(o, [&] { return probe.reset(); }, [&] { return probe.peak(); });
+  if (o.objective_naive) {  // the family's own objective benchmark, if it has one (FamilyModel::benchmark_objective)
+    drafter::ObjectiveBenchSetup s;
+    s.drafter = c;
+    s.anchors = o.anchors;
+    s.seq_len = o.seq_len;
+    s.loss_chunk_rows = o.loss_chunk_rows;
+    s.iters = o.iters;
+    s.seed = o.seed;
+    s.cuda = o.cuda;
+    s.dtype = o.dtype;
+    s.reset = [&] { return probe.reset(); };
+    s.peak = [&] { return probe.peak(); };
+    nlohmann::json objective = drafter::model_of(c).benchmark_objective(s);
+    if (!objective.is_null()) out[std::string(drafter_family_name(family)) + "_objective"] = std::move(objective);
+  }
   return out;
 }
 
@@ -589,9 +604,10 @@ int bench_step_main(const std::vector<std::string>& argv) {
   a.option("generic-ce", "0|1", "1",
            "also time the first policy with the generic ATen cross-entropy (dspark: objective) instead of the fused "
            "CPU kernel");
-  a.option("dspark-naive", "0|1", "1",
-           "drafter_family dspark: also time its chunked objective against the naive full-logits one on the same "
-           "inputs (time, peak memory, loss and gradient difference)");
+  a.option("objective-naive", "0|1", "1",
+           "a family with an objective of its own (dspark: the chunked one): also time it against the naive "
+           "full-logits one on the same inputs (time, peak memory, loss and gradient difference)");
+  a.renamed("dspark-naive", "objective-naive");
   a.option("vs-dflash", "0|1", "1",
            "drafter_family dspark or dflash2: also time DFlash's step on the same shapes and print the family's time "
            "over it next to the planner's FLOP-floor ratio");
@@ -599,7 +615,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
            "auto (fused after a self-check against the reference at these shapes, else reference) | fused | reference");
   a.range("iters", 1, 1000000).range("seed", 0, std::numeric_limits<int64_t>::max());
   a.range("draft-vocab", 0, 16777216, " (0: the full vocabulary)").range("reference", 0, 1).range("generic-ce", 0, 1);
-  a.range("dspark-naive", 0, 1).range("vs-dflash", 0, 1);
+  a.range("objective-naive", 0, 1).range("vs-dflash", 0, 1);
   if (!a.parse(argv)) return 0;
   if (a.given("json")) io::check_output_path(a.str("json"), "bench step: --json");  // before the runs
   BenchStepOptions o;
@@ -631,7 +647,7 @@ int bench_step_main(const std::vector<std::string>& argv) {
   o.draft_vocab = a.i64("draft-vocab");
   o.reference = a.on("reference");
   o.generic_ce = a.on("generic-ce");
-  o.dspark_naive = a.on("dspark-naive");
+  o.objective_naive = a.on("objective-naive");
   o.vs_dflash = a.on("vs-dflash");
   o.attention_backend = ops::parse_attention_backend(a.str("attention-backend"), "bench step: --attention-backend");
   ops::set_threads(a.i64("threads"), "bench step: --threads");

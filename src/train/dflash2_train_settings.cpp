@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "family_registry.h"
 #include "head_rank_default.h"
 #include "number_range.h"
 
@@ -20,10 +21,18 @@ std::string shown(double v) {
 // alpha, as DSpark's loss weights (train_config.cpp): [0, 1000] keeps alpha x a selector CE finite in fp32 and bf16.
 const util::NumberRange kSelectorLossWeightRange = util::closed(0, 1e3);
 
+// The registered family whose config extras these settings are (its setting_keys() take conv_kernel_size), asked
+// rather than named: its name, display name and draft-vocabulary refusal are its own.
+const drafter::Family& settings_family() {
+  for (const drafter::Family* f : drafter::registered_families())
+    for (const std::string& key : f->setting_keys().in_dflash_config)
+      if (key == "conv_kernel_size") return *f;
+  throw std::logic_error("no registered drafter family takes conv_kernel_size (register_builtin_families())");
+}
+
 }  // namespace
 
 void validate_dflash2_settings(const TrainConfig& c) {
-  using drafter::DrafterFamily;
   // Bounded as DSpark's loss weights are: 1e300 trained, overflowed the loss at step 1 and was blamed on RoPE.
   if (const auto e = util::out_of_range(c.selector_loss_weight, kSelectorLossWeightRange))
     throw std::invalid_argument("train config: 'selector_loss_weight' must be " + *e + ", got " +
@@ -36,10 +45,11 @@ void validate_dflash2_settings(const TrainConfig& c) {
     if (const auto p = m.find(from); p != std::string::npos) m.replace(p, from.size(), "'");
     throw std::invalid_argument(m);
   }
-  if (c.family() == DrafterFamily::DFlash2) {
+  const drafter::Family& owner = settings_family();
+  if (&drafter::family_of(c.family()) == &owner) {
     if (c.draft_vocab != 0)  // the selector's codebooks and candidates index the target's vocabulary
-      throw std::invalid_argument(std::string("train config: 'draft_vocab' must be 0 with drafter_family dflash2 (") +
-                                  drafter::family_draft_vocab_refusal(drafter::DrafterFamily::DFlash2) + "), got " +
+      throw std::invalid_argument(std::string("train config: 'draft_vocab' must be 0 with drafter_family ") +
+                                  owner.name() + " (" + owner.draft_vocab_refusal() + "), got " +
                                   std::to_string(c.draft_vocab));
     return;
   }
@@ -48,7 +58,8 @@ void validate_dflash2_settings(const TrainConfig& c) {
     if (!is_default)
       throw std::invalid_argument(std::string("train config: '") + key + "' must be its default with drafter_family " +
                                   drafter::drafter_family_name(c.family()) +
-                                  " (a DFlash2 setting: set drafter_family dflash2), got " + got);
+                                  " (a " + owner.display_name() + " setting: set drafter_family " + owner.name() +
+                                  "), got " + got);
   };
   must_be_default("conv_kernel_size", c.conv_kernel_size == d.conv_kernel_size, std::to_string(c.conv_kernel_size));
   must_be_default("conv_group_size", c.conv_group_size == d.conv_group_size, std::to_string(c.conv_group_size));

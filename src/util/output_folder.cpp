@@ -21,8 +21,15 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
 
+std::vector<std::string>& added_export_files() {
+  static std::vector<std::string> names;
+  return names;
+}
+
 bool is_export_file(const std::string& name) {
-  return std::any_of(std::begin(kExportFiles), std::end(kExportFiles), [&](const char* f) { return name == f; });
+  const auto& added = added_export_files();
+  return std::any_of(std::begin(kExportFiles), std::end(kExportFiles), [&](const char* f) { return name == f; }) ||
+         std::find(added.begin(), added.end(), name) != added.end();
 }
 
 // A drafter config as export writes it: the "dflash_config" key (a target's config.json never has it). The first
@@ -56,6 +63,11 @@ bool is_samples_file(const std::string& name) {
 }
 
 }  // namespace
+
+void add_export_file(const std::string& name) {
+  auto& added = added_export_files();
+  if (!is_export_file(name)) added.push_back(name);
+}
 
 FolderSurvey survey_folder(const std::string& path) {
   std::error_code ec;

@@ -30,9 +30,14 @@ FolderSurvey survey_folder(const std::string& path);
 // "a model", "a training run", ...
 const char* folder_content_name(FolderContent c);
 
-// The files an export writes (also what a folder may hold and still count as an earlier export).
-inline constexpr const char* kExportFiles[] = {"config.json", "model.safetensors", "dflash.py", "dspark.py",
-                                               "dflash2.py", "draft.gguf"};
+// The files an export writes (also what a folder may hold and still count as an earlier export): these, and the
+// names add_export_file adds.
+inline constexpr const char* kExportFiles[] = {"config.json", "model.safetensors", "draft.gguf"};
+
+// Adds `name` to the files an export writes: each registered drafter family's remote code (drafter::register_family
+// adds them, so that re-exporting a run of another family into a folder replaces that export and removes its
+// modelling file). At start-up, before any survey; adding a name twice adds nothing.
+void add_export_file(const std::string& name);
 
 enum class OutputFolderUse {
   Export,   // `export --out`: an earlier export is replaced; anything else non-empty needs --force, and a

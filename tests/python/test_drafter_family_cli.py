@@ -183,8 +183,15 @@ def test_bench_step_dspark_naive_and_chunked_objectives_agree(dflash_bin, files,
     assert d["generic_loss_abs_diff"] <= tol * d["chunked"]["loss"] and d["generic_grad_max_abs_diff"] <= tol
     assert "generic ATen passes" in stdout
     assert "|loss difference|" in stdout
-    off, _ = bench_step(dflash_bin, files, "--drafter-config", "dspark.json", "--dspark-naive", "0")
+    off, _ = bench_step(dflash_bin, files, "--drafter-config", "dspark.json", "--objective-naive", "0")
     assert "dspark_objective" not in off
+
+
+def test_bench_step_the_objective_benchmarks_old_flag_names_the_new_one(dflash_bin, files):
+    """--dspark-naive became the family hook's generic --objective-naive: the old spelling stops with the new one."""
+    out = run(dflash_bin, files, "bench", "step", "--drafter-config", "dspark.json", "--dspark-naive", "0")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["dflash: error: bench step: --dspark-naive is now --objective-naive"]
 
 
 def test_bench_step_refuses_a_draft_vocabulary_for_the_families(dflash_bin, files):

@@ -147,7 +147,7 @@ def test_planner_within_10_percent_at_a_large_vocabulary(tmp_path, dflash_bin, f
     cfg.write_text(json.dumps(LARGE_VOCAB_FAMILIES[family]))
     subprocess.run([dflash_bin, "bench", "step", "--drafter-config", str(cfg), "--max-len", "96", "--num-anchors", "16",
                     "--dtype", dtype, "--kl-weight", "0", "--policies", "none", "--iters", "1", "--threads", "1",
-                    "--reference", "0", "--generic-ce", "0", "--dspark-naive", "0", "--json", str(out)],
+                    "--reference", "0", "--generic-ce", "0", "--objective-naive", "0", "--json", str(out)],
                    check=True, capture_output=True, text=True, timeout=120)
     run = json.loads(out.read_text())["runs"][0]
     assert run["loss"] > 0

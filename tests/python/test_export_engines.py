@@ -1,8 +1,9 @@
 """The per-engine export contract (issue 38, docs/SERVING.md): the real `dflash export` of a tiny trained drafter,
 read the way each serving engine reads it (engine_readers.py), resolves to what was trained; what an engine would
 read differently is refused by `--engine`, and `--engine vllm` writes a draft-vocabulary drafter. The refusals of
-the C++ table (src/drafter/serving_engines.h) are checked against the readers: an engine is refused exactly when
-its reader fails on, or silently changes, an export written for another engine."""
+each family's C++ rows (src/families/NAME/NAME_engines.cpp, src/drafter/serving_engines.h) are checked against the
+readers: an engine is refused exactly when its reader fails on, or silently changes, an export written for another
+engine."""
 import json
 import shutil
 import subprocess

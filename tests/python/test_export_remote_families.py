@@ -28,7 +28,8 @@ from test_train import (MASK_ID, TARGET_LAYER_IDS, base_args, final_weights, off
 from test_train_dspark import shards  # noqa: F401 (fixture)
 
 HERE = pathlib.Path(__file__).resolve().parent
-REMOTE_CODE = HERE.parents[1] / "src" / "export" / "remote_code"
+# Each family's modelling files by name (src/families/NAME/remote_code/, compiled into export).
+REMOTE_CODE = {p.name: p for p in (HERE.parents[1] / "src" / "families").glob("*/remote_code/*.py")}
 RTOL = 1e-10   # float64 on both sides
 
 # name: (train settings, the engines that read it as trained: what --engine may name)
@@ -126,7 +127,7 @@ def test_a_dspark_export_loads_with_its_remote_code_and_drafts_like_the_cpp_draf
     assert cfg["auto_map"] == {"AutoModel": "dspark.Qwen3DSparkModel"}
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "dflash.py", "dspark.py", "model.safetensors"]
     for f in ("dflash.py", "dspark.py"):
-        assert (folder / f).read_text() == (REMOTE_CODE / f).read_text()
+        assert (folder / f).read_text() == REMOTE_CODE[f].read_text()
     batch = make_batch(cfg, tmp_path / "batch.safetensors")
     report, hf = hf_load(folder, tmp_path / "batch.safetensors", tmp_path)
     assert report["class"] == "Qwen3DSparkModel"
@@ -163,7 +164,7 @@ def test_a_dflash2_export_loads_with_its_remote_code_and_walks_like_the_cpp_draf
     assert cfg["auto_map"] == {"AutoModel": "dflash2.DFlash2DraftModel"}
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "dflash.py", "dflash2.py", "model.safetensors"]
     for f in ("dflash.py", "dflash2.py"):
-        assert (folder / f).read_text() == (REMOTE_CODE / f).read_text()
+        assert (folder / f).read_text() == REMOTE_CODE[f].read_text()
     w = final_weights(run, STEPS)   # trained away from the identity convs and the zero successor codebook
     assert w["candidate_selector.successor_codebook"].abs().sum() > 0
     assert all(w[f"layers.0.{c}.kernel_projection.weight"].abs().sum() > 0 for c in ("attention_conv", "mlp_conv"))

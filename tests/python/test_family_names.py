@@ -26,32 +26,20 @@ NAMED_IN = {
     # DFlash2 started from a DFlash drafter (the backbone's config as family dflash, and a check): moves into
     # src/families/dflash2 once src/train/master_state.cpp and tests/drafter/test_dflash2_model.cpp stop including it.
     "src/drafter/dflash2_init.cpp": 2,
-    # Export traits per serving engine: string-keyed rows, to become each family's rows.
-    "src/drafter/serving_engines.h": 9,
-    # An export folder's files (every family's remote code, so that a re-export removes another family's file).
-    "src/util/output_folder.h": 2,
-    # bench step: its objective's own benchmark (--dspark-naive, bench_step_dspark.cpp: a torch-side hook). The
-    # planner's cost terms are the families' (drafter/family_cost.h), the blocks and gamma their training hooks.
-    "src/plan/bench_step_command.cpp": 1,
-    # Training: the train settings of a family (the objective, block batches and metrics are its
-    # drafter/family_training.h hooks).
-    "src/train/dflash2_train_settings.cpp": 2,
-    # The remote-code files' texts compiled into export (their .py files sit in src/export/remote_code).
-    "src/export/remote_code/hf_remote_code.cpp.in": 2,
 }
 
 # Files named after a family outside its folder: each family's modules, to be moved (git mv) into the folder.
+# (src/train/dflash2_train_settings.*: DFlash2's TrainConfig settings, which live in the train layer above
+# src/families until TrainConfig's family settings become the family's config extras.)
 FAMILY_FILES = {
     "src/drafter/dflash2_init.cpp", "src/drafter/dflash2_init.h", "src/drafter/dflash2_layer.cpp",
     "src/drafter/dflash2_layer.h", "src/drafter/dflash2_objective.cpp", "src/drafter/dflash2_objective.h",
     "src/drafter/dflash2_settings.cpp", "src/drafter/dflash2_settings.h", "src/drafter/dflash2_weight_names.cpp",
     "src/drafter/dflash2_weight_names.h", "src/drafter/dspark_block_batch.cpp", "src/drafter/dspark_block_batch.h",
     "src/drafter/dspark_heads.cpp", "src/drafter/dspark_heads.h", "src/drafter/dspark_loss.cpp",
-    "src/drafter/dspark_loss.h", "src/export/remote_code/dflash2.py",
-    "src/export/remote_code/dspark.py", "src/kernels/dspark_objective_rows.h",
+    "src/drafter/dspark_loss.h", "src/kernels/dspark_objective_rows.h",
     "src/kernels/dspark_objective_rows_cpu.cpp", "src/kernels/dspark_objective_rows_cpu_impl.inc",
-    "src/ops/dspark_lm_loss_op.cpp", "src/ops/dspark_lm_loss_op.h", "src/plan/bench_step_dspark.cpp",
-    "src/plan/bench_step_dspark.h",
+    "src/ops/dspark_lm_loss_op.cpp", "src/ops/dspark_lm_loss_op.h",
     "src/train/dflash2_train_settings.cpp", "src/train/dflash2_train_settings.h",
 }
 

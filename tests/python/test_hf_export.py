@@ -16,7 +16,7 @@ import test_drafter_reference as tdr
 from test_train import base_args, final_weights, offline_dir, target_dir, train  # noqa: F401 (fixtures)
 
 HERE = pathlib.Path(__file__).resolve().parent
-REMOTE_CODE = HERE.parents[1] / "src" / "export" / "remote_code" / "dflash.py"
+REMOTE_CODE = HERE.parents[1] / "src" / "families" / "dflash" / "remote_code" / "dflash.py"
 
 
 def load_with_transformers(folder, batch, tmp_path):

@@ -1,9 +1,10 @@
 """llama.cpp, the real serving engine, in the loop (issue 48; docs/SERVING.md "llama.cpp"). Drafters of every family,
 trained online against the SmolLM2 GGUF for a step, go through `dflash export --gguf` (llama.cpp's own converter)
 and `dflash eval --engine llama.cpp` (llama-speculative-simple): llama.cpp loads each, speculates, and its output
-equals its target-alone output. The refusals of `--engine llama.cpp` (src/drafter/serving_engines.h) are checked
-against what llama.cpp's converter and loader really do with each refused export, converted here by hand. The
-converter's target folder (`dflash target hf-folder`) is checked against transformers' own reading of the GGUF."""
+equals its target-alone output. The refusals of `--engine llama.cpp` (the families' llama.cpp rows,
+src/families/*/*_engines.cpp) are checked against what llama.cpp's converter and loader really do with each
+refused export, converted here by hand. The converter's target folder (`dflash target hf-folder`) is checked
+against transformers' own reading of the GGUF."""
 import json
 import shutil
 
@@ -24,7 +25,7 @@ FAMILIES = {
                              "confidence_loss_weight": 0},
     "dflash2": {"drafter_family": "dflash2", "drafter_layers": 2, "selector_rank": 16},
 }
-# Exports llama.cpp misreads or refuses (serving_engines.h's llama.cpp rows), each trained for a step.
+# Exports llama.cpp misreads or refuses (the families' llama.cpp rows), each trained for a step.
 REFUSED = {
     "dspark_gated": {"drafter_family": "dspark", "markov_rank": 8, "markov_head_type": "gated"},
     "dspark_rank0": {"drafter_family": "dspark", "markov_rank": 0, "confidence_head_with_markov": "false"},

@@ -35,6 +35,8 @@ const std::string kDrafterConfig = R"({"architectures": ["DFlashDraftModel"], "d
 }  // namespace
 
 TEST(OutputFolder, SurveyNamesWhatAFolderHoldsAndTheEntryThatShowsIt) {
+  add_export_file("dflash.py");  // what registering a family adds (drafter/family_registry.cpp): its remote code
+  add_export_file("dflash.py");
   struct Case {
     std::vector<std::string> files;
     std::string config;
@@ -47,6 +49,8 @@ TEST(OutputFolder, SurveyNamesWhatAFolderHoldsAndTheEntryThatShowsIt) {
       {{"m.Q4_0.gguf"}, "{}", FolderContent::Model, "m.Q4_0.gguf"},
       {{"model-00001-of-00002.safetensors"}, "{}", FolderContent::Model, "model-00001-of-00002.safetensors"},
       {{"config.json", "model.safetensors", "dflash.py"}, kDrafterConfig, FolderContent::DrafterExport, "config.json"},
+      // a modelling file no registered family writes: not an export of ours
+      {{"config.json", "model.safetensors", "unknown_family.py"}, kDrafterConfig, FolderContent::Model, "config.json"},
       // a released drafter with a README is a model, not an earlier export
       {{"config.json", "model.safetensors", "README.md"}, kDrafterConfig, FolderContent::Model, "config.json"},
       {{"checkpoints/", "metrics.jsonl"}, "{}", FolderContent::Run, "checkpoints/"},

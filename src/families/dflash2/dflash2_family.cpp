@@ -7,6 +7,7 @@
 #include "config_fields.h"
 #include "head_rank_default.h"
 #include "dflash2_cost.h"
+#include "dflash2_engines.h"
 #include "strict_json.h"
 
 namespace dflash::families {
@@ -91,6 +92,8 @@ class DFlash2Family final : public drafter::Family {
   }
   // --- planner hooks (dflash2_cost.cpp) ---
   const drafter::FamilyCost& cost() const override { return dflash2_cost(); }
+  // --- export hooks: the serving engines (dflash2_engines.cpp) ---
+  std::vector<drafter::EngineRule> engine_rules() const override { return dflash2_engine_rules(); }
 };
 
 }  // namespace

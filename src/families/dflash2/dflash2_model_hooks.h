@@ -9,7 +9,7 @@ class FamilyModel;
 
 namespace dflash::families {
 
-// Registered by family_models_table.cpp.
+// Registered by its family's line in families_list.h.
 const drafter::FamilyModel& dflash2_model();
 
 }  // namespace dflash::families

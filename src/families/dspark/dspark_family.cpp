@@ -5,6 +5,7 @@
 #include "config_fields.h"
 #include "head_rank_default.h"
 #include "dspark_cost.h"
+#include "dspark_engines.h"
 
 namespace dflash::families {
 namespace {
@@ -84,6 +85,8 @@ class DSparkFamily final : public drafter::Family {
   // All B block outputs are drafts (slot 0 predicts the token after the last committed one).
   int64_t drafts_per_cycle(const DrafterConfig& c) const override { return c.block_size; }
   bool has_confidence_cut() const override { return true; }
+  // --- export hooks: the serving engines (dspark_engines.cpp) ---
+  std::vector<drafter::EngineRule> engine_rules() const override { return dspark_engine_rules(); }
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "dspark_drafting.h"
 #include "dspark_heads.h"
 #include "dspark_loss.h"
+#include "dspark_objective_bench.h"
 #include "dspark_training.h"
 #include "family_model.h"
 
@@ -44,6 +45,9 @@ class DSparkModel final : public FamilyModel {
       throw std::invalid_argument(batch + ": no target_last_hidden (a DSpark drafter's objective needs the "
                                   "target's last hidden states [b, S, H])");
   }
+
+  // --- bench step: the objective's own benchmark (dspark_objective_bench.cpp) ---
+  nlohmann::json benchmark_objective(const ObjectiveBenchSetup& s) const override { return compare_dspark_objective(s); }
 };
 
 }  // namespace

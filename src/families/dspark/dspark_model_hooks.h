@@ -8,7 +8,7 @@ class FamilyModel;
 
 namespace dflash::families {
 
-// Registered by family_models_table.cpp.
+// Registered by its family's line in families_list.h.
 const drafter::FamilyModel& dspark_model();
 
 }  // namespace dflash::families

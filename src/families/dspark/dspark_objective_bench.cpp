@@ -1,9 +1,10 @@
-#include "bench_step_dspark.h"
+#include "dspark_objective_bench.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,7 +16,7 @@
 #include "drafter_family.h"
 #include "dspark_lm_loss_op.h"
 
-namespace dflash::plan {
+namespace dflash::families {
 
 at::Tensor naive_dspark_loss(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                              const at::Tensor& weights, const at::Tensor& markov, const at::Tensor& markov_w2,
@@ -52,8 +53,9 @@ struct Timed {
 
 }  // namespace
 
-nlohmann::json compare_dspark_objective(const BenchStepOptions& o, const std::function<int64_t()>& reset,
-                                        const std::function<int64_t()>& peak) {
+nlohmann::json compare_dspark_objective(const drafter::ObjectiveBenchSetup& o) {
+  const std::function<int64_t()>& reset = o.reset;
+  const std::function<int64_t()>& peak = o.peak;
   const drafter::DrafterConfig& c = o.drafter;
   const int64_t B = c.block_size, R = o.anchors * B, H = c.hidden_size, V = c.vocab_size, M = o.seq_len;
   const int64_t r = c.dspark.markov_rank;
@@ -146,4 +148,4 @@ nlohmann::json compare_dspark_objective(const BenchStepOptions& o, const std::fu
           {"generic_loss_abs_diff", generic_loss_diff}, {"generic_grad_max_abs_diff", generic_grad_diff}};
 }
 
-}  // namespace dflash::plan
+}  // namespace dflash::families
