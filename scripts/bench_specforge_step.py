@@ -165,14 +165,16 @@ def main():
 
             l_ours, l_sf = ours_step(), sf_step()  # warm-up: compiles flex_attention on SpecForge's side
             ldiff = abs(l_ours - l_sf) / abs(l_sf)
-            gdiff = max(((p.grad - sf_params[n].grad).abs().max() / sf_params[n].grad.abs().max().clamp_min(1e-30)).item()
-                        for n, p in ours.model.named_parameters())
+            gdiff = max(((g.grad - sf_params[n].grad).abs().max()
+                         / sf_params[n].grad.abs().max().clamp_min(1e-30)).item()
+                        for n, g in ours.model.named_parameters())
             if a.profile:
                 for name, fn in (("ours", ours_step), ("SpecForge", sf_step)):
                     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
                         fn()
                     print(f"-- {name}, S {S} N {N}: ops by self CPU time")
-                    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=48))
+                    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12,
+                                                    max_name_column_width=48))
             t_ours, t_sf = [], []
             for r in range(a.rounds):  # interleaved, alternating who goes first
                 for name in (("ours", "sf") if r % 2 == 0 else ("sf", "ours")):
