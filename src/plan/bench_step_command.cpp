@@ -34,6 +34,7 @@
 #include "attention_selfcheck.h"
 #include "bench_step.h"
 #include "compute_settings.h"
+#include "cpu_isa.h"
 #include "drafter_attention.h"
 #include "drafter_family.h"
 #include "drafter_model.h"
@@ -545,9 +546,13 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
     std::snprintf(kl, sizeof kl, "%s", family_cost(c).teacher_label());
   else
     std::snprintf(kl, sizeof kl, "kl_weight %g", o.kl_weight);
-  std::printf("bench step: model %s (%s), seq %lld, %lld anchors x %lld, %s, %s, loss chunk %lld, %d threads\n",
+  // The CPU kernels' instruction set (DFLASH_CPU_ISA can force a narrower one): step times depend on it.
+  const char* isa = kernels::isa_name(kernels::cpu_isa());
+  out["cpu_isa"] = isa;
+  std::printf("bench step: model %s (%s), seq %lld, %lld anchors x %lld, %s, %s, loss chunk %lld, %d threads, "
+              "kernel ISA %s\n",
               o.model_name.c_str(), drafter_family_name(family), (long long)o.seq_len, (long long)o.anchors,
-              (long long)c.block_size, dtype.c_str(), kl, (long long)o.loss_chunk_rows, at::get_num_threads());
+              (long long)c.block_size, dtype.c_str(), kl, (long long)o.loss_chunk_rows, at::get_num_threads(), isa);
   std::printf("%-10s %7s %14s %12s %14s %14s %9s  %s\n", "policy", "workers", "s/iter (mean)", "steps/s",
               "measured peak", "planned peak", "plan/meas", "same as 1 worker");
   time_policies(o, attention, probe, out);
