@@ -138,6 +138,13 @@ function(dflash_torch_pch)
     if(used EQUAL 0)
       continue()
     endif()
+    get_target_property(source_dir ${t} SOURCE_DIR)
+    if(DFLASH_UNITY AND source_dir MATCHES "^${CMAKE_SOURCE_DIR}/src/")
+      # Unity batches (cmake/dflash_unity.cmake; the libraries only): a batch holds at least one file that takes
+      # the header, so every batch takes it and the other files' (lighter) headers come for free; a file kept out
+      # of the batches is compiled alone, as before.
+      dflash_unity_groups(${t} "${sources}" "${users}" skipped)
+    endif()
     if(skipped)
       set_source_files_properties(${skipped} TARGET_DIRECTORY ${t} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
     endif()
