@@ -8,12 +8,12 @@
 #include "attention_backend.h"
 #include "block_batch.h"
 #include "checkpoint_policy.h"
-#include "dflash2_objective.h"
 #include "chunked_loss.h"
 #include "drafter_config.h"
 #include "drafter_weights.h"
 #include "dspark_lm_loss_op.h"
 #include "loss_weighting.h"
+#include "selector_objective_types.h"
 
 namespace dflash::drafter {
 

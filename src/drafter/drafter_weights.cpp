@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "dflash2_weight_names.h"
+#include "conv_selector_weight_names.h"
 #include "family_model.h"
 #include "safetensors.h"
 

@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 
-#include "dflash2_init.h"
 #include "drafter_weights.h"
 
 namespace dflash::train {

@@ -1,4 +1,4 @@
-"""The C++ DSpark heads (src/drafter/dspark_heads) against the fp64 reference family_reference.py, through
+"""The C++ DSpark heads (src/families/dspark/dspark_heads) against the fp64 reference family_reference.py, through
 build/dspark_probe: teacher-forced block logits of the three Markov variants and the confidence head (with and
 without the Markov input), their gradients with respect to the hidden states and every head tensor, the
 one-step inference form with the rnn state carried along, and the checkpoint names. Tiny shapes, seconds."""

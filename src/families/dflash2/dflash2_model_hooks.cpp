@@ -10,6 +10,7 @@
 #include "dflash2_drafting.h"
 #include "dflash2_init.h"
 #include "dflash2_layer.h"
+#include "dflash2_objective.h"
 #include "dflash2_training.h"
 #include "dflash2_weight_names.h"
 #include "family_model.h"

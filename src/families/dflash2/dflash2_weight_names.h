@@ -1,5 +1,6 @@
-// DFlash2's extra tensors under z-lab's checkpoint names (docs/DFLASH2.md),
-// next to the DFlash names of drafter_weights.h:
+// DFlash2's extra tensors under z-lab's checkpoint names (docs/DFLASH2.md; the names themselves:
+// drafter/conv_selector_weight_names.h, which DrafterWeights::named() lists), next to the DFlash names of
+// drafter_weights.h:
 //   layers.{i}.attention_conv.base_kernel               [2, K, d]
 //   layers.{i}.attention_conv.kernel_projection.weight  [2*K*d/G, d]
 //   layers.{i}.mlp_conv.{base_kernel, kernel_projection.weight}
@@ -12,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "conv_selector_weight_names.h"
+
 namespace dflash::drafter {
 
 struct DFlash2Dims {
@@ -19,14 +22,6 @@ struct DFlash2Dims {
   int64_t conv_kernel_size = 2, conv_group_size = 16;  // K_conv, G
   int64_t selector_rank = 256;                         // r
 };
-
-enum class ConvSite { Attention, Mlp };
-std::string conv_base_kernel_name(int64_t layer, ConvSite site);
-std::string conv_kernel_projection_name(int64_t layer, ConvSite site);
-
-extern const char* const kSelectorHiddenProjection;     // candidate_selector.hidden_projection.weight
-extern const char* const kSelectorPredecessorCodebook;  // candidate_selector.predecessor_codebook
-extern const char* const kSelectorSuccessorCodebook;    // candidate_selector.successor_codebook
 
 // (name, shape) of every DFlash2 tensor beyond DFlash's: layer by layer (attention_conv, then mlp_conv; base
 // kernel, then projection), then the selector. Throws std::invalid_argument when G does not divide d or a

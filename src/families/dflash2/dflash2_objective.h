@@ -13,23 +13,9 @@
 
 #include "block_batch.h"
 #include "candidate_selector.h"
-#include "selector_metrics.h"
+#include "selector_objective_types.h"
 
 namespace dflash::drafter {
-
-struct DFlash2LossOptions {
-  double selector_weight = kDefaultSelectorLossWeight;  // alpha (0: the term is measured, not trained)
-  SelectorLossOptions selector;                         // top_k, inject | strict, stop_gradient
-  int64_t chunk_rows = 1024;                            // drafted rows per chunk (whole blocks; at least one)
-};
-
-// Sums over the batch's blocks (they add up across micro-batches and workers), plus L_sel.
-struct DFlash2Stats {
-  at::Tensor selector_loss;      // L_sel: scalar, differentiable (0 when nothing weighs)
-  SelectorLossTerms terms;       // ce_sum, covered_weight, weight, rows, recall_hits, selector_hits
-  SelectorBlockMetrics blocks;   // blocks; the walk's, the top-K oracle's and the unary path's length sums
-  bool defined() const { return selector_loss.defined(); }
-};
 
 // hidden [b, N*B, d] (the drafter's final-normed hidden states), lm_head [V, d] (frozen), blocks from
 // build_block_batch with block size B. unary_top: the top-K of every row of hidden ([b, N*B, K]) when the caller

@@ -4,22 +4,6 @@
 
 namespace dflash::drafter {
 
-const char* const kSelectorHiddenProjection = "candidate_selector.hidden_projection.weight";
-const char* const kSelectorPredecessorCodebook = "candidate_selector.predecessor_codebook";
-const char* const kSelectorSuccessorCodebook = "candidate_selector.successor_codebook";
-
-namespace {
-std::string conv_prefix(int64_t layer, ConvSite site) {
-  return "layers." + std::to_string(layer) + (site == ConvSite::Attention ? ".attention_conv." : ".mlp_conv.");
-}
-}  // namespace
-
-std::string conv_base_kernel_name(int64_t layer, ConvSite site) { return conv_prefix(layer, site) + "base_kernel"; }
-
-std::string conv_kernel_projection_name(int64_t layer, ConvSite site) {
-  return conv_prefix(layer, site) + "kernel_projection.weight";
-}
-
 std::vector<std::pair<std::string, std::vector<int64_t>>> dflash2_extra_weight_shapes(const DFlash2Dims& d) {
   for (const auto& [name, v] : {std::pair<const char*, int64_t>{"num_hidden_layers", d.num_layers},
                                 {"hidden_size", d.hidden}, {"vocab_size", d.vocab},

@@ -15,8 +15,8 @@ namespace dflash::drafter {
 at::Tensor dflash2_decoder_layer(const LayerWeights& w, const LayerConvWeights& conv, const DecoderLayerShape& s,
                                  int64_t conv_group_size, const at::Tensor& x, const LayerShared& sh);
 
-// Same result with activation checkpointing (decoder_layer.h's checkpointed_decoder_layer): forward without
-// autograd keeping only x, the layer recomputed with autograd in backward. Defined in decoder_layer.cpp, beside it.
+// Same result with activation checkpointing (checkpointed_layer.h, as decoder_layer.h's checkpointed_decoder_layer):
+// forward without autograd keeping only x, the layer recomputed with autograd in backward.
 at::Tensor checkpointed_dflash2_decoder_layer(const LayerWeights& w, const LayerConvWeights& conv,
                                               const DecoderLayerShape& s, int64_t conv_group_size,
                                               const at::Tensor& x, const LayerShared& sh);
