@@ -78,6 +78,8 @@ const std::vector<SpecField>& spec_fields() {
                                   +[](const DrafterConfig& d) { return d.target_layer_ids; }, std::vector<int64_t>{}),
       field<int64_t>("draft_vocab", &S::draft_vocab, &C::draft_vocab,
                      +[](const DrafterConfig& d) { return d.draft_vocab_size; }, int64_t{0}),
+      field<int64_t>("mask_token_id", &S::mask_token_id, &C::mask_token_id,
+                     +[](const DrafterConfig& d) { return d.mask_token_id; }, int64_t{-1}),
   };
   return f;
 }

@@ -36,6 +36,7 @@ struct DrafterSpec {
   std::optional<Sourced<int64_t>> block_size;
   std::optional<Sourced<std::vector<int64_t>>> target_layer_ids;
   std::optional<Sourced<int64_t>> draft_vocab;            // draft_vocab / draft_vocab_size (0: none given)
+  std::optional<Sourced<int64_t>> mask_token_id;          // mask_token_id / dflash_config.mask_token_id (-1: none)
   // The family's own config.json settings (DSpark's heads, DFlash2's convs and selector), keyed as the train
   // config names them (the same names), valued as to_json(TrainConfig) writes them.
   std::map<std::string, Sourced<nlohmann::json>> extras;
