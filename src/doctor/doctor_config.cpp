@@ -52,10 +52,11 @@ void check_run_config(const std::string& path, const RowSink& sink, nlohmann::js
     // data and out are not read here: a config may leave them to flags
     if (cfg.data.empty()) cfg.data = "-";
     if (cfg.out.empty()) cfg.out = "-";
-    validate_run_settings(cfg, "doctor --config");  // train's own reading: the same configs pass, the same errors
+    // train's own reading: the same configs pass, the same errors; the devices parsed once, there
+    const RunDevices node = validate_run_settings(cfg, "doctor --config");
     compute = ops::scalar_type(cfg.dtype);
-    devices = drafter_device_workers(cfg);
-    d = resolve_drafter_config_from_files(cfg);
+    devices = drafter_device_workers(node.drafter);
+    d = resolve_drafter_config_from_files(cfg, node);
     std::vector<int64_t> windows;
     for (int64_t i = 0; i < d.num_hidden_layers; ++i) windows.push_back(d.window_for_layer(i));
     row.detail = "drafter " + std::to_string(d.num_hidden_layers) + " layers, hidden " + std::to_string(d.hidden_size) +

@@ -25,6 +25,7 @@
 #include "plan_commands.h"
 #include "run_shape.h"
 #include "serving_engines.h"
+#include "sourced_spec.h"
 #include "target_loader.h"
 #include "target_presets.h"
 
@@ -101,6 +102,30 @@ struct PlanSource {
 
 PlanSource source_of(const Args& a) { return {a.str("preset"), a.str("config"), a.str("target-config")}; }
 
+// The drafter's source as the spec names it: "preset qwen3-8b", "drafter config d.json" or "the drafter for target
+// t.json"; a drafter config file is the one source the flags cannot override.
+std::string spec_source(const PlanSource& src) {
+  if (!src.preset.empty()) return "preset " + src.preset;
+  if (!src.config.empty()) return "drafter config " + src.config;
+  return "the drafter for target " + src.target_config;
+}
+
+// `d` with the drafter fields `flags` gives (drafter/sourced_spec.h): a drafter config file meets them under the
+// rule (a field given by both with another value is an error naming both, as `dflash train` refuses it); a preset's
+// or a target's drafter takes them over its own, as its defaults.
+void take_flags(drafter::DrafterConfig& d, const drafter::DrafterSpec& flags, const PlanSource& src,
+                const std::string& command) {
+  const drafter::DrafterSpec own = drafter::spec_of_drafter(d, spec_source(src));
+  drafter::apply_spec(src.config.empty() ? drafter::spec_over(own, flags) : drafter::merge_specs(flags, own, command), d);
+}
+
+// --block-size as a spec field ("flag --block-size").
+drafter::DrafterSpec block_size_flag(const Args& a) {
+  drafter::DrafterSpec s;
+  if (a.given("block-size")) s.block_size = drafter::Sourced<int64_t>{a.i64("block-size"), "flag --block-size"};
+  return s;
+}
+
 }  // namespace
 
 // --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
@@ -149,7 +174,7 @@ int plan_node_main(const Args& a, drafter::DrafterFamily family, const PlanSourc
   set_run_shape(ns.drafter, drafter::given_run_shape(a, {"max_len", "num_anchors", "kl_weight", "dtype"}, shape));
   check_step_shape(ns.drafter.seq_len, ns.drafter.num_anchors, "plan --node: --num-anchors", "--max-len");
   if (a.given("batch")) ns.drafter.batch = a.i64("batch");
-  if (a.given("block-size")) ns.drafter.cfg.block_size = a.i64("block-size");
+  take_flags(ns.drafter.cfg, block_size_flag(a), src, "plan --node");
   apply_family(ns.drafter, family, a, "plan --node");
   ns.drafter.device = PlanDevice::Cuda;
   ns.gpu = gpu_spec(a.str("gpu"));
@@ -252,7 +277,7 @@ int plan_main(const std::vector<std::string>& argv) {
                        a, kPlanShape, preset ? drafter_preset(src.preset, "plan").shape : drafter::RunShape{}));
   check_step_shape(s.seq_len, s.num_anchors, "plan: --num-anchors", "--max-len");
   if (pick("batch")) s.batch = a.i64("batch");
-  if (a.given("block-size")) s.cfg.block_size = a.i64("block-size");
+  take_flags(s.cfg, block_size_flag(a), src, "plan");
   if (pick("optimizer")) s.optimizer = optimizer_of(a.str("optimizer"));
   if (a.on("no-master")) s.master_fp32 = false;
   if (pick("device")) s.device = device_of(a.str("device"));
@@ -268,7 +293,9 @@ int plan_main(const std::vector<std::string>& argv) {
       throw std::invalid_argument("plan: --draft-vocab must be in [0, " + std::to_string(s.cfg.vocab_size) +
                                   "] (0: the full vocabulary; at most the target's vocabulary size), got " +
                                   std::to_string(k));
-    s.cfg.draft_vocab_size = k == s.cfg.vocab_size ? 0 : k;
+    drafter::DrafterSpec flag;  // 0 and the full vocabulary are none, as train's draft_vocab 0
+    if (k != 0 && k != s.cfg.vocab_size) flag.draft_vocab = drafter::Sourced<int64_t>{k, "flag --draft-vocab"};
+    take_flags(s.cfg, flag, src, "plan");
   }
 
   if (!a.str("budget").empty()) {

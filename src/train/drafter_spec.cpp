@@ -4,7 +4,6 @@
 #include <stdexcept>
 
 #include "family_registry.h"
-#include "index_list.h"
 
 namespace dflash::train {
 namespace {
@@ -12,51 +11,27 @@ namespace {
 using drafter::DrafterConfig;
 using drafter::DrafterFamily;
 
-std::string shown(int64_t v) { return std::to_string(v); }
-std::string shown(const std::vector<int64_t>& v) { return "[" + util::join_indices(v) + "]"; }
-std::string shown(DrafterFamily f) { return drafter::drafter_family_name(f); }
-std::string shown(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
-
-// The rule, for every field: given on both sides and different is an error naming both; else the one given.
-template <class T>
-void merge_one(const std::string& key, std::optional<Sourced<T>>& into, const std::optional<Sourced<T>>& from,
-               const std::string& command) {
-  if (!from) return;
-  if (!into) {
-    into = from;
-    return;
-  }
-  if (into->value == from->value) return;
-  throw std::invalid_argument(command + ": '" + key + "' is " + shown(into->value) + " (" + into->source + ") but " +
-                              shown(from->value) + " (" + from->source + "); give it once, or the same in both");
-}
-
 template <class T>
 std::optional<T> value_of(const T& v) { return v; }
 template <class T>
 std::optional<T> value_of(const std::optional<T>& v) { return v; }
 
-// One row of the table: how the train config and a drafter config give the field, and where the spec keeps it.
-struct SpecField {
-  std::string key;  // the train config's key; errors name it
+// The train config's side of a row of the spec's table (drafter/sourced_spec.cpp holds the rule and the drafter
+// config's side): which TrainConfig field gives and takes the spec's field.
+struct TrainField {
+  std::string key;  // the train config's key
   std::function<void(DrafterSpec&, const TrainConfig&, const std::string& source)> from_train;
-  std::function<void(DrafterSpec&, const DrafterConfig&, const std::string& source)> from_file;
-  std::function<void(DrafterSpec&, const DrafterSpec&, const std::string& command)> merge;
   std::function<void(const DrafterSpec&, TrainConfig&)> to_train;
 };
 
-// `none`: the value that means "not set" on either side (draft_vocab 0, an empty target_layer_ids).
+// `none`: the value that means "not set" (draft_vocab 0, an empty target_layer_ids, mask_token_id -1).
 template <class T, class TrainT>
-SpecField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::*m, TrainT TrainConfig::*t,
-                T (*of_file)(const DrafterConfig&), std::optional<T> none = std::nullopt) {
-  auto set = [=](DrafterSpec& s, const std::optional<T>& v, const std::string& source) {
-    if (v && !(none && *v == *none)) s.*m = Sourced<T>{*v, source};
-  };
+TrainField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::*m, TrainT TrainConfig::*t,
+                 std::optional<T> none = std::nullopt) {
   return {key,
-          [=](DrafterSpec& s, const TrainConfig& c, const std::string& source) { set(s, value_of(c.*t), source); },
-          [=](DrafterSpec& s, const DrafterConfig& d, const std::string& source) { set(s, of_file(d), source); },
-          [=](DrafterSpec& into, const DrafterSpec& from, const std::string& command) {
-            merge_one(key, into.*m, from.*m, command);
+          [=](DrafterSpec& s, const TrainConfig& c, const std::string& source) {
+            const std::optional<T> v = value_of(c.*t);
+            if (v && !(none && *v == *none)) s.*m = Sourced<T>{*v, source};
           },
           [=](const DrafterSpec& s, TrainConfig& c) {
             if (!(s.*m)) return;
@@ -65,19 +40,17 @@ SpecField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::*
           }};
 }
 
-// The table: the train config's key, the spec's field, the train config's field, the drafter config's value.
-const std::vector<SpecField>& spec_fields() {
+// The train config's key, the spec's field, the train config's field.
+const std::vector<TrainField>& train_fields_of_spec() {
   using S = DrafterSpec;
   using C = TrainConfig;
-  static const std::vector<SpecField> f = {
-      field<DrafterFamily>("drafter_family", &S::family, &C::drafter_family, +[](const DrafterConfig& d) { return d.family; }),
-      field<int64_t>("drafter_layers", &S::drafter_layers, &C::drafter_layers,
-                     +[](const DrafterConfig& d) { return d.num_hidden_layers; }),
-      field<int64_t>("block_size", &S::block_size, &C::block_size, +[](const DrafterConfig& d) { return d.block_size; }),
-      field<std::vector<int64_t>>("target_layer_ids", &S::target_layer_ids, &C::target_layer_ids,
-                                  +[](const DrafterConfig& d) { return d.target_layer_ids; }, std::vector<int64_t>{}),
-      field<int64_t>("draft_vocab", &S::draft_vocab, &C::draft_vocab,
-                     +[](const DrafterConfig& d) { return d.draft_vocab_size; }, int64_t{0}),
+  static const std::vector<TrainField> f = {
+      field<DrafterFamily>("drafter_family", &S::family, &C::drafter_family),
+      field<int64_t>("drafter_layers", &S::drafter_layers, &C::drafter_layers),
+      field<int64_t>("block_size", &S::block_size, &C::block_size),
+      field<std::vector<int64_t>>("target_layer_ids", &S::target_layer_ids, &C::target_layer_ids, std::vector<int64_t>{}),
+      field<int64_t>("draft_vocab", &S::draft_vocab, &C::draft_vocab, int64_t{0}),
+      field<int64_t>("mask_token_id", &S::mask_token_id, &C::mask_token_id, int64_t{-1}),
   };
   return f;
 }
@@ -94,7 +67,7 @@ std::vector<std::string> extra_keys(DrafterFamily f) {
 
 DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<DrafterFamily> extras_family) {
   DrafterSpec s;
-  for (const SpecField& f : spec_fields())
+  for (const TrainField& f : train_fields_of_spec())
     if (const auto it = c.given_from.find(f.key); it != c.given_from.end()) f.from_train(s, c, it->second);
   const nlohmann::json j = to_json(c);
   for (const std::string& key : extra_keys(extras_family.value_or(c.family())))
@@ -102,37 +75,8 @@ DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<DrafterFami
   return s;
 }
 
-DrafterSpec spec_of_drafter_config(const DrafterConfig& d, const std::string& path) {
-  const std::string source = "drafter config " + path;
-  DrafterSpec s;
-  for (const SpecField& f : spec_fields()) f.from_file(s, d, source);
-  const drafter::Family& family = drafter::family_of(d.family);
-  if (const auto settings = family.settings_of(d)) {
-    nlohmann::json j = {{"dflash_config", nlohmann::json::object()}};
-    settings->write(d, j);
-    const drafter::FamilySettingKeys k = family.setting_keys();
-    for (const auto& key : k.top_level)
-      if (j.contains(key)) s.extras[key] = {j.at(key), source};
-    for (const auto& key : k.in_dflash_config)
-      if (j["dflash_config"].contains(key)) s.extras[key] = {j["dflash_config"].at(key), source};
-  }
-  return s;
-}
-
-DrafterSpec merge_specs(const DrafterSpec& a, const DrafterSpec& b, const std::string& command) {
-  DrafterSpec out = a;
-  for (const SpecField& f : spec_fields()) f.merge(out, b, command);
-  for (const auto& [key, value] : b.extras) {
-    std::optional<Sourced<nlohmann::json>> into;
-    if (const auto it = out.extras.find(key); it != out.extras.end()) into = it->second;
-    merge_one(key, into, std::optional<Sourced<nlohmann::json>>(value), command);
-    out.extras[key] = *into;
-  }
-  return out;
-}
-
 void apply_spec(const DrafterSpec& s, TrainConfig& c) {
-  for (const SpecField& f : spec_fields()) f.to_train(s, c);
+  for (const TrainField& f : train_fields_of_spec()) f.to_train(s, c);
   for (const auto& [key, value] : s.extras) apply_json(c, {{key, value.value}}, value.source);
 }
 

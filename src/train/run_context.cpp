@@ -71,14 +71,15 @@ RunContext open_run(const TrainConfig& cfg) {
   at::globalContext().setDeterministicAlgorithms(cfg.deterministic, /*warn_only=*/false);
   const TorchrunEnv env = read_torchrun_env();  // the one reading of the torchrun variables
   const int64_t local_world = env.local_world, local_rank = env.local_rank;
-  const RunDevices node = parse_run_devices(cfg);  // as doctor --config reads them (run_settings.h)
-  run.drafter_devices = local_devices(node.drafter, local_rank, local_world, "train config: 'drafter_devices'", false);
-  run.target_layout = local_target_layout(node.target, local_rank, local_world, "train config: 'target_devices'");
+  run.node = parse_run_devices(cfg);  // as doctor --config reads them (run_settings.h)
+  run.drafter_devices = local_devices(run.node.drafter, local_rank, local_world, "train config: 'drafter_devices'", false);
+  run.target_layout = local_target_layout(run.node.target, local_rank, local_world, "train config: 'target_devices'");
   bool all_cuda = true;
   for (const auto& d : run.drafter_devices) all_cuda = all_cuda && d.is_cuda();
   run.grad_device = all_cuda ? run.drafter_devices.front() : at::Device(at::kCPU);
   run.compute = ops::scalar_type(cfg.dtype);  // validate() refused fp16
   run.master_dtype = run.compute == at::kDouble ? at::kDouble : at::kFloat;
+  run.target_compute = ops::scalar_type(cfg.target_dtype);
   run.coll = collective_from_env(env, cfg.dist_backend, run.grad_device);
   run.lead = run.coll->rank() == 0;
   // Checked now, created by run_training once every check has passed (a refused start leaves no folder).

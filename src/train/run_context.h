@@ -10,6 +10,7 @@
 #include "checkpoint.h"
 #include "device_layout.h"
 #include "distributed.h"
+#include "run_settings.h"
 #include "train_config.h"
 
 namespace dflash::train {
@@ -23,6 +24,10 @@ struct RunContext {
   std::unique_ptr<Collective> coll;
   bool lead = true;                    // rank 0 writes files and logs
   at::ScalarType compute = at::kBFloat16, master_dtype = at::kFloat;
+  at::ScalarType target_compute = at::kFloat;  // target_dtype
+  // The node's devices as the config names them (before the slice above): the memory check counts a device's
+  // workers over the whole node. Parsed once here; later phases take these, not the text.
+  RunDevices node;
   std::unique_ptr<TrainState> resume;  // the checkpoint a --resume run continues from
 };
 

@@ -30,6 +30,11 @@ drafter::DrafterLossOptions run_loss_options(const TrainConfig& cfg, const draft
 
 ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, int64_t workers, int rank,
                                    int world, int64_t replicas, int64_t stages) {
+  return producer_settings(cfg, d, run_loss_options(cfg, d).gamma, workers, rank, world, replicas, stages);
+}
+
+ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, double gamma,
+                                   int64_t workers, int rank, int world, int64_t replicas, int64_t stages) {
   ProducerSettings ps;
   ps.dcfg = d;
   ps.batch_size = cfg.batch_size;
@@ -41,7 +46,7 @@ ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::Drafte
   ps.num_anchors = cfg.num_anchors;
   ps.seed = cfg.seed;
   ps.pack = cfg.pack;
-  ps.gamma = run_loss_options(cfg, d).gamma;
+  ps.gamma = gamma;
   ps.want_last_hidden = cfg.kl_weight > 0 || drafter::family_cost(d).needs_last_hidden(d);
   ps.queue_depth = cfg.queue_depth;
   // As the workers: `threads` each, else the machine's cores shared among the threads that compute at once.

@@ -74,6 +74,9 @@ struct ProducerSettings {
 // target has `replicas` x `stages` (online) threads computing at once.
 ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, int64_t workers, int rank,
                                    int world, int64_t replicas = 1, int64_t stages = 1);
+// The same with the loss's gamma as the run resolved it already (StepRunner::loss_options), not resolved again.
+ProducerSettings producer_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, double gamma,
+                                   int64_t workers, int rank, int world, int64_t replicas, int64_t stages);
 
 class StepProducer {
  public:

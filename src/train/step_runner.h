@@ -70,6 +70,8 @@ class StepRunner {
   StepOutcome step(const StepItem& item, int64_t step, int64_t total_steps, bool stop_here);
   // Seconds the workers have spent computing so far (forward + backward), averaged over the workers.
   double busy_seconds() const;
+  // The loss as run_loss_options resolved it once for this run (the producer takes its gamma from here).
+  const drafter::DrafterLossOptions& loss_options() const { return loss_; }
 
  private:
   struct Replica {

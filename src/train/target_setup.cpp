@@ -90,12 +90,12 @@ void check_target_layout_fits(const TrainConfig& cfg, const models::TargetConfig
 }  // namespace
 
 void check_target_layout(const TrainConfig& cfg, const models::TargetConfig& tcfg, const drafter::DrafterConfig& d,
-                         const models::DeviceLayout& layout) {
+                         const models::DeviceLayout& layout, at::ScalarType target_dtype) {
   if (layout.num_stages() > tcfg.num_hidden_layers)
     throw std::invalid_argument("train config: 'target_devices' '" + cfg.target_devices.text + "' has " +
                                 std::to_string(layout.num_stages()) + " pipeline stages per replica for a target of " +
                                 std::to_string(tcfg.num_hidden_layers) + " layers (at most one stage per layer)");
-  check_target_layout_fits(cfg, tcfg, d, layout, ops::scalar_type(cfg.target_dtype));
+  check_target_layout_fits(cfg, tcfg, d, layout, target_dtype);
 }
 
 plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute,
@@ -117,10 +117,9 @@ plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::Draf
   return ps;
 }
 
-std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainConfig& cfg) {
+std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const std::vector<at::Device>& node_drafter) {
   std::vector<std::pair<at::Device, int64_t>> devices;
-  for (const util::DeviceName& name : cfg.drafter_devices.devices) {
-    const at::Device dev = ops::device_of(name);
+  for (const at::Device& dev : node_drafter) {
     const auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& p) { return p.first == dev; });
     if (it == devices.end()) devices.emplace_back(dev, 1);
     else ++it->second;
@@ -144,9 +143,10 @@ void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::S
                               " (at " + plan.peak_phase + "), over the budget of " + util::human_bytes(budget) + hint);
 }
 
-void check_memory(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute) {
+void check_memory(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute,
+                  const std::vector<at::Device>& node_drafter) {
   check_budget(cfg, d, compute);
-  for (const auto& [dev, workers] : drafter_device_workers(cfg)) {
+  for (const auto& [dev, workers] : drafter_device_workers(node_drafter)) {
     const plan::PlanSettings ps =
         run_plan_settings(cfg, d, compute, dev.is_cuda() ? plan::PlanDevice::Cuda : plan::PlanDevice::Cpu);
     const plan::MemoryPlan p = plan::plan_memory(ps);
@@ -172,7 +172,7 @@ models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d) {
   return t;
 }
 
-drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg) {
+drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg, const RunDevices& node) {
   models::TargetConfig target;
   try {
     target = models::read_target_config(cfg.target);
@@ -181,7 +181,7 @@ drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg)
     return resolve_drafter_config(cfg, target_shapes_of(drafter::load_drafter_config(cfg.drafter_config)));
   }
   const drafter::DrafterConfig d = resolve_drafter_config(cfg, target);
-  check_target_layout(cfg, target, d, parse_run_devices(cfg).target);
+  check_target_layout(cfg, target, d, node.target, ops::scalar_type(cfg.target_dtype));
   return d;
 }
 
@@ -219,16 +219,24 @@ void copy_target_layers(const models::TargetModel& target, int64_t first, drafte
 }
 
 drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& t) {
+  std::optional<drafter::DrafterConfig> file;
+  if (!cfg.drafter_config.empty()) file = drafter::load_drafter_config(cfg.drafter_config);
+  return resolve_drafter_config(cfg, t, file);
+}
+
+drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& t,
+                                              const std::optional<drafter::DrafterConfig>& file) {
   drafter::DrafterConfig d;
-  if (!cfg.drafter_config.empty()) {
-    d = drafter::load_drafter_config(cfg.drafter_config);
+  if (file) {
+    d = *file;
     // The run's draft vocabulary is set_up_draft_vocab's alone (draft_vocab, which resolve_drafter_family took from
     // this file): the file's own count must not outlive a full-vocabulary run in its saved drafter config.
     d.draft_vocab_size = 0;
-    if (cfg.mask_token_id >= 0) d.mask_token_id = cfg.mask_token_id;
-    // The drafter config sets its fields: one given beside it with another value is refused, not dropped
-    // (drafter_spec.h's rule; resolve_drafter_family applied it to `cfg` already, this keeps callers that skip it).
+    // The drafter config sets its fields, mask_token_id included: one given beside it with another value is refused,
+    // not dropped (drafter_spec.h's rule; resolve_drafter_family applied it to `cfg` already, this keeps callers
+    // that skip it). A file without a mask token takes the train config's.
     merge_specs(spec_of_train_config(cfg, d.family), spec_of_drafter_config(d, cfg.drafter_config), "train config");
+    if (d.mask_token_id < 0) d.mask_token_id = cfg.mask_token_id;
   } else {
     d = drafter::drafter_config_for_target(t, cfg.drafter_layers, cfg.block_size, cfg.mask_token_id,
                                            cfg.target_layer_ids);
@@ -261,25 +269,27 @@ TargetSide load_target_side(const TrainConfig& cfg, const RunContext& run) {
                                 " holds the target's features: the target does not run), got '" + cfg.target_devices.text + "'");
   // Offline data + a drafter config + an HF folder: only the embedding and LM head are read, so targets
   // this project cannot run still work with their existing hidden-state dumps.
-  const bool frozen_only = t.samples->has_features() && !cfg.drafter_config.empty() && fs::is_directory(cfg.target);
+  // The drafter config file, read once for every phase below.
+  std::optional<drafter::DrafterConfig> file;
+  if (!cfg.drafter_config.empty()) file = drafter::load_drafter_config(cfg.drafter_config);
+  const bool frozen_only = t.samples->has_features() && file && fs::is_directory(cfg.target);
   if (frozen_only) {
-    const drafter::DrafterConfig file_cfg = drafter::load_drafter_config(cfg.drafter_config);
-    models::TargetConfig tcfg = target_shapes_of(file_cfg);  // what resolve_drafter_config checks: its own shapes first
-    check_memory(cfg, resolve_drafter_config(cfg, tcfg), compute);  // before the embedding is read
-    t.frozen = frozen_from_folder(cfg.target, file_cfg.tie_word_embeddings);
+    models::TargetConfig tcfg = target_shapes_of(*file);  // what resolve_drafter_config checks: its own shapes first
+    check_memory(cfg, resolve_drafter_config(cfg, tcfg, file), compute, run.node.drafter);  // before the embedding is read
+    t.frozen = frozen_from_folder(cfg.target, file->tie_word_embeddings);
     tcfg.vocab_size = t.frozen.embed.size(0);  // then checked against the weights themselves
     tcfg.hidden_size = t.frozen.embed.size(1);
-    t.dcfg = resolve_drafter_config(cfg, tcfg);
+    t.dcfg = resolve_drafter_config(cfg, tcfg, file);
   } else {
     const models::TargetConfig tcfg = models::read_target_config(cfg.target);
-    t.dcfg = resolve_drafter_config(cfg, tcfg);
-    check_memory(cfg, t.dcfg, compute);
+    t.dcfg = resolve_drafter_config(cfg, tcfg, file);
+    check_memory(cfg, t.dcfg, compute, run.node.drafter);
     models::TargetLoadOptions topt;
-    topt.dtype = ops::scalar_type(cfg.target_dtype);
+    topt.dtype = run.target_compute;
     const bool online = !t.samples->has_features();
     const models::DeviceLayout& layout = run.target_layout;
     if (online) {  // the target's layers over target_devices: replicas x pipeline stages
-      check_target_layout(cfg, tcfg, t.dcfg, layout);
+      check_target_layout(cfg, tcfg, t.dcfg, layout, run.target_compute);
       const auto& first = layout.replicas.front();
       if (first.size() > 1 || first.front() != at::Device(at::kCPU))
         topt.stages = models::split_layers(int(tcfg.num_hidden_layers), first);

@@ -3,6 +3,7 @@
 // which the step producer runs. The memory budget is checked before any weight is read.
 #pragma once
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -50,18 +51,22 @@ void set_up_draft_vocab(const TrainConfig& cfg, const RunContext& run, TargetSid
 // The drafter config: cfg.drafter_config's file, else derived from the target's architecture (hidden/heads/MLP
 // of the target, cfg.drafter_layers layers, the default target_layer_ids of docs/DFLASH.md).
 drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& target);
+// The same with cfg.drafter_config's file already read (`file`; nullopt without one): a run reads it once.
+drafter::DrafterConfig resolve_drafter_config(const TrainConfig& cfg, const models::TargetConfig& target,
+                                              const std::optional<drafter::DrafterConfig>& file);
 
 // Online data, before any weight is read: target_devices against the target's config: at most one pipeline stage
-// per layer, and every CUDA stage device holds its stage (weights + a micro-batch's activations).
+// per layer, and every CUDA stage device holds its stage (weights + a micro-batch's activations) in `target_dtype`.
 void check_target_layout(const TrainConfig& cfg, const models::TargetConfig& tcfg, const drafter::DrafterConfig& d,
-                         const models::DeviceLayout& layout);
+                         const models::DeviceLayout& layout, at::ScalarType target_dtype);
 
 // Without reading any weights (what `dflash doctor --config` needs): the drafter config as above from the target's
 // config (config.json or the GGUF header), then check_target_layout on the node's target_devices, so doctor fails
 // the configs train fails once it has read the target; when the target's config cannot be read and
 // cfg.drafter_config is given, the drafter config from its own shapes, as offline training of a target this project
 // cannot run resolves it before reading the embedding (no target check then).
-drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg);
+// `node`: the devices validate_run_settings parsed.
+drafter::DrafterConfig resolve_drafter_config_from_files(const TrainConfig& cfg, const RunDevices& node);
 // The target shapes a drafter config names (vocabulary, hidden size, layers, tied embeddings).
 models::TargetConfig target_shapes_of(const drafter::DrafterConfig& d);
 
@@ -71,12 +76,13 @@ plan::PlanSettings run_plan_settings(const TrainConfig& cfg, const drafter::Draf
 // `budget` (when set): the planned peak of one worker's micro-batch must fit it, else an std::invalid_argument
 // naming both and the settings that would fit. Checked before any weight is read.
 void check_budget(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);
-// Each drafter device once, in order, with the number of workers drafter_devices puts on it.
-std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const TrainConfig& cfg);
+// Each drafter device once, in order, with the number of workers the node's drafter_devices (parsed) puts on it.
+std::vector<std::pair<at::Device, int64_t>> drafter_device_workers(const std::vector<at::Device>& node_drafter);
 // check_budget, then each drafter device: the planned peak of its workers must fit what it has available
 // (plan/memory_fit.h, the comparison `doctor --config` reports), else an std::invalid_argument naming the peak, the
 // memory available and the settings that would fit. Checked before any weight is read.
-void check_memory(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute);
+void check_memory(const TrainConfig& cfg, const drafter::DrafterConfig& d, at::ScalarType compute,
+                  const std::vector<at::Device>& node_drafter);
 
 // Drafter layer i <- target layer first + i, tensor by tensor (init_from_target_layer).
 void copy_target_layers(const models::TargetModel& target, int64_t first, drafter::DrafterWeights& w);

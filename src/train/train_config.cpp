@@ -507,6 +507,12 @@ nlohmann::json to_json(const TrainConfig& c) {
 }
 
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where) {
+  apply_json(c, j, SettingSource{SettingSource::Kind::File, where});
+}
+
+void apply_json(TrainConfig& c, const nlohmann::json& j, const SettingSource& from) {
+  const bool flags = from.kind == SettingSource::Kind::Flags;
+  const std::string where = flags ? "command line" : from.name;
   if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object of settings");
   for (auto it = j.begin(); it != j.end(); ++it) {  // not a structured binding: lambdas below use them (clang 14)
     const std::string& key = it.key();
@@ -532,8 +538,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
             try {
               e = TextKind<T>::read(text, c.*m);
             } catch (const std::invalid_argument& x) {  // a grammar of its own, its error naming the key
-              throw std::invalid_argument((where == "command line" ? std::string("train config") : where) + ": " +
-                                          x.what());
+              throw std::invalid_argument((flags ? std::string("train config") : where) + ": " + x.what());
             }
             if (e)
               throw std::invalid_argument(where + ": '" + key + "' must be " + e->must_be + ", got '" + text + "'" +
@@ -553,7 +558,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& wher
           }
         },
         f->member);
-    c.given_from[key] = where;
+    c.given_from[key] = flags ? "flag --" + flag_name(key) : where;
   }
 }
 
@@ -654,8 +659,7 @@ TrainConfig over(TrainConfig base, const TrainArgs& args) {
     apply_config_file(base, args.config_file);
     for (auto& [key, where] : base.given_from) where = "train config " + where;  // the path, or path:line (YAML)
   }
-  apply_json(base, args.flags, "command line");
-  for (auto it = args.flags.begin(); it != args.flags.end(); ++it) base.given_from[it.key()] = "flag --" + flag_name(it.key());
+  apply_json(base, args.flags, SettingSource::flags());
   return base;
 }
 

@@ -124,10 +124,20 @@ const std::vector<FieldInfo>& train_fields();
 
 // Each field as it is written (typed fields in their canonical spelling), so a saved config reads back the same.
 nlohmann::json to_json(const TrainConfig& c);
-// Sets the fields present in `j` on `c`, parsing each into its type; `where` names the source (a file, or
-// "command line") in errors: "<where>: key 'lr' expects a number, got ..." for a JSON type,
-// "<where>: 'dtype' must be bf16, fp32 or fp64, got 'x'" for a value of the wrong spelling.
+// Sets the fields present in `j` on `c`, parsing each into its type; `where` names the source (a file) in errors:
+// "<where>: key 'lr' expects a number, got ..." for a JSON type, "<where>: 'dtype' must be bf16, fp32 or fp64, got
+// 'x'" for a value of the wrong spelling; each key set is recorded as given by `where` (c.given_from).
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where);
+// Where a set of settings comes from, by kind rather than by its text: a settings file (`name`: its path, or
+// path:line) or the command line's flags, whose errors say "command line" (a value's own grammar: "train config")
+// and whose keys are recorded as given by "flag --key".
+struct SettingSource {
+  enum class Kind { File, Flags };
+  Kind kind = Kind::File;
+  std::string name;  // the file ("" for flags)
+  static SettingSource flags() { return {Kind::Flags, ""}; }
+};
+void apply_json(TrainConfig& c, const nlohmann::json& j, const SettingSource& from);
 // Reads a JSON config file (YAML files are read by apply_config_file).
 nlohmann::json read_config_file(const std::string& path);
 // Sets the fields of a JSON or YAML settings file on `c`: .json is JSON, .yaml/.yml is YAML, any other name

@@ -37,8 +37,7 @@ extern "C" void on_sigint(int) {
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
 }
 
-void describe_run(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, int64_t total_steps,
-                  int64_t per_step) {
+void describe_run(const RunContext& run, const TargetSide& side, int64_t total_steps, int64_t per_step) {
   std::string ids, devices;
   // Appended piecewise: GCC 12 warns (-Wrestrict, a false positive) on `"," + std::string` once inlined here.
   for (auto id : side.dcfg.target_layer_ids) (ids += ids.empty() ? "" : ",") += std::to_string(id);
@@ -109,9 +108,10 @@ void log_kernels(const KernelChoices& kernels, const RunContext& run, TrainLog& 
 // atomically; remembers the last step saved for the divergence message.
 class Checkpointer {
  public:
-  Checkpointer(const TrainConfig& cfg, const RunContext& run, const TargetSide& side, const MasterState& master,
-               TrainLog& log, const TrainHooks& hooks)
-      : cfg_(cfg), run_(run), side_(side), master_(master), log_(log), hooks_(hooks),
+  // `settings`: to_json(cfg), made once for every checkpoint.
+  Checkpointer(const TrainConfig& cfg, const nlohmann::json& settings, const RunContext& run, const TargetSide& side,
+               const MasterState& master, TrainLog& log, const TrainHooks& hooks)
+      : cfg_(cfg), settings_(settings), run_(run), side_(side), master_(master), log_(log), hooks_(hooks),
         saved_step_(run.resume ? run.resume->step : -1) {}
 
   bool saved_any() const { return saved_step_ >= 0; }
@@ -119,7 +119,7 @@ class Checkpointer {
     if (!run_.lead) return;
     if (!master_.finite())  // the step checks loss and gradient norm; this guards the file itself
       throw std::runtime_error("step " + std::to_string(step) + ": the master weights hold NaN/Inf; not saved");
-    const nlohmann::json info = {{"settings", to_json(cfg_)}, {"seed", cfg_.seed}, {"world", run_.coll->world()},
+    const nlohmann::json info = {{"settings", settings_}, {"seed", cfg_.seed}, {"world", run_.coll->world()},
                                  {"workers", run_.drafter_devices.size()}};
     auto kill_hook = [&] {
       if (hooks_.kill_in_save_step != step) return;
@@ -140,6 +140,7 @@ class Checkpointer {
 
  private:
   const TrainConfig& cfg_;
+  const nlohmann::json& settings_;
   const RunContext& run_;
   const TargetSide& side_;
   const MasterState& master_;
@@ -182,29 +183,30 @@ void log_run_summary(const TrainConfig& cfg, const RunContext& run, const Target
 
 // The settings that scale the loss, the family's own included (each is bounded by TrainConfig::validate, but the
 // bounds leave room to overflow bf16): "kl_weight (now 0), gamma (now 0), selector_loss_weight (now 1000)".
-std::string loss_settings(const TrainConfig& cfg) {
+std::string loss_settings(const TrainConfig& cfg, const nlohmann::json& settings) {
   std::ostringstream s;
   s << "kl_weight (now " << cfg.kl_weight << "), gamma (now " << cfg.gamma << ")";
-  const nlohmann::json settings = to_json(cfg);
   for (const std::string& key : drafter::family_training(cfg.family()).loss_setting_keys())
     s << ", " << key << " (now " << drafter::run_setting_number(settings, key) << ")";
   return s.str();
 }
 
-std::string diverged_advice(const TrainConfig& cfg, const DivergedError& e, const std::string& kept, bool first_update) {
+std::string diverged_advice(const TrainConfig& cfg, const nlohmann::json& settings, const DivergedError& e,
+                            const std::string& kept, bool first_update) {
+  const std::string loss = loss_settings(cfg, settings), dtype = util::dtype_name(cfg.dtype);
   std::ostringstream s;
   if (first_update) {  // no optimizer step has run: the learning rate cannot be the cause
     s << e.what() << " (the first step of the run, before any update: not the learning rate); the initial drafter, "
-      << "its inputs or its loss give non-finite numbers: check the loss settings (" << loss_settings(cfg)
+      << "its inputs or its loss give non-finite numbers: check the loss settings (" << loss
       << "), the target's features and its config (rope_theta, rope_scaling, rms_norm_eps), init_std (now "
       << cfg.init_std << "), init_final_norm (now " << cfg.init_final_norm << ") or bf16 -> fp32 (dtype, now "
-      << util::dtype_name(cfg.dtype) << ")";
+      << dtype << ")";
     return s.str();
   }
   s << e.what() << "; the weights were not updated and " << kept
     << ". Try a lower lr (now " << cfg.lr << "), gradient clipping (clip, now " << cfg.clip
-    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << "), smaller loss settings (" << loss_settings(cfg)
-    << ") or bf16 -> fp32 (dtype, now " << util::dtype_name(cfg.dtype) << "), then --resume";
+    << "), a longer warmup (warmup_ratio, now " << cfg.warmup_ratio << "), smaller loss settings (" << loss
+    << ") or bf16 -> fp32 (dtype, now " << dtype << "), then --resume";
   return s.str();
 }
 
@@ -232,7 +234,8 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   const int64_t stages = online ? run.target_layout.num_stages() : 1;
   const KernelChoices kernels = choose_kernels(runner);  // attention_backend fused refuses here
   StepProducer producer(
-      producer_settings(cfg, side.dcfg, workers, run.coll->rank(), run.coll->world(), replicas, stages),
+      producer_settings(cfg, side.dcfg, runner.loss_options().gamma, workers, run.coll->rank(), run.coll->world(),
+                        replicas, stages),
       *side.samples, targets, start_step, total_steps, start_pos);
 
   // Every check has passed: only now does the run folder appear and get its files (issue 36: a refused start
@@ -251,13 +254,14 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
     drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
     if (side.draft_counts.defined())
       save_draft_vocab(cfg.out, {side.draft_ids, side.draft_counts, side.draft_lm_head});
-    describe_run(cfg, run, side, total_steps, per_step);
+    describe_run(run, side, total_steps, per_step);
   }
   TrainLog log(cfg.out, run.lead, start_step, total_steps, cfg.log_every);
   log_kernels(kernels, run, log, start_step);
   log.set_producer_name(online ? "target" : "data");
   RunReporter reporter(cfg, run.lead, log);  // report_to: follows metrics.jsonl from here, never waited on
-  Checkpointer checkpoints(cfg, run, side, master, log, hooks);
+  const nlohmann::json settings = to_json(cfg);  // what each checkpoint records, made once
+  Checkpointer checkpoints(cfg, settings, run, side, master, log, hooks);
   int64_t step = start_step, pos = start_pos;
   bool stopped = false;
   RowTotals rows;  // this process's, for the summary
@@ -288,7 +292,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   } catch (const DivergedError& e) {
     producer.stop();
     if (checkpoints.saved_any()) made.keep();
-    throw std::runtime_error(diverged_advice(cfg, e, checkpoints.kept(), start_step == 0 && e.step == 1));
+    throw std::runtime_error(diverged_advice(cfg, settings, e, checkpoints.kept(), start_step == 0 && e.step == 1));
   } catch (...) {
     if (checkpoints.saved_any()) made.keep();
     throw;

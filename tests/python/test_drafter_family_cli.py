@@ -222,3 +222,19 @@ def test_every_command_refuses_a_family_draft_vocabulary_saying_why(dflash_bin, 
               "--drafter-family", family, "--draft-vocab", "8")
     assert out.returncode == 1
     assert f"'draft_vocab' must be 0 with drafter_family {family} ({why})" in out.stderr, out.stderr
+
+
+def test_plan_block_size_meets_a_drafter_config_under_the_rule(dflash_bin, files):
+    """plan builds the drafter spec train builds (drafter/sourced_spec.h): --block-size that differs from a drafter
+    config's is an error naming both sources (it used to replace the file's without a word); the same value is
+    fine; a preset's drafter takes the flag over its own (the preset is its default)."""
+    out = run(dflash_bin, files, "plan", "--config", "dflash.json", "--block-size", "8")
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "dflash: error: plan: 'block_size' is 8 (flag --block-size) but 4 (drafter config dflash.json); give it once, "
+        "or the same in both"], out.stderr
+    same = run(dflash_bin, files, "plan", "--config", "dflash.json", "--block-size", "4", "--json")
+    assert same.returncode == 0, same.stderr
+    preset = run(dflash_bin, files, "plan", "--preset", "cpu-small", "--block-size", "8", "--json")
+    assert preset.returncode == 0, preset.stderr
+    assert json.loads(preset.stdout)["drafter_config"]["block_size"] == 8

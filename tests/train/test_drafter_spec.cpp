@@ -136,3 +136,20 @@ TEST(DrafterSpec, TheRuleOnTwoSpecs) {
   b.block_size.reset();
   EXPECT_EQ(merge_specs(a, b, "plan").extras.at("selector_rank").source, "flag --selector-rank");  // equal: the first
 }
+
+// mask_token_id is one row of the table too: a train config's that differs from the drafter config's is an error
+// naming both sources (it used to replace the file's silently); equal or not given, the file's is taken.
+TEST(DrafterSpec, AMaskTokenInConflictIsAnError) {
+  const std::string drafter = drafter_file("mask.json");  // dflash_config.mask_token_id 31
+  const std::string settings = "/tmp/dflash_spec_" + std::to_string(::getpid()) + "_train.json";
+  EXPECT_EQ(resolve_error({{"mask_token_id", 7}}, {}, drafter),
+            "train: 'mask_token_id' is 7 (train config " + settings + ") but 31 (drafter config " + drafter +
+                "); give it once, or the same in both");
+  EXPECT_EQ(resolve_error(nlohmann::json(), {"--mask-token-id", "30"}, drafter),
+            "train: 'mask_token_id' is 30 (flag --mask-token-id) but 31 (drafter config " + drafter +
+                "); give it once, or the same in both");
+  EXPECT_EQ(resolved({{"mask_token_id", 31}}, {}, drafter).mask_token_id, 31);
+  const TrainConfig c = resolved(nlohmann::json::object(), {}, drafter);
+  EXPECT_EQ(c.mask_token_id, 31);
+  EXPECT_EQ(c.given_from.at("mask_token_id"), "drafter config " + drafter);
+}

@@ -1,0 +1,124 @@
+#include "sourced_spec.h"
+
+#include <functional>
+#include <stdexcept>
+
+#include "drafter_family.h"
+#include "family_registry.h"
+#include "index_list.h"
+
+namespace dflash::drafter {
+namespace {
+
+std::string shown(int64_t v) { return std::to_string(v); }
+std::string shown(const std::vector<int64_t>& v) { return "[" + util::join_indices(v) + "]"; }
+std::string shown(DrafterFamily f) { return drafter_family_name(f); }
+std::string shown(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+
+// The rule, for every field: given on both sides and different is an error naming both; else the one given.
+template <class T>
+void merge_one(const std::string& key, std::optional<Sourced<T>>& into, const std::optional<Sourced<T>>& from,
+               const std::string& command) {
+  if (!from) return;
+  if (!into) {
+    into = from;
+    return;
+  }
+  if (into->value == from->value) return;
+  throw std::invalid_argument(command + ": '" + key + "' is " + shown(into->value) + " (" + into->source + ") but " +
+                              shown(from->value) + " (" + from->source + "); give it once, or the same in both");
+}
+
+// One row of the table: how a drafter config gives the field and takes it, and how two specs meet on it.
+struct SpecField {
+  std::string key;  // the train config's key; errors name it
+  std::function<void(DrafterSpec&, const DrafterConfig&, const std::string& source)> from_drafter;
+  std::function<void(DrafterSpec&, const DrafterSpec&, const std::string& command)> merge;
+  std::function<void(DrafterSpec&, const DrafterSpec&)> over;
+  std::function<void(const DrafterSpec&, DrafterConfig&)> to_drafter;
+};
+
+// `none`: the drafter config's value that means "not set" (draft_vocab_size 0, an empty target_layer_ids, mask -1).
+// `into`: the drafter config's field (nullptr: not set by apply_spec).
+template <class T, class DrafterT>
+SpecField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::*m, DrafterT DrafterConfig::*into,
+                std::optional<T> none = std::nullopt) {
+  return {key,
+          [=](DrafterSpec& s, const DrafterConfig& d, const std::string& source) {
+            const T v = d.*into;
+            if (!(none && v == *none)) s.*m = Sourced<T>{v, source};
+          },
+          [=](DrafterSpec& a, const DrafterSpec& b, const std::string& command) { merge_one(key, a.*m, b.*m, command); },
+          [=](DrafterSpec& a, const DrafterSpec& b) {
+            if (b.*m) a.*m = b.*m;
+          },
+          [=](const DrafterSpec& s, DrafterConfig& d) {
+            if (s.*m) d.*into = (s.*m)->value;
+          }};
+}
+
+// The table: the key, the spec's field, the drafter config's field.
+const std::vector<SpecField>& spec_fields() {
+  using S = DrafterSpec;
+  using D = DrafterConfig;
+  static const std::vector<SpecField> f = [] {
+    std::vector<SpecField> rows = {
+        field<DrafterFamily>("drafter_family", &S::family, &D::family),
+        field<int64_t>("drafter_layers", &S::drafter_layers, &D::num_hidden_layers),
+        field<int64_t>("block_size", &S::block_size, &D::block_size),
+        field<std::vector<int64_t>>("target_layer_ids", &S::target_layer_ids, &D::target_layer_ids,
+                                    std::vector<int64_t>{}),
+        field<int64_t>("draft_vocab", &S::draft_vocab, &D::draft_vocab_size, int64_t{0}),
+        field<int64_t>("mask_token_id", &S::mask_token_id, &D::mask_token_id, int64_t{-1}),
+    };
+    rows.front().to_drafter = [](const DrafterSpec&, DrafterConfig&) {};  // a family comes with its settings
+    return rows;
+  }();
+  return f;
+}
+
+}  // namespace
+
+DrafterSpec spec_of_drafter(const DrafterConfig& d, const std::string& source) {
+  DrafterSpec s;
+  for (const SpecField& f : spec_fields()) f.from_drafter(s, d, source);
+  const Family& family = family_of(d.family);
+  if (const auto settings = family.settings_of(d)) {
+    nlohmann::json j = {{"dflash_config", nlohmann::json::object()}};
+    settings->write(d, j);
+    const FamilySettingKeys k = family.setting_keys();
+    for (const auto& key : k.top_level)
+      if (j.contains(key)) s.extras[key] = {j.at(key), source};
+    for (const auto& key : k.in_dflash_config)
+      if (j["dflash_config"].contains(key)) s.extras[key] = {j["dflash_config"].at(key), source};
+  }
+  return s;
+}
+
+DrafterSpec spec_of_drafter_config(const DrafterConfig& d, const std::string& path) {
+  return spec_of_drafter(d, "drafter config " + path);
+}
+
+DrafterSpec merge_specs(const DrafterSpec& a, const DrafterSpec& b, const std::string& command) {
+  DrafterSpec out = a;
+  for (const SpecField& f : spec_fields()) f.merge(out, b, command);
+  for (const auto& [key, value] : b.extras) {
+    std::optional<Sourced<nlohmann::json>> into;
+    if (const auto it = out.extras.find(key); it != out.extras.end()) into = it->second;
+    merge_one(key, into, std::optional<Sourced<nlohmann::json>>(value), command);
+    out.extras[key] = *into;
+  }
+  return out;
+}
+
+DrafterSpec spec_over(DrafterSpec base, const DrafterSpec& over) {
+  for (const SpecField& f : spec_fields()) f.over(base, over);
+  for (const auto& [key, value] : over.extras) base.extras[key] = value;
+  return base;
+}
+
+void apply_spec(const DrafterSpec& s, DrafterConfig& d) {
+  for (const SpecField& f : spec_fields()) f.to_drafter(s, d);
+}
+
+}  // namespace dflash::drafter
