@@ -72,7 +72,7 @@ DFlash2Proposer::DFlash2Proposer(const LoadedDrafter& d, const models::TargetMod
                                  ops::AttentionBackend attention)
     : DFlashProposer(d, target, max_draft, attention) {
   const std::string where = d.dir + "/config.json";
-  if (d.config.family != drafter::DrafterFamily::DFlash2)
+  if (std::string(d.config.family.name()) != "dflash2")
     throw std::invalid_argument(where + ": DFlash2Proposer needs a dflash2 drafter (architectures DFlash2DraftModel)");
   if (d.lm_head.defined())
     throw std::invalid_argument(where + ": field 'draft_vocab_size': expected 0 for a dflash2 drafter (its selector "

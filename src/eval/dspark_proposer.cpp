@@ -24,7 +24,7 @@ DSparkProposer::DSparkProposer(const LoadedDrafter& d, const models::TargetModel
                                ops::AttentionBackend attention, double confidence_threshold)
     : DFlashProposer(d, target, max_draft, attention), confidence_threshold_(confidence_threshold) {
   const std::string where = d.dir + "/config.json";
-  if (d.config.family != drafter::DrafterFamily::DSpark)
+  if (std::string(d.config.family.name()) != "dspark")
     throw std::invalid_argument(where + ": DSparkProposer needs a dspark drafter (architectures Qwen3DSparkModel)");
   if (d.lm_head.defined())
     throw std::invalid_argument(where + ": field 'draft_vocab_size': expected 0 for a dspark drafter (its Markov "

@@ -19,7 +19,7 @@
 #include "dflash_proposer.h"
 #include "drafter_attention.h"
 #include "drafter_config.h"
-#include "drafter_family.h"
+#include "family_registry.h"
 #include "drafter_proposers.h"
 #include "eval_commands.h"
 #include "eval_report.h"
@@ -187,7 +187,7 @@ nlohmann::json eval_json(const EvalOptions& o, const ProposerSide* side, const d
   if (side) {
     // block_size: the drafter's B (DSpark drafts all B and verifies B + 1 tokens: verified_per_cycle).
     j["drafter"] = side->drafter ? side->drafter->dir : o.proposer;
-    j["drafter_family"] = side->drafter ? drafter::drafter_family_name(side->drafter->config.family) : o.proposer;
+    j["drafter_family"] = side->drafter ? side->drafter->config.family.name() : o.proposer;
     j["block_size"] = side->drafter ? side->drafter->config.block_size : side->proposer->block_size();
     j["verified_per_cycle"] = side->proposer->block_size();
     if (side->attention)
@@ -351,7 +351,7 @@ int eval_main(const std::vector<std::string>& args) {
       for (const drafter::Family* f : drafter::registered_families())
         if (f->has_confidence_cut()) takers += std::string(takers.empty() ? "" : " or ") + f->name();
       throw std::invalid_argument("eval: --confidence-threshold applies to " + takers + " drafters only (" + config +
-                                  " is " + drafter::drafter_family_name(family) + ")");
+                                  " is " + family.name() + ")");
     }
     if (a.f64("confidence-threshold") > 0 && !dc.dspark.enable_confidence_head)  // before the target loads
       throw std::invalid_argument("eval: --confidence-threshold needs a confidence head, but " + config +

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "family_registry.h"
 #include "head_rank_default.h"
 #include "number_range.h"
 
@@ -23,7 +24,6 @@ const util::NumberRange kSelectorLossWeightRange = util::closed(0, 1e3);
 }  // namespace
 
 void validate_dflash2_settings(const TrainConfig& c) {
-  using drafter::DrafterFamily;
   // Bounded as DSpark's loss weights are: 1e300 trained, overflowed the loss at step 1 and was blamed on RoPE.
   if (const auto e = util::out_of_range(c.selector_loss_weight, kSelectorLossWeightRange))
     throw std::invalid_argument("train config: 'selector_loss_weight' must be " + *e + ", got " +
@@ -36,10 +36,12 @@ void validate_dflash2_settings(const TrainConfig& c) {
     if (const auto p = m.find(from); p != std::string::npos) m.replace(p, from.size(), "'");
     throw std::invalid_argument(m);
   }
-  if (c.family() == DrafterFamily::DFlash2) {
+  // The family whose convs and selector these are (its Family::setting_keys name conv_kernel_size).
+  const drafter::Family* owner = drafter::find_family_of_setting("conv_kernel_size");
+  if (owner && &c.family().get() == owner) {
     if (c.draft_vocab != 0)  // the selector's codebooks and candidates index the target's vocabulary
-      throw std::invalid_argument(std::string("train config: 'draft_vocab' must be 0 with drafter_family dflash2 (") +
-                                  drafter::family_draft_vocab_refusal(drafter::DrafterFamily::DFlash2) + "), got " +
+      throw std::invalid_argument(std::string("train config: 'draft_vocab' must be 0 with drafter_family ") +
+                                  owner->name() + " (" + owner->draft_vocab_refusal() + "), got " +
                                   std::to_string(c.draft_vocab));
     return;
   }
@@ -47,8 +49,9 @@ void validate_dflash2_settings(const TrainConfig& c) {
   auto must_be_default = [&](const char* key, bool is_default, const std::string& got) {
     if (!is_default)
       throw std::invalid_argument(std::string("train config: '") + key + "' must be its default with drafter_family " +
-                                  drafter::drafter_family_name(c.family()) +
-                                  " (a DFlash2 setting: set drafter_family dflash2), got " + got);
+                                  c.family().name() + " (a " + (owner ? owner->display_name() : "DFlash2") +
+                                  " setting: set drafter_family " + (owner ? owner->name() : "(none registered)") +
+                                  "), got " + got);
   };
   must_be_default("conv_kernel_size", c.conv_kernel_size == d.conv_kernel_size, std::to_string(c.conv_kernel_size));
   must_be_default("conv_group_size", c.conv_group_size == d.conv_group_size, std::to_string(c.conv_group_size));

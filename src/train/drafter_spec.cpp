@@ -10,11 +10,11 @@ namespace dflash::train {
 namespace {
 
 using drafter::DrafterConfig;
-using drafter::DrafterFamily;
+using drafter::FamilyRef;
 
 std::string shown(int64_t v) { return std::to_string(v); }
 std::string shown(const std::vector<int64_t>& v) { return "[" + util::join_indices(v) + "]"; }
-std::string shown(DrafterFamily f) { return drafter::drafter_family_name(f); }
+std::string shown(FamilyRef f) { return f.name(); }
 std::string shown(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
 
 // The rule, for every field: given on both sides and different is an error naming both; else the one given.
@@ -70,7 +70,7 @@ const std::vector<SpecField>& spec_fields() {
   using S = DrafterSpec;
   using C = TrainConfig;
   static const std::vector<SpecField> f = {
-      field<DrafterFamily>("drafter_family", &S::family, &C::drafter_family, +[](const DrafterConfig& d) { return d.family; }),
+      field<FamilyRef>("drafter_family", &S::family, &C::drafter_family, +[](const DrafterConfig& d) { return d.family; }),
       field<int64_t>("drafter_layers", &S::drafter_layers, &C::drafter_layers,
                      +[](const DrafterConfig& d) { return d.num_hidden_layers; }),
       field<int64_t>("block_size", &S::block_size, &C::block_size, +[](const DrafterConfig& d) { return d.block_size; }),
@@ -83,7 +83,7 @@ const std::vector<SpecField>& spec_fields() {
 }
 
 // The keys of a family's own settings, as config.json and the train config both name them.
-std::vector<std::string> extra_keys(DrafterFamily f) {
+std::vector<std::string> extra_keys(FamilyRef f) {
   const drafter::FamilySettingKeys k = drafter::family_of(f).setting_keys();
   std::vector<std::string> keys = k.top_level;
   keys.insert(keys.end(), k.in_dflash_config.begin(), k.in_dflash_config.end());
@@ -92,7 +92,7 @@ std::vector<std::string> extra_keys(DrafterFamily f) {
 
 }  // namespace
 
-DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<DrafterFamily> extras_family) {
+DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<FamilyRef> extras_family) {
   DrafterSpec s;
   for (const SpecField& f : spec_fields())
     if (const auto it = c.given_from.find(f.key); it != c.given_from.end()) f.from_train(s, c, it->second);

@@ -31,7 +31,7 @@ struct Sourced {
 };
 
 struct DrafterSpec {
-  std::optional<Sourced<drafter::DrafterFamily>> family;  // drafter_family / config.json's architectures
+  std::optional<Sourced<drafter::FamilyRef>> family;       // drafter_family / config.json's architectures
   std::optional<Sourced<int64_t>> drafter_layers;         // drafter_layers / num_hidden_layers
   std::optional<Sourced<int64_t>> block_size;
   std::optional<Sourced<std::vector<int64_t>>> target_layer_ids;
@@ -43,7 +43,7 @@ struct DrafterSpec {
 
 // The fields of `c` given by this invocation (c.given_from), each with its source. The family's settings are
 // those of the family given, or of `extras_family` (the drafter config's) when that is set.
-DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<drafter::DrafterFamily> extras_family = {});
+DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<drafter::FamilyRef> extras_family = {});
 // Every field a drafter config carries; `path` names it ("drafter config <path>").
 DrafterSpec spec_of_drafter_config(const drafter::DrafterConfig& d, const std::string& path);
 // One spec of two: throws std::invalid_argument "<command>: 'block_size' is 16 (train config t.yaml) but 8
