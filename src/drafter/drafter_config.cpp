@@ -191,10 +191,7 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
     fam = a.is_array() && a.size() == 1 && a[0].is_string() ? find_family_of_architecture(a[0].get<std::string>())
                                                              : nullptr;
     if (!fam) fail(where, "architectures", registered_architectures(), shown(a));
-    // Until DrafterConfig holds the Family itself, a family needs a DrafterFamily value to be read here.
-    const auto f = drafter_family_from_text(fam->name());
-    if (!f) fail(where, "architectures", "a family with a DrafterFamily value (drafter_family.h)", shown(a));
-    c.family = *f;
+    c.family = *fam;
   }
   refuse_other_families_keys(*fam, j, false, where);
   if (j.contains("model_type") && j.at("model_type") != "qwen3")
@@ -205,7 +202,8 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
       j.contains("dflash_config") ? j.at("dflash_config") : fam->flat_dflash_config() ? j : empty;
   if (!dc.is_object()) fail(where, "dflash_config", "an object", shown(dc));
   refuse_other_families_keys(*fam, dc, true, where);
-  if (const auto settings = fam->read_settings(j, dc, where)) settings->store(c);
+  const auto settings = fam->read_settings(j, dc, where);
+  if (settings) settings->store(c);
 
   c.hidden_size = get_int(j, "hidden_size", where, true, 0);
   c.intermediate_size = get_int(j, "intermediate_size", where, true, 0);
@@ -291,6 +289,9 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
     c.layer_types.assign(size_t(std::max<int64_t>(0, c.num_hidden_layers)), "full_attention");
   }
   c.validate(where);
+  // validate() checks the settings a family keeps in DrafterConfig (settings_of); a family that keeps none there
+  // (a plug-in: DrafterConfig holds only the built-ins' typed extras) has what it read checked here.
+  if (settings && !fam->settings_of(c)) settings->validate(c, where);
   return c;
 }
 

@@ -7,14 +7,16 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "dflash2_settings.h"
-#include "drafter_family.h"
+#include "family_ref.h"
+#include "markov_heads.h"
 #include "rope_config.h"
 
 namespace dflash::drafter {
 
 struct DrafterConfig {
-  // By config.json's architectures (drafter_family.h); absent: dflash.
-  DrafterFamily family = DrafterFamily::DFlash;
+  // The registered family config.json's architectures names (family_ref.h, family_registry.h); absent: the
+  // default family, dflash.
+  FamilyRef family;
   DSparkHeads dspark;  // family dspark only: the flat markov_* / confidence keys
   DFlash2Settings dflash2;  // family dflash2 only: dflash_config's conv_* / selector_* keys (required there)
   int64_t hidden_size = 0;

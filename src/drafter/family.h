@@ -28,8 +28,8 @@ class FamilySettings {
   virtual void validate(const DrafterConfig& c, const std::string& where) const = 0;
   // Adds the settings to config.json `top` being written for `c` (top["dflash_config"] is there already).
   virtual void write(const DrafterConfig& c, nlohmann::json& top) const = 0;
-  // Copies the settings into the DrafterConfig fields that code still keyed on DrafterFamily reads
-  // (DrafterConfig::dspark, ::dflash2): the bridge until DrafterConfig holds this object.
+  // Copies the settings into DrafterConfig's typed extras that code still reads (DrafterConfig::dspark, ::dflash2):
+  // the bridge until DrafterConfig holds this object.
   virtual void store(DrafterConfig& /*c*/) const {}
 };
 
@@ -44,7 +44,7 @@ class Family {
  public:
   virtual ~Family() = default;
   // `drafter_family: NAME` / `--drafter-family NAME`.
-  // Names are string literals: they outlive every caller (drafter_family.h hands them out as const char*).
+  // Names are string literals: they outlive every caller (family_ref.h hands them out as const char*).
   virtual const char* name() const = 0;
   // As messages write it ("DSpark").
   virtual const char* display_name() const = 0;

@@ -1,5 +1,6 @@
 #include "family_registry.h"
 
+#include <ostream>
 #include <stdexcept>
 
 #include "output_folder.h"
@@ -51,10 +52,35 @@ const Family& family_named(const std::string& name, const std::string& what) {
   throw std::invalid_argument(what + " must be " + registered_family_names() + ", got '" + name + "'");
 }
 
-const Family& family_of(DrafterFamily f) {
-  if (const Family* g = find_family(drafter_family_name(f))) return *g;
-  throw std::logic_error(std::string("drafter family '") + drafter_family_name(f) +
-                         "' is not registered (register_builtin_families() was not called)");
+const Family& default_family() {
+  if (table().empty())
+    throw std::logic_error("no drafter family is registered (register_builtin_families() was not called)");
+  return *table().front();
 }
+
+const Family* find_family_of_setting(const std::string& key) {
+  for (const Family* f : table()) {
+    const FamilySettingKeys k = f->setting_keys();
+    for (const auto* keys : {&k.top_level, &k.in_dflash_config})
+      for (const std::string& s : *keys)
+        if (s == key) return f;
+  }
+  return nullptr;
+}
+
+FamilyRef family_for_command(const std::string& command, const std::string& flag,
+                             std::optional<FamilyRef> from_config, const std::string& config_where) {
+  if (flag.empty()) return from_config.value_or(FamilyRef{});
+  const Family& f = family_named(flag, command + ": --drafter-family");
+  if (from_config && &from_config->get() != &f)
+    throw std::invalid_argument(command + ": --drafter-family " + flag + " disagrees with " + config_where + " (" +
+                                from_config->name() + ", by its architectures)");
+  return f;
+}
+
+// family_ref.h: the registry resolves the default family, so a FamilyRef needs no family.h of its own.
+const Family& FamilyRef::get() const { return f_ ? *f_ : default_family(); }
+const char* FamilyRef::name() const { return get().name(); }
+std::ostream& operator<<(std::ostream& os, const FamilyRef& f) { return os << f.name(); }
 
 }  // namespace dflash::drafter

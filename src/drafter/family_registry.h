@@ -2,11 +2,12 @@
 // start-up by families_table.h's register_builtin_families() (the `dflash` main and every test binary call it) and
 // by tests that register a family of their own; read-only afterwards, so lookups need no lock. Torch-free.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "drafter_family.h"
 #include "family.h"
+#include "family_ref.h"
 
 namespace dflash::drafter {
 
@@ -22,7 +23,19 @@ const Family* find_family_of_architecture(const std::string& architecture);
 std::string registered_family_names();
 // The family `name`; otherwise std::invalid_argument "<what> must be dflash, dspark or dflash2, got '<name>'".
 const Family& family_named(const std::string& name, const std::string& what);
-// The registered family of a DrafterFamily value (code still keyed on the enum); std::logic_error if none is.
-const Family& family_of(DrafterFamily f);
+// The default family (a DrafterConfig's when its config.json names none): the first registered, "dflash";
+// std::logic_error when none is registered.
+const Family& default_family();
+// The family a DrafterConfig or TrainConfig holds (family_ref.h).
+inline const Family& family_of(FamilyRef f) { return f.get(); }
+// The registered family whose config.json settings (Family::setting_keys) include `key`; nullptr: none.
+const Family* find_family_of_setting(const std::string& key);
+
+// The family a command runs with: `flag` as given ("" = not given) over the one its drafter config names
+// (`from_config`, read from `config_where`), else the default. A misspelt flag is an error ("<command>:
+// --drafter-family must be dflash, dspark or dflash2, got 'x'"), as is one naming another family than the config
+// ("<command>: --drafter-family dspark disagrees with <config_where> (dflash, by its architectures)").
+FamilyRef family_for_command(const std::string& command, const std::string& flag,
+                             std::optional<FamilyRef> from_config, const std::string& config_where);
 
 }  // namespace dflash::drafter

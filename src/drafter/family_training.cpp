@@ -20,7 +20,7 @@ const FamilyTraining& family_training(const Family& f) {
   return t ? *t : defaults;
 }
 
-const FamilyTraining& family_training(DrafterFamily f) { return family_training(family_of(f)); }
+const FamilyTraining& family_training(FamilyRef f) { return family_training(f.get()); }
 
 const FamilyTraining& family_training(const DrafterConfig& d) { return family_training(d.family); }
 

@@ -69,7 +69,7 @@ class Family;
 const FamilyTraining& family_training(const Family& f);
 // Those of `d`'s family, which must be registered (family_registry.h).
 const FamilyTraining& family_training(const DrafterConfig& d);
-const FamilyTraining& family_training(DrafterFamily f);
+const FamilyTraining& family_training(FamilyRef f);
 
 // A run setting the family reads by train's key: std::logic_error naming the key when `settings` lacks it or holds
 // another type (a renamed setting, not a user's error: TrainConfig validated the values).

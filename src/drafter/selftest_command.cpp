@@ -19,7 +19,6 @@
 #include "atomic_output.h"
 #include "compute_settings.h"
 #include "drafter_commands.h"
-#include "drafter_family.h"
 #include "drafter_model.h"
 #include "family_model.h"
 #include "family_training.h"
@@ -98,7 +97,7 @@ int selftest_main(const std::vector<std::string>& argv) {
       if (const FamilyModel* m = find_family_model(*f); m && m->takes_selector_options())
         takers += std::string(takers.empty() ? "" : " or ") + f->display_name();
     throw util::UsageError("drafter selftest: --selector-candidates and --selector-loss-weight are for a " + takers +
-                           " drafter, the config is " + std::string(drafter_family_name(cfg.family)));
+                           " drafter, the config is " + std::string(cfg.family.name()));
   }
   opt.dflash2.selector.top_k = cfg.dflash2.selector_top_k;
   opt.dflash2.selector.candidates = *candidates;

@@ -17,7 +17,7 @@ struct ExportTraits {
   std::string family = "dflash";   // the drafter family of the run
   bool draft_vocab = false;         // a reduced drafting vocabulary: lm_head [K, H] + d2t + t2d
   bool last_target_layer = false;   // target_layer_ids lists the target's last layer
-  // DSpark's heads (drafter_family.h's DSparkHeads; describe_for_engines fills them):
+  // DSpark's heads (markov_heads.h's DSparkHeads; describe_for_engines fills them):
   std::string markov_head_type = "vanilla";
   int64_t markov_rank = 256;
   bool confidence_head = true;

@@ -3,7 +3,6 @@
 #include <functional>
 #include <stdexcept>
 
-#include "drafter_family.h"
 #include "family_registry.h"
 #include "index_list.h"
 
@@ -12,7 +11,7 @@ namespace {
 
 std::string shown(int64_t v) { return std::to_string(v); }
 std::string shown(const std::vector<int64_t>& v) { return "[" + util::join_indices(v) + "]"; }
-std::string shown(DrafterFamily f) { return drafter_family_name(f); }
+std::string shown(FamilyRef f) { return f.name(); }
 std::string shown(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
 
 // The rule, for every field: given on both sides and different is an error naming both; else the one given.
@@ -63,7 +62,7 @@ const std::vector<SpecField>& spec_fields() {
   using D = DrafterConfig;
   static const std::vector<SpecField> f = [] {
     std::vector<SpecField> rows = {
-        field<DrafterFamily>("drafter_family", &S::family, &D::family),
+        field<FamilyRef>("drafter_family", &S::family, &D::family),
         field<int64_t>("drafter_layers", &S::drafter_layers, &D::num_hidden_layers),
         field<int64_t>("block_size", &S::block_size, &D::block_size),
         field<std::vector<int64_t>>("target_layer_ids", &S::target_layer_ids, &D::target_layer_ids,

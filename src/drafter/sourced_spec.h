@@ -28,7 +28,7 @@ struct Sourced {
 };
 
 struct DrafterSpec {
-  std::optional<Sourced<DrafterFamily>> family;           // drafter_family / config.json's architectures
+  std::optional<Sourced<FamilyRef>> family;              // drafter_family / config.json's architectures
   std::optional<Sourced<int64_t>> drafter_layers;         // drafter_layers / num_hidden_layers
   std::optional<Sourced<int64_t>> block_size;
   std::optional<Sourced<std::vector<int64_t>>> target_layer_ids;

@@ -18,8 +18,8 @@
 #include "compute_settings.h"
 #include "drafter_attention.h"
 #include "drafter_config.h"
-#include "drafter_family.h"
 #include "drafter_proposer.h"
+#include "family_registry.h"
 #include "eval_commands.h"
 #include "eval_report.h"
 #include "eval_run.h"
@@ -189,7 +189,7 @@ nlohmann::json eval_json(const EvalOptions& o, const ProposerSide* side, const d
   if (side) {
     // block_size: the drafter's B (DSpark drafts all B and verifies B + 1 tokens: verified_per_cycle).
     j["drafter"] = side->drafter ? side->drafter->dir : o.proposer;
-    j["drafter_family"] = side->drafter ? drafter::drafter_family_name(side->drafter->config.family) : o.proposer;
+    j["drafter_family"] = side->drafter ? side->drafter->config.family.name() : o.proposer;
     j["block_size"] = side->drafter ? side->drafter->config.block_size : side->proposer->block_size();
     j["verified_per_cycle"] = side->proposer->block_size();
     if (side->attention)
@@ -353,7 +353,7 @@ int eval_main(const std::vector<std::string>& args) {
       for (const drafter::Family* f : drafter::registered_families())
         if (f->has_confidence_cut()) takers += std::string(takers.empty() ? "" : " or ") + f->name();
       throw std::invalid_argument("eval: --confidence-threshold applies to " + takers + " drafters only (" + config +
-                                  " is " + drafter::drafter_family_name(family) + ")");
+                                  " is " + family.name() + ")");
     }
     // What the family cannot draft with (a threshold without a confidence head), before the target loads.
     if (const drafter::FamilyDrafting* d = drafter::model_of(drafter::family_of(family)).drafting())

@@ -4,7 +4,7 @@
 
 #include "args.h"
 #include "drafter_config.h"
-#include "drafter_family.h"
+#include "family_registry.h"
 #include "export_commands.h"
 #include "export_run.h"
 #include "output_folder.h"

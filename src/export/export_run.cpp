@@ -30,7 +30,7 @@ namespace {
 void check_engines(const drafter::DrafterConfig& c, const std::string& engine_flag, bool gguf,
                    const std::string& config_path) {
   drafter::ExportTraits t;
-  t.family = drafter::drafter_family_name(c.family);
+  t.family = c.family.name();
   std::vector<std::string> engines = engine_flag.empty() ? drafter::engines_for_family(t.family)
                                                          : drafter::parse_engine_list(engine_flag, "export: --engine");
   bool has_llama_cpp = false;

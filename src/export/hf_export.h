@@ -27,8 +27,8 @@ struct RemoteCodeFile {
   const char* text;  // src/families/<family>/remote_code/<name>, compiled in
 };
 // The modelling files a family's export carries (dflash.py first), and the class its auto_map names.
-std::vector<RemoteCodeFile> hf_remote_code_files(drafter::DrafterFamily f);
-const char* hf_remote_code_class(drafter::DrafterFamily f);
+std::vector<RemoteCodeFile> hf_remote_code_files(drafter::FamilyRef f);
+const char* hf_remote_code_class(drafter::FamilyRef f);
 
 // config.json's content for weights stored in `dtype`; throws when c.max_position_embeddings is unknown (0).
 // is_causal (false) only for a drafter without sliding_attention layers. num_anchors: the run's anchors per sequence,

@@ -36,7 +36,7 @@
 #include "compute_settings.h"
 #include "cpu_isa.h"
 #include "drafter_attention.h"
-#include "drafter_family.h"
+#include "family_registry.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
 #include "family_cost.h"
@@ -383,7 +383,7 @@ void compare_generic_ce(const BenchStepOptions& o, ops::AttentionBackend attenti
 
 // The baseline the other families are timed against: a drafter config's default family (DFlash, the backbone they
 // extend).
-DrafterFamily baseline_family() { return DrafterConfig{}.family; }
+FamilyRef baseline_family() { return DrafterConfig{}.family; }
 
 // A family other than the baseline (DSpark, DFlash2): the baseline's step on the same shapes (the first policy, one
 // worker), and the family's measured time over it next to the planner's FLOP floor (drafter_step_flops of each
@@ -406,7 +406,7 @@ void compare_dflash_step(const BenchStepOptions& o, ops::AttentionBackend attent
   const double dflash_flops = drafter_step_flops(plan_of(d, pol, attention)).total();
   std::printf("%-10s %14.3f %14s %14s %9s   DFlash's step on the same shapes (%s %s: %.2fx its time, FLOP floor "
               "%.2fx)\n",
-              "dflash", mean, human_bytes(r.measured_bytes).c_str(), "-", "-", drafter_family_name(o.drafter.family),
+              "dflash", mean, human_bytes(r.measured_bytes).c_str(), "-", "-", o.drafter.family.name(),
               pol.name().c_str(), family_mean / mean, family_flops / dflash_flops);
   out["vs_dflash"] = {{"policy", pol.name()},           {"dflash_mean_seconds", mean},
                       {"dflash_seconds", r.seconds},    {"family_mean_seconds", family_mean},
@@ -498,10 +498,10 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   if (o.draft_vocab > 0 && o.draft_vocab >= o.drafter.vocab_size)
     throw std::invalid_argument("bench step: --draft-vocab must be in [1, " + std::to_string(o.drafter.vocab_size - 1) +
                                 "] (below the vocabulary size), got " + std::to_string(o.draft_vocab));
-  const DrafterFamily family = o.drafter.family;
+  const FamilyRef family = o.drafter.family;
   if (o.draft_vocab > 0 && *drafter::family_of(family).draft_vocab_refusal())
     throw std::invalid_argument(std::string("bench step: --draft-vocab must be 0 with drafter_family ") +
-                                drafter_family_name(family) + " (" + family_draft_vocab_refusal(family) + ")");
+                                family.name() + " (" + family_of(family).draft_vocab_refusal() + ")");
 #ifndef DFLASH_BENCH_CUDA
   if (o.cuda) throw std::invalid_argument("bench step: this build has no CUDA support");
 #endif
@@ -534,7 +534,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   const std::string dtype = ops::dtype_name(o.dtype);
   nlohmann::json out;
   out["model"] = o.model_name;
-  out["drafter_family"] = drafter_family_name(family);
+  out["drafter_family"] = family.name();
   out["device"] = o.cuda ? "cuda" : "cpu";
   out["attention_backend"] = ops::attention_backend_name(attention);
   out["settings"] = {{"max_len", o.seq_len},        {"num_anchors", o.anchors}, {"block_size", c.block_size},
@@ -551,7 +551,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
   out["cpu_isa"] = isa;
   std::printf("bench step: model %s (%s), seq %lld, %lld anchors x %lld, %s, %s, loss chunk %lld, %d threads, "
               "kernel ISA %s\n",
-              o.model_name.c_str(), drafter_family_name(family), (long long)o.seq_len, (long long)o.anchors,
+              o.model_name.c_str(), family.name(), (long long)o.seq_len, (long long)o.anchors,
               (long long)c.block_size, dtype.c_str(), kl, (long long)o.loss_chunk_rows, at::get_num_threads(), isa);
   std::printf("%-10s %7s %14s %12s %14s %14s %9s  %s\n", "policy", "workers", "s/iter (mean)", "steps/s",
               "measured peak", "planned peak", "plan/meas", "same as 1 worker");
@@ -575,7 +575,7 @@ nlohmann::json run_bench_step(const BenchStepOptions& o) {
     s.reset = [&] { return probe.reset(); };
     s.peak = [&] { return probe.peak(); };
     nlohmann::json objective = drafter::model_of(c).benchmark_objective(s);
-    if (!objective.is_null()) out[std::string(drafter_family_name(family)) + "_objective"] = std::move(objective);
+    if (!objective.is_null()) out[std::string(family.name()) + "_objective"] = std::move(objective);
   }
   return out;
 }
@@ -628,11 +628,11 @@ int bench_step_main(const std::vector<std::string>& argv) {
   const DrafterPreset preset =
       cfg_file.empty() ? drafter_preset(a.str("model"), "bench step: --model") : DrafterPreset{};
   o.drafter = cfg_file.empty() ? preset.drafter : load_drafter_config(cfg_file);
-  const DrafterFamily family = drafter::family_for_command(
+  const FamilyRef family = drafter::family_for_command(
       "bench step", a.str("drafter-family"), cfg_file.empty() ? std::nullopt : std::optional(o.drafter.family), cfg_file);
   // A preset with --drafter-family: the family's default settings.
   o.drafter = drafter_as_family(o.drafter, family,
-                                "bench step: --model " + a.str("model") + " as drafter_family " + drafter_family_name(family));
+                                "bench step: --model " + a.str("model") + " as drafter_family " + family.name());
   o.model_name = cfg_file.empty() ? a.str("model") : cfg_file;
   const drafter::RunShape shape =
       drafter::given_run_shape(a, shape_keys, cfg_file.empty() ? preset.shape : drafter::RunShape{});

@@ -114,7 +114,7 @@ PlanSettings plan_preset(const std::string& name, const std::string& where) {
   return s;
 }
 
-drafter::DrafterConfig drafter_as_family(drafter::DrafterConfig c, drafter::DrafterFamily f, const std::string& where) {
+drafter::DrafterConfig drafter_as_family(drafter::DrafterConfig c, drafter::FamilyRef f, const std::string& where) {
   if (c.family == f) return c;
   c.family = f;
   c.dspark = drafter::DSparkHeads{};

@@ -39,7 +39,7 @@ DrafterPreset drafter_preset(const std::string& name, const std::string& where);
 // `c` (a preset's or a target's drafter) as family `f` with that family's default settings, the head ranks train
 // gives its hidden size (head_rank_default.h), validated; `where` names it in an error. `c` unchanged when it is
 // of family `f` already (a drafter config keeps its own settings).
-drafter::DrafterConfig drafter_as_family(drafter::DrafterConfig c, drafter::DrafterFamily f, const std::string& where);
+drafter::DrafterConfig drafter_as_family(drafter::DrafterConfig c, drafter::FamilyRef f, const std::string& where);
 
 // A preset's drafter at its shape, with fp32 master weights and AdamW, on a GPU.
 PlanSettings plan_preset(const std::string& name, const std::string& where = "plan");

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "drafter_family.h"
+#include "family_registry.h"
 #include "drafter_model.h"
 #include "family_cost.h"
 
@@ -164,7 +164,7 @@ std::string format_node_plan(const NodePlan& p, size_t rows) {
   std::snprintf(line, sizeof line,
                 "drafter step (%s, batch %lld, fwd + bwd): %.1f TFLOP (layers %.1f, fc %.1f, attention %.1f, LM head + "
                 "loss %.1f, %s%.1f, recompute %.1f) / (%.0f%% of peak) = %.3f s\n",
-                drafter::drafter_family_name(dm.cfg.family), (long long)dm.batch, d.total() / 1e12, d.linear / 1e12,
+                dm.cfg.family.name(), (long long)dm.batch, d.total() / 1e12, d.linear / 1e12,
                 d.fc / 1e12, d.attention / 1e12, d.lm_head / 1e12,
                 drafter::family_cost(dm.cfg).heads_label(),
                 d.heads / 1e12, d.recompute / 1e12, 100 * s.drafter_efficiency, p.drafter_seconds);
@@ -216,7 +216,7 @@ nlohmann::json node_plan_to_json(const NodePlan& p) {
                         {"total", p.drafter_flops.total()}};
   j["target_seconds"] = p.target_seconds;
   j["drafter_seconds"] = p.drafter_seconds;
-  j["drafter_family"] = drafter::drafter_family_name(p.drafter_memory.settings.cfg.family);
+  j["drafter_family"] = p.drafter_memory.settings.cfg.family.name();
   j["drafter_peak_bytes"] = p.drafter_memory.peak_bytes;
   j["drafter_plan"] = plan_to_json(p.drafter_memory);  // what `dflash plan` prints for the worker's settings
   j["drafter_fits"] = p.drafter_fits;

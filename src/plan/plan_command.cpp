@@ -10,7 +10,7 @@
 
 #include "args.h"
 #include "drafter_config.h"
-#include "drafter_family.h"
+#include "family_registry.h"
 #include "drafter_from_target.h"
 #include "drafter_model.h"
 #include "drafter_presets.h"
@@ -83,13 +83,13 @@ std::string target_preset_list() {
 // the family's default settings (a config keeps its own). A family whose own teacher replaces soft labels (DSpark's
 // L1, FamilyCost::replaces_soft_labels) plans kl_weight 0, as train requires (its teacher's logits and the last hidden
 // state are counted for the family itself).
-void apply_family(PlanSettings& s, drafter::DrafterFamily family, const Args& a, const std::string& command) {
+void apply_family(PlanSettings& s, drafter::FamilyRef family, const Args& a, const std::string& command) {
   using namespace dflash::drafter;
-  s.cfg = drafter_as_family(s.cfg, family, command + ": the drafter as drafter_family " + drafter_family_name(family));
+  s.cfg = drafter_as_family(s.cfg, family, command + ": the drafter as drafter_family " + family.name());
   if (const std::string teacher = family_cost(s.cfg).replaces_soft_labels(); !teacher.empty()) {
     if (a.given("kl-weight") && a.f64("kl-weight") != 0)
       throw std::invalid_argument(command + ": --kl-weight must be 0 with drafter_family " +
-                                  drafter_family_name(family) + " (" + teacher + " replaces soft labels)");
+                                  family.name() + " (" + teacher + " replaces soft labels)");
     s.kl_weight = 0;
   }
 }
@@ -129,7 +129,7 @@ drafter::DrafterSpec block_size_flag(const Args& a) {
 }  // namespace
 
 // --node: the split of a node's GPUs between target replicas x stages and drafter workers (node_planner.h).
-int plan_node_main(const Args& a, drafter::DrafterFamily family, const PlanSource& src) {
+int plan_node_main(const Args& a, drafter::FamilyRef family, const PlanSource& src) {
   NodeSettings ns;
   // What --node does not read: it picks the checkpointing and loss chunk that fit each GPU itself, and plans
   // training on CUDA with AdamW and fp32 master weights.
@@ -238,10 +238,10 @@ int plan_main(const std::vector<std::string>& argv) {
   const PlanSource src = source_of(a);
   // The family first: the planner counts its extra memory and FLOPs (its FamilyCost: DSpark's heads and objective,
   // DFlash2's convs and selector), with --node too.
-  drafter::DrafterFamily family;
+  drafter::FamilyRef family;
   {
     const std::string config = src.config;
-    const std::optional<drafter::DrafterFamily> from_config =
+    const std::optional<drafter::FamilyRef> from_config =
         config.empty() ? std::nullopt : std::optional(drafter::load_drafter_config(config).family);
     family = drafter::family_for_command("plan", a.str("drafter-family"), from_config, config);
   }
@@ -286,7 +286,7 @@ int plan_main(const std::vector<std::string>& argv) {
   apply_family(s, family, a, "plan");
   if (*drafter::family_of(family).draft_vocab_refusal() && a.given("draft-vocab") && a.i64("draft-vocab") != 0)
     throw std::invalid_argument(std::string("plan: --draft-vocab must be 0 with drafter_family ") +
-                                drafter_family_name(family) + " (" + family_draft_vocab_refusal(family) + ")");
+                                family.name() + " (" + family_of(family).draft_vocab_refusal() + ")");
   if (a.given("draft-vocab")) {
     const int64_t k = a.i64("draft-vocab");
     if (k < 0 || k > s.cfg.vocab_size)

@@ -57,7 +57,7 @@ void validate_dflash2_settings(const TrainConfig& c) {
   auto must_be_default = [&](const char* key, bool is_default, const std::string& got) {
     if (!is_default)
       throw std::invalid_argument(std::string("train config: '") + key + "' must be its default with drafter_family " +
-                                  drafter::drafter_family_name(c.family()) +
+                                  c.family().name() +
                                   " (a " + owner.display_name() + " setting: set drafter_family " + owner.name() +
                                   "), got " + got);
   };

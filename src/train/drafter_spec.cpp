@@ -9,7 +9,7 @@ namespace dflash::train {
 namespace {
 
 using drafter::DrafterConfig;
-using drafter::DrafterFamily;
+using drafter::FamilyRef;
 
 template <class T>
 std::optional<T> value_of(const T& v) { return v; }
@@ -45,7 +45,7 @@ const std::vector<TrainField>& train_fields_of_spec() {
   using S = DrafterSpec;
   using C = TrainConfig;
   static const std::vector<TrainField> f = {
-      field<DrafterFamily>("drafter_family", &S::family, &C::drafter_family),
+      field<FamilyRef>("drafter_family", &S::family, &C::drafter_family),
       field<int64_t>("drafter_layers", &S::drafter_layers, &C::drafter_layers),
       field<int64_t>("block_size", &S::block_size, &C::block_size),
       field<std::vector<int64_t>>("target_layer_ids", &S::target_layer_ids, &C::target_layer_ids, std::vector<int64_t>{}),
@@ -56,7 +56,7 @@ const std::vector<TrainField>& train_fields_of_spec() {
 }
 
 // The keys of a family's own settings, as config.json and the train config both name them.
-std::vector<std::string> extra_keys(DrafterFamily f) {
+std::vector<std::string> extra_keys(FamilyRef f) {
   const drafter::FamilySettingKeys k = drafter::family_of(f).setting_keys();
   std::vector<std::string> keys = k.top_level;
   keys.insert(keys.end(), k.in_dflash_config.begin(), k.in_dflash_config.end());
@@ -65,7 +65,7 @@ std::vector<std::string> extra_keys(DrafterFamily f) {
 
 }  // namespace
 
-DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<DrafterFamily> extras_family) {
+DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<FamilyRef> extras_family) {
   DrafterSpec s;
   for (const TrainField& f : train_fields_of_spec())
     if (const auto it = c.given_from.find(f.key); it != c.given_from.end()) f.from_train(s, c, it->second);

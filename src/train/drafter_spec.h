@@ -33,7 +33,7 @@ using drafter::spec_of_drafter_config;
 
 // The fields of `c` given by this invocation (c.given_from), each with its source. The family's settings are
 // those of the family given, or of `extras_family` (the drafter config's) when that is set.
-DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<drafter::DrafterFamily> extras_family = {});
+DrafterSpec spec_of_train_config(const TrainConfig& c, std::optional<drafter::FamilyRef> extras_family = {});
 // Sets each field the spec holds on `c` (typed fields as they are, extras parsed as the train config parses them),
 // recording its source in c.given_from.
 void apply_spec(const DrafterSpec& s, TrainConfig& c);

@@ -1,7 +1,6 @@
 #include "run_settings.h"
 
 #include "compute_settings.h"
-#include "drafter_family.h"
 #include "drafter_family_setting.h"
 #include "run_context.h"
 

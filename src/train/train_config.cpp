@@ -16,6 +16,7 @@
 #include "device_list.h"
 #include "config_yaml.h"
 #include "dflash2_train_settings.h"
+#include "family_registry.h"
 #include "index_list.h"
 #include "input_file.h"
 #include "number_range.h"
@@ -28,7 +29,7 @@ using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, 
                             bool TrainConfig::*, util::Dtype TrainConfig::*, drafter::CheckpointPolicy TrainConfig::*,
                             drafter::LossDecay TrainConfig::*, ops::AttentionBackend TrainConfig::*,
                             util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
-                            data::SampleFormat TrainConfig::*, std::optional<drafter::DrafterFamily> TrainConfig::*,
+                            data::SampleFormat TrainConfig::*, std::optional<drafter::FamilyRef> TrainConfig::*,
                             drafter::MarkovHeadType TrainConfig::*, drafter::SelectorCandidates TrainConfig::*,
                             ReportTo TrainConfig::*, util::DeviceListSetting TrainConfig::*,
                             util::DeviceGridSetting TrainConfig::*>;
@@ -252,22 +253,20 @@ struct TextKind<data::SampleFormat> {
   static std::string write(data::SampleFormat f) { return data::sample_format_name(f); }
 };
 
-// drafter_family: empty text = unset (the drafter config's, else dflash).
+// drafter_family: a registered family's name; empty text = unset (the drafter config's, else the default).
 template <>
-struct TextKind<std::optional<drafter::DrafterFamily>> {
-  static std::optional<TextError> read(const std::string& s, std::optional<drafter::DrafterFamily>& out) {
+struct TextKind<std::optional<drafter::FamilyRef>> {
+  static std::optional<TextError> read(const std::string& s, std::optional<drafter::FamilyRef>& out) {
     if (s.empty()) {
       out.reset();
       return std::nullopt;
     }
-    const auto f = drafter::drafter_family_from_text(s);
-    if (!f) return TextError{std::string(drafter::kDrafterFamilySpellings) + " (empty: from drafter_config)", ""};
+    const drafter::Family* f = drafter::find_family(s);
+    if (!f) return TextError{drafter::registered_family_names() + " (empty: from drafter_config)", ""};
     out = *f;
     return std::nullopt;
   }
-  static std::string write(const std::optional<drafter::DrafterFamily>& f) {
-    return f ? drafter::drafter_family_name(*f) : "";
-  }
+  static std::string write(const std::optional<drafter::FamilyRef>& f) { return f ? f->name() : ""; }
 };
 
 template <>
@@ -467,9 +466,13 @@ void TrainConfig::validate_family_settings() const {
     throw std::invalid_argument(m);
   }
   const TrainConfig defaults;
-  if (family() != drafter::DrafterFamily::DSpark) {
-    const std::string why = "its default with drafter_family " + std::string(drafter::drafter_family_name(family())) +
-                            " (a DSpark setting: set drafter_family dspark)";
+  // The family whose heads these are (its Family::setting_keys name markov_rank); any other takes the defaults.
+  const drafter::Family* heads_family = drafter::find_family_of_setting("markov_rank");
+  if (!heads_family || &family().get() != heads_family) {
+    const std::string owner = heads_family ? heads_family->name() : "(none registered)";
+    const std::string why = "its default with drafter_family " + std::string(family().name()) + " (a " +
+                            (heads_family ? heads_family->display_name() : "DSpark") +
+                            " setting: set drafter_family " + owner + ")";
     require(markov_rank == defaults.markov_rank, "markov_rank", why, std::to_string(markov_rank));
     require(markov_head_type == defaults.markov_head_type, "markov_head_type", why,
             std::string("'") + drafter::markov_head_type_name(markov_head_type) + "'");
@@ -489,7 +492,7 @@ void TrainConfig::validate_family_settings() const {
   require(kl_weight == 0, "kl_weight", "0 with drafter_family dspark (its L1 to the target replaces soft labels)",
           shown(kl_weight));
   require(draft_vocab == 0, "draft_vocab",
-          std::string("0 with drafter_family dspark (") + drafter::family_draft_vocab_refusal(family()) + ")",
+          std::string("0 with drafter_family dspark (") + drafter::family_of(family()).draft_vocab_refusal() + ")",
           std::to_string(draft_vocab));
 }
 

@@ -17,9 +17,10 @@
 #include "checkpoint_policy.h"
 #include "device_list.h"
 #include "dflash2_settings.h"
-#include "drafter_family.h"
 #include "dtype_names.h"
+#include "family_ref.h"
 #include "loss_weighting.h"
+#include "markov_heads.h"
 #include "report_to.h"
 #include "run_shape.h"
 #include "sample_format.h"
@@ -66,9 +67,10 @@ struct TrainConfig {
   std::map<std::string, std::string> given_from;
   bool was_given(const std::string& key) const { return given_from.count(key) > 0; }
   bool deterministic = false;  // torch's deterministic algorithms: reproducible CUDA gradients (TRAINING.md)
-  // The drafter family (drafter_family.h). Unset: the one drafter_config's architectures names, else dflash;
-  // resolve_drafter_family() settles it before a run, and the run's train_config.json keeps it.
-  std::optional<drafter::DrafterFamily> drafter_family;
+  // The drafter family, a registered one (drafter/family_ref.h). Unset: the one drafter_config's architectures
+  // names, else the default (dflash); resolve_drafter_family() settles it before a run, and the run's
+  // train_config.json keeps it.
+  std::optional<drafter::FamilyRef> drafter_family;
   // DSpark's heads (drafter::DSparkHeads; DeepSpec's defaults); with a DSpark drafter_config, its values.
   int64_t markov_rank = drafter::DSparkHeads{}.markov_rank;
   drafter::MarkovHeadType markov_head_type = drafter::DSparkHeads{}.markov_head_type;
@@ -106,7 +108,7 @@ struct TrainConfig {
   drafter::RunShape run_shape() const {
     return {max_len, num_anchors, block_size, loss_chunk_rows, kl_weight, dtype, activation_checkpoint};
   }
-  drafter::DrafterFamily family() const { return drafter_family.value_or(drafter::DrafterFamily::DFlash); }
+  drafter::FamilyRef family() const { return drafter_family.value_or(drafter::FamilyRef{}); }
 
   // Throws std::invalid_argument naming the key and the expected value.
   void validate() const;

@@ -1,13 +1,15 @@
-// drafter_family.h and the family a drafter config.json names: the spellings, a DSpark config in DeepSpec's flat
-// layout read and written back, and the errors (file, field, value) for what does not fit the family.
+// The family a drafter config.json names, as DrafterConfig holds it (a registered Family, family_ref.h) and the
+// registry reads it (family_registry.h): the spellings, a command's flag against its config, a DSpark config in
+// DeepSpec's flat layout read and written back, and the errors (file, field, value) for what does not fit the family.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 #include <string>
 
 #include "drafter_config.h"
-#include "drafter_family.h"
 #include "error_of.h"
+#include "family_registry.h"
+#include "markov_heads.h"
 #include "tiny_drafter_config.h"
 
 using namespace dflash::drafter;
@@ -31,24 +33,35 @@ nlohmann::json tiny_dspark_json() {
 }  // namespace
 
 TEST(DrafterFamily, SpellingsRoundTripAndOthersAreRefused) {
-  for (DrafterFamily f : {DrafterFamily::DFlash, DrafterFamily::DSpark, DrafterFamily::DFlash2}) {
-    EXPECT_EQ(drafter_family_from_text(drafter_family_name(f)), f);
-    EXPECT_EQ(drafter_family_of_architecture(drafter_family_architecture(f)), f);
+  for (const char* name : {"dflash", "dspark", "dflash2"}) {
+    const Family* f = find_family(name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_STREQ(f->name(), name);
+    EXPECT_EQ(find_family_of_architecture(f->architecture()), f);
+    EXPECT_EQ(FamilyRef(*f), FamilyRef(family_named(name, "test")));
   }
-  EXPECT_FALSE(drafter_family_from_text("DSpark"));
-  EXPECT_FALSE(drafter_family_from_text(""));
+  EXPECT_STREQ(find_family("dspark")->architecture(), "Qwen3DSparkModel");
+  EXPECT_EQ(find_family("DSpark"), nullptr);
+  EXPECT_EQ(find_family(""), nullptr);
   // vLLM's DSparkDraftModel is a DeepSeek-V4 class: not read as a family.
-  EXPECT_FALSE(drafter_family_of_architecture("DSparkDraftModel"));
+  EXPECT_EQ(find_family_of_architecture("DSparkDraftModel"), nullptr);
+  // A DrafterConfig's family by default: the registry's first, dflash.
+  EXPECT_STREQ(DrafterConfig{}.family.name(), "dflash");
+  EXPECT_EQ(DrafterConfig{}.family, FamilyRef(*find_family("dflash")));
+  EXPECT_NE(DrafterConfig{}.family, FamilyRef(*find_family("dspark")));
   for (MarkovHeadType t : {MarkovHeadType::Vanilla, MarkovHeadType::Gated, MarkovHeadType::Rnn})
     EXPECT_EQ(markov_head_type_from_text(markov_head_type_name(t)), t);
   EXPECT_FALSE(markov_head_type_from_text("lstm"));
 }
 
 TEST(DrafterFamily, CommandFlagAgreesWithTheConfigOrIsRefused) {
-  EXPECT_EQ(family_for_command("eval", "", std::nullopt, ""), DrafterFamily::DFlash);
-  EXPECT_EQ(family_for_command("eval", "", DrafterFamily::DSpark, "c.json"), DrafterFamily::DSpark);
-  EXPECT_EQ(family_for_command("eval", "dspark", DrafterFamily::DSpark, "c.json"), DrafterFamily::DSpark);
-  EXPECT_EQ(error_of<std::invalid_argument>([] { family_for_command("eval", "dspark", DrafterFamily::DFlash, "c.json"); }),
+  const Family& dflash = *find_family("dflash");
+  const Family& dspark = *find_family("dspark");
+  EXPECT_EQ(family_for_command("eval", "", std::nullopt, ""), FamilyRef(dflash));
+  EXPECT_EQ(family_for_command("eval", "", FamilyRef(dspark), "c.json"), FamilyRef(dspark));
+  EXPECT_EQ(family_for_command("eval", "dspark", FamilyRef(dspark), "c.json"), FamilyRef(dspark));
+  EXPECT_EQ(family_for_command("eval", "dspark", std::nullopt, ""), FamilyRef(dspark));
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { family_for_command("eval", "dspark", FamilyRef(dflash), "c.json"); }),
             "eval: --drafter-family dspark disagrees with c.json (dflash, by its architectures)");
   EXPECT_EQ(error_of<std::invalid_argument>([] { family_for_command("plan", "spark", std::nullopt, ""); }),
             "plan: --drafter-family must be dflash, dspark or dflash2, got 'spark'");
@@ -56,7 +69,7 @@ TEST(DrafterFamily, CommandFlagAgreesWithTheConfigOrIsRefused) {
 
 TEST(DrafterFamily, DSparkConfigReadsFlatKeysAndWritesThemBack) {
   const DrafterConfig c = parse_drafter_config(tiny_dspark_json(), "d.json");
-  EXPECT_EQ(c.family, DrafterFamily::DSpark);
+  EXPECT_STREQ(c.family.name(), "dspark");
   EXPECT_EQ(c.mask_token_id, 31);
   EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 5}));
   EXPECT_EQ(c.dspark.markov_rank, 8);
@@ -69,11 +82,11 @@ TEST(DrafterFamily, DSparkConfigReadsFlatKeysAndWritesThemBack) {
   EXPECT_EQ(out["markov_head_type"], "gated");
   EXPECT_EQ(out["mask_token_id"], 31);
   const DrafterConfig back = parse_drafter_config(out, "out.json");
-  EXPECT_EQ(back.family, DrafterFamily::DSpark);
+  EXPECT_EQ(back.family, c.family);
   EXPECT_EQ(back.dspark, c.dspark);
   // A DFlash config stays DFlash and writes no DSpark keys.
   const DrafterConfig plain = parse_drafter_config(tiny_drafter_config_json(), "p.json");
-  EXPECT_EQ(plain.family, DrafterFamily::DFlash);
+  EXPECT_STREQ(plain.family.name(), "dflash");
   EXPECT_FALSE(drafter_config_to_json(plain).contains("markov_rank"));
 }
 
@@ -107,7 +120,7 @@ TEST(DrafterFamily, DSparkConfigErrorsNameFileFieldAndValue) {
   j = tiny_dspark_json();
   j["draft_vocab_size"] = 8;
   EXPECT_EQ(err(j), std::string("d.json: field 'draft_vocab_size': expected absent with architectures "
-                                "[\"Qwen3DSparkModel\"] (") + family_draft_vocab_refusal(DrafterFamily::DSpark) +
+                                "[\"Qwen3DSparkModel\"] (") + find_family("dspark")->draft_vocab_refusal() +
                         "), got 8");
   j = tiny_dspark_json();
   j["architectures"] = {"Qwen3DSparkModel", "DFlashDraftModel"};

@@ -9,6 +9,7 @@
 
 #include "drafter_context_cache.h"
 #include "drafter_model.h"
+#include "family_registry.h"
 
 namespace {
 
@@ -92,7 +93,7 @@ TEST(DrafterContextCache, DFlash2MatchesTrainingForward) {
   at::NoGradGuard ng;
   at::manual_seed(5);
   Fixture f;
-  f.c.family = drafter::DrafterFamily::DFlash2;
+  f.c.family = dflash::drafter::family_named("dflash2", "test");
   f.c.dflash2 = {.conv_kernel_size = 3, .conv_group_size = 16, .selector_rank = 8, .selector_top_k = 4};
   f.c.validate("test");
   f.w = drafter::init_drafter_weights(f.c, at::kDouble, 7, 0.2, 0.1);
@@ -113,7 +114,7 @@ TEST(DrafterContextCache, DFlash2MatchesTrainingForward) {
 
   // The convs matter: the same weights read as plain DFlash give other hidden states.
   drafter::DrafterConfig plain = f.c;
-  plain.family = drafter::DrafterFamily::DFlash;
+  plain.family = dflash::drafter::family_named("dflash", "test");
   eval::DrafterContextCache without(plain, f.w);
   without.append(feats);
   EXPECT_GT((without.block_hidden(embeds) - ref).abs().max().item<double>(), 1e-4);

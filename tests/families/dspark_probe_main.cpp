@@ -24,6 +24,7 @@
 #include "dspark_block_batch.h"
 #include "dspark_heads.h"
 #include "dspark_loss.h"
+#include "family_registry.h"
 #include "probe_main.h"
 #include "safetensors.h"
 
@@ -91,7 +92,7 @@ Named run_step(const dflash::io::SafetensorsFile& in, const std::map<std::string
 
 Named run_objective(const dflash::io::SafetensorsFile& in, const std::map<std::string, std::string>& p) {
   DrafterConfig c;
-  c.family = DrafterFamily::DSpark;
+  c.family = dflash::drafter::family_named("dspark", "test");
   c.dspark = heads_of(p);
   c.block_size = std::stoll(param(p, "block_size", "4"));
   const at::Tensor hidden = in.load("hidden").requires_grad_(true), lm_head = in.load("lm_head");

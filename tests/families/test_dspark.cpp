@@ -10,6 +10,7 @@
 #include "drafter_config.h"
 #include "drafter_weights.h"
 #include "dspark_heads.h"
+#include "family_registry.h"
 #include "finite_difference.h"
 #include "tiny_drafter_config.h"
 
@@ -19,7 +20,7 @@ namespace {
 
 DrafterConfig tiny_dspark(int64_t rank, MarkovHeadType type, bool conf, bool with_markov) {
   DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "tiny");
-  c.family = DrafterFamily::DSpark;
+  c.family = dflash::drafter::family_named("dspark", "test");
   c.dspark.markov_rank = rank;
   c.dspark.markov_head_type = type;
   c.dspark.enable_confidence_head = conf;
@@ -79,7 +80,7 @@ TEST(DSparkWeights, SaveLoadRoundTripAndAMissingHeadIsRefused) {
   }
   // the same file read as a DFlash drafter: the heads are unexpected tensors
   DrafterConfig plain = c;
-  plain.family = DrafterFamily::DFlash;
+  plain.family = dflash::drafter::family_named("dflash", "test");
   try {
     load_drafter_weights(plain, path, at::kFloat);
     FAIL() << "expected an error";

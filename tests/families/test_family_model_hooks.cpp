@@ -33,7 +33,7 @@ DrafterConfig tiny(const char* architecture, const nlohmann::json& extra_dflash_
 }
 
 DrafterConfig as_dflash(DrafterConfig c) {
-  c.family = DrafterFamily::DFlash;
+  c.family = dflash::drafter::family_named("dflash", "test");
   return c;
 }
 

@@ -33,7 +33,7 @@ nlohmann::json run_settings() {
           {"selector_stop_gradient", true}};
 }
 
-DrafterConfig config_of(DrafterFamily f) {
+DrafterConfig config_of(const dflash::drafter::Family& f) {
   DrafterConfig d;
   d.family = f;
   d.block_size = 4;
@@ -67,11 +67,11 @@ void expect_same_blocks(const BlockBatch& a, const BlockBatch& b) {
 TEST(FamilyTraining, AFamilyWithoutHooksTrainsAsDFlash) {
   register_toy_family();
   const FamilyTraining& toy = family_training(toy_family());
-  EXPECT_EQ(&toy, &family_training(DrafterFamily::DFlash));
+  EXPECT_EQ(&toy, &family_training(dflash::drafter::family_named("dflash", "test")));
   EXPECT_EQ(toy.unset_gamma(), 0.0);
-  EXPECT_FALSE(toy_family().cost().needs_last_hidden(config_of(DrafterFamily::DFlash)));
+  EXPECT_FALSE(toy_family().cost().needs_last_hidden(config_of(dflash::drafter::family_named("dflash", "test"))));
   EXPECT_TRUE(toy.loss_setting_keys().empty());
-  const DrafterConfig d = config_of(DrafterFamily::DFlash);
+  const DrafterConfig d = config_of(dflash::drafter::family_named("dflash", "test"));
   EXPECT_EQ(toy.metric_sums_size(d), 0);
   DrafterLossOptions o;
   toy.add_loss_options(nlohmann::json::object(), d, o);  // reads nothing: an empty settings object will do
@@ -82,8 +82,8 @@ TEST(FamilyTraining, AFamilyWithoutHooksTrainsAsDFlash) {
 }
 
 TEST(FamilyTraining, DSparkTakesItsObjectiveBlocksAndTeacher) {
-  const FamilyTraining& t = family_training(DrafterFamily::DSpark);
-  const DrafterConfig d = config_of(DrafterFamily::DSpark);
+  const FamilyTraining& t = family_training(dflash::drafter::family_named("dspark", "test"));
+  const DrafterConfig d = config_of(dflash::drafter::family_named("dspark", "test"));
   DrafterLossOptions o;
   t.add_loss_options(run_settings(), d, o);
   EXPECT_EQ(o.dspark.chunk_rows, 256);
@@ -95,8 +95,8 @@ TEST(FamilyTraining, DSparkTakesItsObjectiveBlocksAndTeacher) {
   EXPECT_GT(o.dspark.den_eps, 0.0);
   t.use_generic_loss_kernels(o);
   EXPECT_FALSE(o.dspark.fused);
-  EXPECT_TRUE(family_cost(config_of(DrafterFamily::DSpark)).needs_last_hidden(config_of(DrafterFamily::DSpark)));
-  EXPECT_STREQ(family_cost(config_of(DrafterFamily::DSpark)).teacher_label(), "its L1 teacher");
+  EXPECT_TRUE(family_cost(config_of(dflash::drafter::family_named("dspark", "test"))).needs_last_hidden(config_of(dflash::drafter::family_named("dspark", "test"))));
+  EXPECT_STREQ(family_cost(config_of(dflash::drafter::family_named("dspark", "test"))).teacher_label(), "its L1 teacher");
   EXPECT_EQ(t.loss_setting_keys(), (std::vector<std::string>{"ce_loss_weight", "l1_loss_weight", "confidence_loss_weight"}));
   const Batch b = batch();
   expect_same_blocks(t.build_blocks(d, b.ids, b.mask, b.anchors, 4.0),
@@ -106,8 +106,8 @@ TEST(FamilyTraining, DSparkTakesItsObjectiveBlocksAndTeacher) {
 }
 
 TEST(FamilyTraining, DSparkNamesDeepSpecsMetricsAndShowsL1AndTau) {
-  const FamilyTraining& t = family_training(DrafterFamily::DSpark);
-  DrafterConfig d = config_of(DrafterFamily::DSpark);
+  const FamilyTraining& t = family_training(dflash::drafter::family_named("dspark", "test"));
+  DrafterConfig d = config_of(dflash::drafter::family_named("dspark", "test"));
   d.dspark.enable_confidence_head = false;
   ASSERT_EQ(t.metric_sums_size(d), dspark_stats_size(4));
   at::Tensor sums = at::zeros({t.metric_sums_size(d)}, at::kDouble);
@@ -123,8 +123,8 @@ TEST(FamilyTraining, DSparkNamesDeepSpecsMetricsAndShowsL1AndTau) {
 }
 
 TEST(FamilyTraining, DFlash2TakesItsSelectorSettings) {
-  const FamilyTraining& t = family_training(DrafterFamily::DFlash2);
-  const DrafterConfig d = config_of(DrafterFamily::DFlash2);
+  const FamilyTraining& t = family_training(dflash::drafter::family_named("dflash2", "test"));
+  const DrafterConfig d = config_of(dflash::drafter::family_named("dflash2", "test"));
   DrafterLossOptions o;
   t.add_loss_options(run_settings(), d, o);
   EXPECT_EQ(o.dflash2.selector_weight, 0.75);
@@ -132,7 +132,7 @@ TEST(FamilyTraining, DFlash2TakesItsSelectorSettings) {
   EXPECT_EQ(o.dflash2.selector.candidates, SelectorCandidates::Inject);
   EXPECT_TRUE(o.dflash2.selector.stop_gradient);
   EXPECT_EQ(t.unset_gamma(), 0.0);
-  EXPECT_FALSE(family_cost(config_of(DrafterFamily::DFlash2)).needs_last_hidden(config_of(DrafterFamily::DFlash2)));
+  EXPECT_FALSE(family_cost(config_of(dflash::drafter::family_named("dflash2", "test"))).needs_last_hidden(config_of(dflash::drafter::family_named("dflash2", "test"))));
   EXPECT_EQ(t.loss_setting_keys(), std::vector<std::string>{"selector_loss_weight"});
 
   nlohmann::json s = run_settings();
@@ -149,8 +149,8 @@ TEST(FamilyTraining, DFlash2TakesItsSelectorSettings) {
 
 // The sums add over micro-batches, workers and processes; the metrics are ratios of the step's totals.
 TEST(FamilyTraining, DFlash2MetricsAreRatiosOfTheStepsSums) {
-  const FamilyTraining& t = family_training(DrafterFamily::DFlash2);
-  const DrafterConfig d = config_of(DrafterFamily::DFlash2);
+  const FamilyTraining& t = family_training(dflash::drafter::family_named("dflash2", "test"));
+  const DrafterConfig d = config_of(dflash::drafter::family_named("dflash2", "test"));
   ASSERT_EQ(t.metric_sums_size(d), 9);
   // ce_sum, weight, rows, recall_hits, selector_hits, blocks, path, oracle and unary length sums
   const at::Tensor a = at::tensor({1.0, 3.0, 6.0, 3.0, 1.0, 1.0, 1.0, 2.0, 1.5}, at::kDouble);

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drafter_config.h"
+#include "family_registry.h"
 #include "fuzz_common.h"
 #include "loss_weighting.h"
 #include "rope_config.h"
@@ -103,13 +104,13 @@ void check_eps(double eps, const std::string& what) {
 
 // What a family does not implement never parses, and its shapes stay in the documented ranges.
 void check_family(const dflash::drafter::DrafterConfig& d, const std::string& what) {
-  using dflash::drafter::DrafterFamily;
-  if (d.family != DrafterFamily::DFlash && d.draft_vocab_size != 0)
-    violated(what + ": a " + dflash::drafter::drafter_family_name(d.family) + " drafter with a draft vocabulary");
-  if (d.family == DrafterFamily::DSpark && (d.dspark.markov_rank < 0 || d.dspark.markov_rank > 65536))
+  // A family that refuses a draft vocabulary (Family::draft_vocab_refusal) never parses with one.
+  if (*dflash::drafter::family_of(d.family).draft_vocab_refusal() && d.draft_vocab_size != 0)
+    violated(what + ": a " + std::string(d.family.name()) + " drafter with a draft vocabulary");
+  if (d.family == dflash::drafter::family_named("dspark", "test") && (d.dspark.markov_rank < 0 || d.dspark.markov_rank > 65536))
     violated(what + ": markov_rank " + std::to_string(d.dspark.markov_rank));
   const auto& f = d.dflash2;
-  if (d.family == DrafterFamily::DFlash2 &&
+  if (d.family == dflash::drafter::family_named("dflash2", "test") &&
       (f.conv_kernel_size < 1 || f.conv_kernel_size > 64 || f.conv_group_size < 1 || f.conv_group_size > 65536 ||
        d.hidden_size % f.conv_group_size != 0 || f.selector_rank < 1 || f.selector_rank > 65536 ||
        f.selector_top_k < 1 || f.selector_top_k > std::min<int64_t>(1024, d.vocab_size)))
@@ -179,12 +180,11 @@ void train_case(const std::string& text, bool yaml) {
   for (const double w : {c.ce_loss_weight, c.l1_loss_weight, c.confidence_loss_weight, c.selector_loss_weight})
     if (!(w >= 0 && w <= 1000) || !std::isfinite(static_cast<float>(w * 100.0)))
       violated("train config: a family loss weight " + std::to_string(w));
-  if (c.family() == dflash::drafter::DrafterFamily::DSpark &&
+  if (c.family() == dflash::drafter::family_named("dspark", "test") &&
       !(c.ce_loss_weight + c.l1_loss_weight + c.confidence_loss_weight > 0))
     violated("train config: dspark with every loss weight 0");
-  if (c.family() != dflash::drafter::DrafterFamily::DFlash && c.draft_vocab != 0)
-    violated("train config: a draft vocabulary with drafter_family " +
-             std::string(dflash::drafter::drafter_family_name(c.family())));
+  if (*dflash::drafter::family_of(c.family()).draft_vocab_refusal() && c.draft_vocab != 0)
+    violated("train config: a draft vocabulary with drafter_family " + std::string(c.family().name()));
 }
 
 }  // namespace

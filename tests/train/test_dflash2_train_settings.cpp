@@ -13,11 +13,11 @@
 #include "drafter_family_setting.h"
 #include "drafter_spec.h"
 #include "error_of.h"
+#include "family_registry.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
 
 using namespace dflash::train;
-using dflash::drafter::DrafterFamily;
 using dflash::drafter::SelectorCandidates;
 
 namespace {
@@ -96,7 +96,7 @@ TEST(DFlash2TrainSettings, ADFlash2DrafterConfigSetsTheFamilyAndItsSettings) {
   const std::string file = dflash2_config_file(6);
   TrainConfig c = with({{"drafter_config", file}});
   resolve_drafter_family(c, "train");
-  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash2);
+  EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dflash2", "test"));
   EXPECT_EQ(c.dflash2_settings(), (dflash::drafter::DFlash2Settings{3, 4, 6, 5}));
   c = with({{"drafter_config", file}, {"selector_rank", 6}});  // given and equal: fine
   resolve_drafter_family(c, "train");
@@ -110,7 +110,7 @@ TEST(DFlash2TrainSettings, ADFlash2DrafterConfigSetsTheFamilyAndItsSettings) {
   TrainConfig t = with({{"drafter_family", "dflash2"}, {"selector_rank", 12}});
   dflash::drafter::DrafterConfig d;
   apply_family_settings(t, d);
-  EXPECT_EQ(d.family, DrafterFamily::DFlash2);
+  EXPECT_EQ(d.family, dflash::drafter::family_named("dflash2", "test"));
   EXPECT_EQ(d.dflash2.selector_rank, 12);
 }
 
@@ -125,7 +125,7 @@ TEST(DFlash2TrainSettings, AResumedRunKeepsThem) {
   ASSERT_TRUE(read_train_args({"--resume", "--out", dir}, args));
   TrainConfig c = train_config_of(args);
   resolve_drafter_family(c, "train");
-  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash2);
+  EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dflash2", "test"));
   EXPECT_EQ(c.selector_candidates, SelectorCandidates::Inject);
   EXPECT_EQ(c.conv_group_size, 8);
   EXPECT_EQ(c.selector_loss_weight, 0.1);

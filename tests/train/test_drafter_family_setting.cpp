@@ -12,6 +12,7 @@
 
 #include "drafter_family_setting.h"
 #include "error_of.h"
+#include "family_registry.h"
 #include "head_rank_default.h"
 #include "target_config.h"
 #include "target_setup.h"
@@ -19,7 +20,6 @@
 #include "train_config.h"
 
 using namespace dflash::train;
-using dflash::drafter::DrafterFamily;
 using dflash::drafter::MarkovHeadType;
 
 namespace {
@@ -61,7 +61,7 @@ std::string dspark_config_file(int64_t rank, const char* type) {
 TEST(DrafterFamilySetting, DefaultsAreDeepSpecs) {
   const TrainConfig c;
   EXPECT_FALSE(c.drafter_family);
-  EXPECT_EQ(c.family(), DrafterFamily::DFlash);
+  EXPECT_EQ(c.family(), dflash::drafter::family_named("dflash", "test"));
   EXPECT_EQ(c.markov_rank, 256);
   EXPECT_EQ(c.markov_head_type, MarkovHeadType::Vanilla);
   EXPECT_TRUE(c.enable_confidence_head);
@@ -73,8 +73,8 @@ TEST(DrafterFamilySetting, DefaultsAreDeepSpecs) {
 }
 
 TEST(DrafterFamilySetting, ReadFromFilesAndFlags) {
-  EXPECT_EQ(with({{"drafter_family", "dspark"}}).family(), DrafterFamily::DSpark);
-  EXPECT_EQ(with({{"drafter_family", "dflash2"}}).family(), DrafterFamily::DFlash2);
+  EXPECT_EQ(with({{"drafter_family", "dspark"}}).family(), dflash::drafter::family_named("dspark", "test"));
+  EXPECT_EQ(with({{"drafter_family", "dflash2"}}).family(), dflash::drafter::family_named("dflash2", "test"));
   EXPECT_FALSE(with({{"drafter_family", ""}}).drafter_family);
   EXPECT_EQ(error_of<std::invalid_argument>([] { with({{"drafter_family", "spark"}}); }),
             "cfg.yaml: 'drafter_family' must be dflash, dspark or dflash2 (empty: from drafter_config), got 'spark'");
@@ -84,7 +84,7 @@ TEST(DrafterFamilySetting, ReadFromFilesAndFlags) {
   ASSERT_TRUE(parse_train_args({"--drafter-family", "dspark", "--markov-rank", "8", "--markov-head-type", "rnn",
                                 "--enable-confidence-head", "false", "--confidence-loss-weight", "0"},
                                c));
-  EXPECT_EQ(c.family(), DrafterFamily::DSpark);
+  EXPECT_EQ(c.family(), dflash::drafter::family_named("dspark", "test"));
   EXPECT_EQ(c.markov_rank, 8);
   EXPECT_EQ(c.markov_head_type, MarkovHeadType::Rnn);
   EXPECT_FALSE(c.enable_confidence_head);
@@ -135,10 +135,10 @@ TEST(DrafterFamilySetting, DrafterConfigArchitecturesSetTheFamily) {
   const std::string dspark = dspark_config_file(8, "gated");
   TrainConfig c = valid();
   resolve_drafter_family(c, "train");
-  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash);  // settled: the saved settings say it
+  EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dflash", "test"));  // settled: the saved settings say it
   c = with({{"drafter_config", dspark}});
   resolve_drafter_family(c, "train");
-  EXPECT_EQ(c.drafter_family, DrafterFamily::DSpark);
+  EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dspark", "test"));
   EXPECT_EQ(c.markov_rank, 8);  // the file's heads
   EXPECT_EQ(c.markov_head_type, MarkovHeadType::Gated);
   c = with({{"drafter_config", dspark}, {"drafter_family", "dspark"}, {"markov_rank", 8}});
@@ -158,7 +158,7 @@ TEST(DrafterFamilySetting, DrafterConfigArchitecturesSetTheFamily) {
                 "); give it once, or the same in both");
   c = with({{"drafter_config", dflash}});
   resolve_drafter_family(c, "train");
-  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash);
+  EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dflash", "test"));
 }
 
 TEST(DrafterFamilySetting, AResumedRunKeepsItsFamily) {
@@ -166,7 +166,7 @@ TEST(DrafterFamilySetting, AResumedRunKeepsItsFamily) {
   ::mkdir(dir.c_str(), 0755);
   TrainConfig saved = valid();
   saved.out = dir;
-  saved.drafter_family = DrafterFamily::DSpark;
+  saved.drafter_family = dflash::drafter::family_named("dspark", "test");
   saved.markov_rank = 16;
   saved.markov_head_type = MarkovHeadType::Rnn;
   std::ofstream(dir + "/train_config.json") << to_json(saved).dump();
@@ -174,7 +174,7 @@ TEST(DrafterFamilySetting, AResumedRunKeepsItsFamily) {
   ASSERT_TRUE(read_train_args({"--resume", "--out", dir}, args));
   TrainConfig c = train_config_of(args);
   resolve_drafter_family(c, "train");
-  EXPECT_EQ(c.drafter_family, DrafterFamily::DSpark);
+  EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dspark", "test"));
   EXPECT_EQ(c.markov_rank, 16);
   EXPECT_EQ(c.markov_head_type, MarkovHeadType::Rnn);
 }
@@ -238,7 +238,7 @@ TEST(DrafterFamilySetting, AResumedRunKeepsTheHeadRankItSaved) {
   for (const int64_t saved_rank : {256, 32}) {  // 256: a small run saved before the rule
     TrainConfig saved = valid();
     saved.out = dir;
-    saved.drafter_family = DrafterFamily::DSpark;
+    saved.drafter_family = dflash::drafter::family_named("dspark", "test");
     saved.markov_rank = saved_rank;
     saved.mask_token_id = 5;
     std::ofstream(dir + "/train_config.json") << to_json(saved).dump();

@@ -12,11 +12,11 @@
 #include "drafter_family_setting.h"
 #include "drafter_spec.h"
 #include "error_of.h"
+#include "family_registry.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
 
 using namespace dflash::train;
-using dflash::drafter::DrafterFamily;
 
 namespace {
 
@@ -86,7 +86,7 @@ TEST(DrafterSpec, AFieldGivenOnceIsTaken) {
   EXPECT_EQ(c.block_size, 8);
   EXPECT_EQ(c.drafter_layers, 2);
   EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 5}));
-  EXPECT_EQ(c.drafter_family, DrafterFamily::DFlash);
+  EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dflash", "test"));
   EXPECT_EQ(c.given_from.at("block_size"), "drafter config " + drafter);
   // Without a drafter config, the train config's value is the run's.
   TrainConfig t;
@@ -108,7 +108,7 @@ TEST(DrafterSpec, AFamilySettingInConflictIsAnError) {
   EXPECT_EQ(resolve_error({{"markov_head_type", "rnn"}}, {}, dspark).substr(0, 46),
             "train: 'markov_head_type' is rnn (train config");
   const TrainConfig c = resolved({{"markov_rank", 8}}, {}, dspark);  // equal: fine; the rest is the file's
-  EXPECT_EQ(c.family(), DrafterFamily::DSpark);
+  EXPECT_EQ(c.family(), dflash::drafter::family_named("dspark", "test"));
   EXPECT_EQ(c.markov_rank, 8);
   EXPECT_EQ(c.markov_head_type, dflash::drafter::MarkovHeadType::Gated);
 

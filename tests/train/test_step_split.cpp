@@ -18,6 +18,7 @@
 
 #include <ATen/ATen.h>
 
+#include "family_registry.h"
 #include "master_state.h"
 #include "run_context.h"
 #include "step_producer.h"
@@ -28,7 +29,6 @@
 
 namespace fs = std::filesystem;
 using namespace dflash::train;
-using dflash::drafter::DrafterFamily;
 using dflash::drafter::SelectorCandidates;
 
 namespace {
@@ -153,7 +153,7 @@ TEST(StepSplit, DFlash) {
 
 TEST(StepSplit, DSpark) {
   const OneStep ref = check_splits("dspark", [](TrainConfig& c) {
-    c.drafter_family = DrafterFamily::DSpark;
+    c.drafter_family = dflash::drafter::family_named("dspark", "test");
     c.markov_rank = 8;
   });
   // the logged terms are num / den of the trained loss (DeepSpec's weights 0.1 / 0.9 / 1.0); the loss has the
@@ -169,7 +169,7 @@ TEST(StepSplit, DSpark) {
 
 TEST(StepSplit, DFlash2Strict) {
   const OneStep ref = check_splits("dflash2_strict", [](TrainConfig& c) {
-    c.drafter_family = DrafterFamily::DFlash2;
+    c.drafter_family = dflash::drafter::family_named("dflash2", "test");
     c.selector_rank = 8;
     c.selector_candidates = SelectorCandidates::Strict;
   });
@@ -181,7 +181,7 @@ TEST(StepSplit, DFlash2Strict) {
 
 TEST(StepSplit, DFlash2Inject) {
   check_splits("dflash2_inject", [](TrainConfig& c) {
-    c.drafter_family = DrafterFamily::DFlash2;
+    c.drafter_family = dflash::drafter::family_named("dflash2", "test");
     c.selector_rank = 8;
     c.selector_candidates = SelectorCandidates::Inject;
   });

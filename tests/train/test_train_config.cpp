@@ -16,6 +16,7 @@
 
 #include "distributed.h"
 #include "error_of.h"
+#include "family_registry.h"
 #include "train_config.h"
 
 using namespace dflash::train;
@@ -83,7 +84,7 @@ TrainConfig all_fields_changed() {
   c.stop_after = 10;
   c.resume = true;
   c.deterministic = true;
-  c.drafter_family = dflash::drafter::DrafterFamily::DSpark;
+  c.drafter_family = dflash::drafter::family_named("dspark", "test");
   c.markov_rank = 8;
   c.markov_head_type = dflash::drafter::MarkovHeadType::Rnn;
   c.enable_confidence_head = false;

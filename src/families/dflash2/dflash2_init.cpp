@@ -8,13 +8,13 @@
 namespace dflash::drafter {
 
 DrafterConfig dflash_backbone_config(DrafterConfig c) {
-  c.family = DrafterFamily::DFlash;
+  c.family = FamilyRef{};  // the default family: the DFlash backbone
   return c;
 }
 
 DrafterWeights dflash2_from_dflash(const DrafterConfig& dflash2, const DrafterWeights& dflash, at::ScalarType dtype,
                                    uint64_t seed, double std) {
-  if (dflash2.family != DrafterFamily::DFlash2)
+  if (std::string(dflash2.family.name()) != "dflash2")
     throw std::invalid_argument("dflash2_from_dflash: the target config must be family dflash2");
   if (!dflash.convs.empty())
     throw std::invalid_argument("dflash2_from_dflash: the starting weights are already a DFlash2 drafter's");

@@ -18,7 +18,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "drafter_family.h"
+#include "markov_heads.h"
 
 namespace dflash::drafter {
 

@@ -13,7 +13,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "byte_size.h"
-#include "drafter_family.h"
+#include "markov_heads.h"
 #include "dspark_lm_loss_op.h"
 
 namespace dflash::families {

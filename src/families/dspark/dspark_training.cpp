@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "drafter_family.h"
+#include "markov_heads.h"
 #include "dspark_block_batch.h"
 #include "dspark_loss.h"
 #include "family_training.h"
