@@ -17,24 +17,12 @@
 #include "family_drafting.h"
 #include "family_model.h"
 #include "family_registry.h"
+#include "tiny_family_config.h"
 #include "toy_family.h"
 
 using namespace dflash::drafter;
 
 namespace {
-
-DrafterConfig tiny(const char* architecture, const nlohmann::json& extra_dflash_config = nlohmann::json::object(),
-                   const nlohmann::json& extra_top = nlohmann::json::object()) {
-  nlohmann::json j = nlohmann::json::parse(R"({
-    "model_type": "qwen3", "block_size": 4, "num_target_layers": 8, "num_hidden_layers": 2,
-    "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 5]},
-    "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 4, "vocab_size": 32})");
-  j["architectures"] = {architecture};
-  j["dflash_config"].update(extra_dflash_config);
-  j.update(extra_top);
-  return parse_drafter_config(j, "tiny.json");
-}
 
 // A block of 4 random hidden states and a random LM head [32, 16] in double (a target's dtype and device need not
 // be the drafter's: the callback's result is converted where read).
@@ -65,7 +53,7 @@ TEST(FamilyDrafting, DFlashAndTheToyFamilyDraftThePlainBlock) {
 TEST(FamilyDrafting, DSparkDraftsEverySlotAndCutsByConfidence) {
   at::manual_seed(3);
   // No Markov head: slot j's draft is the LM head's argmax on hidden row j, slots 0..n-1.
-  const DrafterConfig c = tiny("Qwen3DSparkModel", nlohmann::json::object(),
+  const DrafterConfig c = tiny_family_config("Qwen3DSparkModel", nlohmann::json::object(),
                                {{"markov_rank", 0}, {"markov_head_type", "vanilla"}, {"enable_confidence_head", true},
                                 {"confidence_head_with_markov", false}});
   const DrafterWeights w = init_drafter_weights(c, at::kFloat, 1);
@@ -87,7 +75,7 @@ TEST(FamilyDrafting, DSparkDraftsEverySlotAndCutsByConfidence) {
   EXPECT_EQ(d.tokens, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(d.probs.size(), 3u);
   // A threshold needs the confidence head.
-  const DrafterConfig no_head = tiny("Qwen3DSparkModel", nlohmann::json::object(),
+  const DrafterConfig no_head = tiny_family_config("Qwen3DSparkModel", nlohmann::json::object(),
                                      {{"markov_rank", 0}, {"markov_head_type", "vanilla"},
                                       {"enable_confidence_head", false}, {"confidence_head_with_markov", false}});
   try {
@@ -101,7 +89,7 @@ TEST(FamilyDrafting, DSparkDraftsEverySlotAndCutsByConfidence) {
 
 TEST(FamilyDrafting, DFlash2WalksSlotsOneToNFromTheLastToken) {
   at::manual_seed(5);
-  const DrafterConfig c = tiny("DFlash2DraftModel", {{"conv_kernel_size", 2}, {"conv_group_size", 4},
+  const DrafterConfig c = tiny_family_config("DFlash2DraftModel", {{"conv_kernel_size", 2}, {"conv_group_size", 4},
                                                      {"selector_rank", 4}, {"selector_top_k", 4}});
   DrafterWeights w = init_drafter_weights(c, at::kFloat, 7);
   w.selector.successor_codebook = at::randn_like(w.selector.successor_codebook);  // a walk that depends on p_k

@@ -13,24 +13,12 @@
 #include "drafter_weights.h"
 #include "family_model.h"
 #include "family_registry.h"
+#include "tiny_family_config.h"
 #include "toy_family.h"
 
 using namespace dflash::drafter;
 
 namespace {
-
-DrafterConfig tiny(const char* architecture, const nlohmann::json& extra_dflash_config = nlohmann::json::object(),
-                   const nlohmann::json& extra_top = nlohmann::json::object()) {
-  nlohmann::json j = nlohmann::json::parse(R"({
-    "model_type": "qwen3", "block_size": 4, "num_target_layers": 8, "num_hidden_layers": 2,
-    "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 5]},
-    "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 4, "vocab_size": 32})");
-  j["architectures"] = {architecture};
-  j["dflash_config"].update(extra_dflash_config);
-  j.update(extra_top);
-  return parse_drafter_config(j, "tiny.json");
-}
 
 DrafterConfig as_dflash(DrafterConfig c) {
   c.family = dflash::drafter::family_named("dflash", "test");
@@ -61,7 +49,7 @@ TEST(FamilyModelHooks, DFlashAndTheToyFamilyAreThePlainDrafter) {
   dflash::families::testing::register_toy_family();
   EXPECT_EQ(find_family_model(family_named("dflash", "test")), nullptr);
   EXPECT_EQ(find_family_model(family_named("toy", "test")), nullptr);
-  const DrafterConfig c = tiny("DFlashDraftModel");
+  const DrafterConfig c = tiny_family_config("DFlashDraftModel");
   WeightShapes extra;
   model_of(c).add_weight_shapes(c, extra);
   EXPECT_TRUE(extra.empty());
@@ -74,7 +62,7 @@ TEST(FamilyModelHooks, DFlashAndTheToyFamilyAreThePlainDrafter) {
 }
 
 TEST(FamilyModelHooks, DSparkIsTheBackbonePlusItsHeads) {
-  const DrafterConfig c = tiny("Qwen3DSparkModel", nlohmann::json::object(),
+  const DrafterConfig c = tiny_family_config("Qwen3DSparkModel", nlohmann::json::object(),
                                {{"markov_rank", 4}, {"markov_head_type", "gated"}, {"enable_confidence_head", true},
                                 {"confidence_head_with_markov", true}});
   ASSERT_NE(find_family_model(family_of(c.family)), nullptr);
@@ -83,7 +71,7 @@ TEST(FamilyModelHooks, DSparkIsTheBackbonePlusItsHeads) {
 }
 
 TEST(FamilyModelHooks, DFlash2IsTheBackbonePlusIdentityConvsAndANoOpSelector) {
-  const DrafterConfig c = tiny("DFlash2DraftModel", {{"conv_kernel_size", 2}, {"conv_group_size", 4},
+  const DrafterConfig c = tiny_family_config("DFlash2DraftModel", {{"conv_kernel_size", 2}, {"conv_group_size", 4},
                                                      {"selector_rank", 4}, {"selector_top_k", 4}});
   ASSERT_NE(find_family_model(family_of(c.family)), nullptr);
   EXPECT_TRUE(model_of(c).takes_selector_options());
@@ -108,7 +96,7 @@ TEST(FamilyModelHooks, AModelIsRegisteredOncePerFamily) {
 }
 
 TEST(FamilyModelHooks, EvalTraits) {
-  const DrafterConfig c = tiny("DFlashDraftModel");  // block_size 4
+  const DrafterConfig c = tiny_family_config("DFlashDraftModel");  // block_size 4
   EXPECT_EQ(family_named("dflash", "test").drafts_per_cycle(c), 3);
   EXPECT_EQ(family_named("dflash2", "test").drafts_per_cycle(c), 3);
   EXPECT_EQ(family_named("dspark", "test").drafts_per_cycle(c), 4);  // every block output is a draft
