@@ -97,7 +97,7 @@ class Family {
   // true: eval's --confidence-threshold (the cumulative confidence cut of docs/DSPARK.md "Evaluation") applies.
   virtual bool has_confidence_cut() const { return false; }
 
-  // --- export hooks: the serving engines (issue 50 item 1, helper fam-export) ---
+  // --- export hooks: the serving engines ---
   // The family's row per engine that serves it (serving_engines.h), in any order; an engine without a row does not
   // serve the family. Default: none (a family no engine serves: export writes it, --engine refuses every engine).
   virtual std::vector<EngineRule> engine_rules() const { return {}; }

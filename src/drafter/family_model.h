@@ -86,7 +86,7 @@ class FamilyModel {
   // How the family turns a cycle's block into drafts; nullptr: as DFlash does (the LM head's argmax on slots
   // 1..B-1, eval's own).
   virtual const FamilyDrafting* drafting() const { return nullptr; }
-  // --- bench step: the objective's own benchmark (issue 50 item 1, helper fam-export) ---
+  // --- bench step: the objective's own benchmark ---
   // `bench step --objective-naive 1`: the family's objective as training computes it against a naive version of it
   // on the same inputs (time, peak memory, loss and gradient differences), printed and returned as JSON, which bench
   // step writes under "<family>_objective"; null (the default, family_objective_bench.cpp): the family has none.
