@@ -4,8 +4,6 @@
 // saying 8 used to train with 8 without a word.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <fstream>
 #include <string>
 
@@ -13,6 +11,7 @@
 #include "drafter_spec.h"
 #include "error_of.h"
 #include "family_registry.h"
+#include "scratch_dir.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
 
@@ -20,8 +19,14 @@ using namespace dflash::train;
 
 namespace {
 
+// The files these tests write, in one folder removed at exit.
+const dflash::testing::ScratchDir& scratch() {
+  static const dflash::testing::ScratchDir d("dflash_spec_");
+  return d;
+}
+
 std::string write_file(const std::string& name, const std::string& text) {
-  const std::string path = "/tmp/dflash_spec_" + std::to_string(::getpid()) + "_" + name;
+  const std::string path = scratch().file(name);
   std::ofstream(path) << text;
   return path;
 }
@@ -58,7 +63,7 @@ std::string resolve_error(const nlohmann::json& settings, const std::vector<std:
 
 TEST(DrafterSpec, ADefaultValueGivenInATrainConfigConflictsWithTheDrafterConfig) {
   const std::string drafter = drafter_file("b8.json");
-  const std::string settings = "/tmp/dflash_spec_" + std::to_string(::getpid()) + "_train.json";
+  const std::string settings = scratch().file("train.json");
   EXPECT_EQ(resolve_error({{"block_size", 16}}, {}, drafter),
             "train: 'block_size' is 16 (train config " + settings + ") but 8 (drafter config " + drafter +
                 "); give it once, or the same in both");
@@ -141,7 +146,7 @@ TEST(DrafterSpec, TheRuleOnTwoSpecs) {
 // naming both sources (it used to replace the file's silently); equal or not given, the file's is taken.
 TEST(DrafterSpec, AMaskTokenInConflictIsAnError) {
   const std::string drafter = drafter_file("mask.json");  // dflash_config.mask_token_id 31
-  const std::string settings = "/tmp/dflash_spec_" + std::to_string(::getpid()) + "_train.json";
+  const std::string settings = scratch().file("train.json");
   EXPECT_EQ(resolve_error({{"mask_token_id", 7}}, {}, drafter),
             "train: 'mask_token_id' is 7 (train config " + settings + ") but 31 (drafter config " + drafter +
                 "); give it once, or the same in both");
