@@ -158,3 +158,26 @@ TEST(DrafterSpec, AMaskTokenInConflictIsAnError) {
   EXPECT_EQ(c.mask_token_id, 31);
   EXPECT_EQ(c.given_from.at("mask_token_id"), "drafter config " + drafter);
 }
+
+// The spec's one table (drafter/sourced_spec.h): every field's key and none value, which the drafter config's side
+// and the train config's side both take; an unknown field is a logic error, not a silent default.
+TEST(DrafterSpec, OneTableOfKeysAndNoneValues) {
+  using dflash::drafter::spec_row;
+  EXPECT_EQ(dflash::drafter::spec_row_count(), 6u);
+  EXPECT_STREQ(spec_row(&DrafterSpec::family).key, "drafter_family");
+  EXPECT_STREQ(spec_row(&DrafterSpec::drafter_layers).key, "drafter_layers");
+  EXPECT_STREQ(spec_row(&DrafterSpec::block_size).key, "block_size");
+  EXPECT_FALSE(spec_row(&DrafterSpec::block_size).none);
+  EXPECT_EQ(spec_row(&DrafterSpec::target_layer_ids).none, std::vector<int64_t>{});
+  EXPECT_EQ(spec_row(&DrafterSpec::draft_vocab).none, int64_t{0});
+  EXPECT_EQ(spec_row(&DrafterSpec::mask_token_id).none, int64_t{-1});
+  // Both sides read a field's key from the table: a drafter config's none is no value, a train config's given key is.
+  dflash::drafter::DrafterConfig d;
+  d.block_size = 8;
+  const DrafterSpec from_file = dflash::drafter::spec_of_drafter(d, "f");
+  EXPECT_FALSE(from_file.draft_vocab);
+  EXPECT_FALSE(from_file.mask_token_id);
+  EXPECT_FALSE(from_file.target_layer_ids);
+  ASSERT_TRUE(from_file.block_size);
+  EXPECT_EQ(from_file.block_size->value, 8);
+}
