@@ -45,7 +45,8 @@ struct DrafterSpec {
 // that says "not given" in a drafter config file, which cannot leave draft_vocab_size, target_layer_ids or
 // mask_token_id out (0, empty and -1 say none). The one list of keys and none values: the drafter config's side
 // (sourced_spec.cpp) and the train config's (train/drafter_spec.cpp) each map the spec's fields to their own
-// config's and take the rest from here (spec_row); each checks it maps every row (spec_row_count).
+// config's and take the rest from here (spec_row); each checks it maps every row (spec_row_count). The none values
+// are the drafter config file's alone: a train config key or a flag given counts whatever its value (0 too).
 template <class T>
 struct SpecRow {
   const char* key;

@@ -24,17 +24,15 @@ struct TrainField {
   std::function<void(const DrafterSpec&, TrainConfig&)> to_train;
 };
 
-// A row of the spec's table (drafter/sourced_spec.h: its key and the value that means "not set") with the train
-// config's field.
+// A row of the spec's table (drafter/sourced_spec.h: its key) with the train config's field. A key given counts
+// whatever its value (drafter_spec.h): the table's none values are the drafter config file's, which cannot leave a
+// field out; `draft_vocab: 0` or `--draft-vocab 0` beside a drafter config's K is two values, an error naming both.
 template <class T, class TrainT>
 TrainField field(std::optional<Sourced<T>> DrafterSpec::*m, TrainT TrainConfig::*t) {
-  const drafter::SpecRow<T> row = drafter::spec_row(m);
-  const std::string key = row.key;
-  const std::optional<T> none = row.none;
+  const std::string key = drafter::spec_row(m).key;
   return {key,
           [=](DrafterSpec& s, const TrainConfig& c, const std::string& source) {
-            const std::optional<T> v = value_of(c.*t);
-            if (v && !(none && *v == *none)) s.*m = Sourced<T>{*v, source};
+            if (const std::optional<T> v = value_of(c.*t)) s.*m = Sourced<T>{*v, source};
           },
           [=](const DrafterSpec& s, TrainConfig& c) {
             if (!(s.*m)) return;

@@ -181,3 +181,22 @@ TEST(DrafterSpec, OneTableOfKeysAndNoneValues) {
   ASSERT_TRUE(from_file.block_size);
   EXPECT_EQ(from_file.block_size->value, 8);
 }
+
+// A key the train config gives counts whatever its value, draft_vocab 0 (the full vocabulary) too: beside a drafter
+// config's draft vocabulary it is an error naming both (the file's K used to win without a word), as block_size 16.
+TEST(DrafterSpec, AnExplicitFullVocabularyConflictsWithADrafterConfigsDraftVocabulary) {
+  const std::string drafter = drafter_file("vocab8.json", {{"draft_vocab_size", 8}});
+  EXPECT_EQ(resolve_error(nlohmann::json(), {"--draft-vocab", "0"}, drafter),
+            "train: 'draft_vocab' is 0 (flag --draft-vocab) but 8 (drafter config " + drafter +
+                "); give it once, or the same in both");
+  EXPECT_EQ(resolve_error({{"draft_vocab", 0}}, {}, drafter),
+            "train: 'draft_vocab' is 0 (train config " + scratch().file("train.json") + ") but 8 (drafter config " +
+                drafter + "); give it once, or the same in both");
+  EXPECT_EQ(resolved(nlohmann::json(), {"--draft-vocab", "8"}, drafter).draft_vocab, 8);  // equal: fine
+  const TrainConfig c = resolved(nlohmann::json(), {}, drafter);                           // not given: the file's
+  EXPECT_EQ(c.draft_vocab, 8);
+  // A drafter config without a draft vocabulary gives none: the train config's is taken, 0 or K.
+  const std::string full = drafter_file("full.json");
+  EXPECT_EQ(resolved(nlohmann::json(), {"--draft-vocab", "0"}, full).draft_vocab, 0);
+  EXPECT_EQ(resolved(nlohmann::json(), {"--draft-vocab", "8"}, full).draft_vocab, 8);
+}
