@@ -37,11 +37,12 @@ struct SpecField {
   std::function<void(const DrafterSpec&, DrafterConfig&)> to_drafter;
 };
 
-// `none`: the drafter config's value that means "not set" (draft_vocab_size 0, an empty target_layer_ids, mask -1).
-// `into`: the drafter config's field (nullptr: not set by apply_spec).
+// A row of the spec's table (sourced_spec.h: its key and none value) with the drafter config's field (`into`).
 template <class T, class DrafterT>
-SpecField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::*m, DrafterT DrafterConfig::*into,
-                std::optional<T> none = std::nullopt) {
+SpecField field(std::optional<Sourced<T>> DrafterSpec::*m, DrafterT DrafterConfig::*into) {
+  const SpecRow<T> row = spec_row(m);
+  const std::string key = row.key;
+  const std::optional<T> none = row.none;
   return {key,
           [=](DrafterSpec& s, const DrafterConfig& d, const std::string& source) {
             const T v = d.*into;
@@ -56,20 +57,20 @@ SpecField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::*
           }};
 }
 
-// The table: the key, the spec's field, the drafter config's field.
+// The drafter config's field of each row of the table.
 const std::vector<SpecField>& spec_fields() {
   using S = DrafterSpec;
   using D = DrafterConfig;
   static const std::vector<SpecField> f = [] {
     std::vector<SpecField> rows = {
-        field<FamilyRef>("drafter_family", &S::family, &D::family),
-        field<int64_t>("drafter_layers", &S::drafter_layers, &D::num_hidden_layers),
-        field<int64_t>("block_size", &S::block_size, &D::block_size),
-        field<std::vector<int64_t>>("target_layer_ids", &S::target_layer_ids, &D::target_layer_ids,
-                                    std::vector<int64_t>{}),
-        field<int64_t>("draft_vocab", &S::draft_vocab, &D::draft_vocab_size, int64_t{0}),
-        field<int64_t>("mask_token_id", &S::mask_token_id, &D::mask_token_id, int64_t{-1}),
+        field(&S::family, &D::family),
+        field(&S::drafter_layers, &D::num_hidden_layers),
+        field(&S::block_size, &D::block_size),
+        field(&S::target_layer_ids, &D::target_layer_ids),
+        field(&S::draft_vocab, &D::draft_vocab_size),
+        field(&S::mask_token_id, &D::mask_token_id),
     };
+    if (rows.size() != spec_row_count()) throw std::logic_error("drafter spec: a row without a drafter config field");
     rows.front().to_drafter = [](const DrafterSpec&, DrafterConfig&) {};  // a family comes with its settings
     return rows;
   }();

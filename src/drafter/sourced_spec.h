@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +40,49 @@ struct DrafterSpec {
   // config names them (the same names), valued as to_json(TrainConfig) writes them.
   std::map<std::string, Sourced<nlohmann::json>> extras;
 };
+
+// The spec's typed fields, one row each: the key errors name (the train config's), the spec's field, and the value
+// that says "not given" in a drafter config file, which cannot leave draft_vocab_size, target_layer_ids or
+// mask_token_id out (0, empty and -1 say none). The one list of keys and none values: the drafter config's side
+// (sourced_spec.cpp) and the train config's (train/drafter_spec.cpp) each map the spec's fields to their own
+// config's and take the rest from here (spec_row); each checks it maps every row (spec_row_count). The none values
+// are the drafter config file's alone: a train config key or a flag given counts whatever its value (0 too).
+template <class T>
+struct SpecRow {
+  const char* key;
+  std::optional<Sourced<T>> DrafterSpec::*field;
+  std::optional<T> none;
+};
+
+// Calls visit(row) on each row, in the table's order; visit takes a SpecRow of each field type.
+template <class Visit>
+void for_each_spec_row(Visit&& visit) {
+  using S = DrafterSpec;
+  visit(SpecRow<FamilyRef>{"drafter_family", &S::family, std::nullopt});
+  visit(SpecRow<int64_t>{"drafter_layers", &S::drafter_layers, std::nullopt});
+  visit(SpecRow<int64_t>{"block_size", &S::block_size, std::nullopt});
+  visit(SpecRow<std::vector<int64_t>>{"target_layer_ids", &S::target_layer_ids, std::vector<int64_t>{}});
+  visit(SpecRow<int64_t>{"draft_vocab", &S::draft_vocab, int64_t{0}});
+  visit(SpecRow<int64_t>{"mask_token_id", &S::mask_token_id, int64_t{-1}});
+}
+
+inline size_t spec_row_count() {
+  size_t n = 0;
+  for_each_spec_row([&](const auto&) { ++n; });
+  return n;
+}
+
+// The row of a spec field; std::logic_error for a field the table lacks (a DrafterSpec field added without its row).
+template <class T>
+SpecRow<T> spec_row(std::optional<Sourced<T>> DrafterSpec::*field) {
+  std::optional<SpecRow<T>> found;
+  for_each_spec_row([&](const auto& row) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(row)>, SpecRow<T>>)
+      if (row.field == field) found = row;
+  });
+  if (!found) throw std::logic_error("drafter spec: a field without a row in for_each_spec_row");
+  return *found;
+}
 
 // Every field a drafter config carries (an empty target_layer_ids, draft_vocab_size 0 and mask_token_id -1 are
 // none), each from `source`: "preset qwen3-8b" for a preset's drafter.

@@ -63,7 +63,7 @@ at::Tensor DrafterContextCache::block_hidden(const at::Tensor& block_embeds) con
   const at::Tensor pos = at::arange(a, a + B, on_device).view({1, B});
   auto [cos, sin] = rope_tables(pos, drafter::drafter_rope(c_, pos), dt);
   const at::Tensor anchor = at::full({1}, a, on_device), keep = at::ones({1}, on_device.dtype(at::kBool));
-  // A family may wrap each sublayer (family_model.h; DFlash2 in its block convs, the block being one conv block).
+  // A family may wrap each sublayer (family_model.h: e.g. in block convs, the block being one conv block).
   const drafter::FamilyModel& family = drafter::model_of(c_);
   family.check_weights(c_, w_, "DrafterContextCache");
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {

@@ -1,4 +1,4 @@
-// The DFlash drafter at inference (and DFlash2's, whose block sublayers are wrapped in their block convs, never
+// The drafter at inference (a family that wraps the block sublayers, family_model.h, wraps them here too, never
 // touching the context): the context features of committed tokens become per-layer keys/values once
 // (k_proj/k_norm/RoPE and v_proj on hidden_norm(fc(features))) and are cached; each cycle only the B block tokens
 // run through the layers, attending to all cached context (all positions < anchor) and to their own block.

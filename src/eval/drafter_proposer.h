@@ -1,8 +1,8 @@
 // A loaded drafter as a Proposer, whatever its family: context features (the target's hidden states at
 // target_layer_ids for every committed token) go into a DrafterContextCache; each cycle the block
 // [last, MASK x (B-1)] runs once, and its final-normed hidden states become the cycle's drafts through the family's
-// drafting hook (drafter/family_drafting.h: DSpark's Markov-corrected slots, DFlash2's selector walk), or, for a
-// family without one (DFlash, the test-only toy family), as the argmax of the target's LM head on slots 1..B-1 (or
+// drafting hook (drafter/family_drafting.h: each family's own, in its folder under src/families/), or, for a
+// family without one (the default family, the test-only toy family), as the argmax of the target's LM head on slots 1..B-1 (or
 // of the drafter's own draft-vocabulary head, mapped to target ids).
 #pragma once
 #include <memory>
@@ -44,7 +44,7 @@ struct DrafterProposerOptions {
 class DrafterProposer : public Proposer {
  public:
   DrafterProposer(const LoadedDrafter& d, const models::TargetModel& target, const DrafterProposerOptions& o = {});
-  // The last committed token plus the family's drafts_per_cycle (DFlash: B - 1; DSpark: B).
+  // The last committed token plus the family's drafts_per_cycle (Family::drafts_per_cycle: B - 1 by default).
   int64_t block_size() const override { return drafts_per_cycle_ + 1; }
   std::vector<int> target_layers() const override;
   void start(const std::vector<int64_t>& prompt, const models::TargetOutput& prefill) override;
@@ -52,7 +52,7 @@ class DrafterProposer : public Proposer {
   Draft draft(int64_t last_token, int64_t pos, double temperature, std::mt19937_64& rng) override;
   void commit(const models::TargetOutput& verify, int64_t n) override;
 
-  // The cycle's drafts with a given sampler (a test tool replays DFlash2's uniforms against a reference walk).
+  // The cycle's drafts with a given sampler (a test tool replays a family's uniforms against a reference walk).
   Draft draft_with(int64_t last_token, int64_t pos, const drafter::DraftSampling& sampling);
   // Final-normed hidden states [B, H] of the block [last_token, MASK x (B-1)] anchored at pos (float32).
   at::Tensor cycle_hidden(int64_t last_token, int64_t pos);

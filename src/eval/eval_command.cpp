@@ -43,8 +43,8 @@ namespace dflash::eval {
 using util::Args;
 namespace {
 
-// What proposes the blocks: the DFlash, DSpark or DFlash2 drafter (on its device, with the attention backend chosen for it) or a test
-// proposer.
+// What proposes the blocks: the drafter, of whichever family (on its device, with the attention backend chosen for
+// it), or a test proposer.
 struct ProposerSide {
   std::unique_ptr<LoadedDrafter> drafter;
   std::unique_ptr<Proposer> proposer;
@@ -187,7 +187,8 @@ nlohmann::json eval_json(const EvalOptions& o, const ProposerSide* side, const d
                       {"confidence_threshold", o.confidence_threshold},
                       {"datasets", nlohmann::json::array()}};
   if (side) {
-    // block_size: the drafter's B (DSpark drafts all B and verifies B + 1 tokens: verified_per_cycle).
+    // block_size: the drafter's B; verified_per_cycle: the family's drafts per cycle + 1 (B + 1 for a family whose
+    // B block outputs are all drafts).
     j["drafter"] = side->drafter ? side->drafter->dir : o.proposer;
     j["drafter_family"] = side->drafter ? side->drafter->config.family.name() : o.proposer;
     j["block_size"] = side->drafter ? side->drafter->config.block_size : side->proposer->block_size();
@@ -209,6 +210,15 @@ nlohmann::json eval_json(const EvalOptions& o, const ProposerSide* side, const d
     j["llama_cpp"] = l;
   }
   return j;
+}
+
+// --confidence-threshold's help: which families take it is the plug-ins' answer (Family::has_confidence_cut).
+std::string confidence_cut_help() {
+  std::string names;
+  for (const drafter::Family* f : drafter::registered_families())
+    if (f->has_confidence_cut()) names += std::string(names.empty() ? "" : ", ") + f->name();
+  return "stop each draft where the cumulative confidence product falls below X (0: off); for a drafter family "
+         "with a confidence cut (" + (names.empty() ? std::string("none registered") : names) + ")";
 }
 
 }  // namespace
@@ -295,17 +305,17 @@ int eval_main(const std::vector<std::string>& args) {
   const models::TargetOptionSet target_set{
       .single_replica_why = "eval times one decode at a time (tokens/s and speedup of a single sequence)"};
   models::add_target_options(a, target_set);
-  a.option("drafter", "PATH", "", "exported DFlash folder (config.json + model.safetensors) or a run directory");
+  a.option("drafter", "PATH", "", "exported drafter folder (config.json + model.safetensors) or a run directory");
   a.option("drafter-device", "DEV", "target", "where the drafter runs: target (the target's first device), cpu, cuda:N");
-  a.option("drafter-family", "NAME", "", "dflash | dspark | dflash2 (default: the drafter's config.json)");
+  a.option("drafter-family", "NAME", "", drafter::registered_family_names() + " (default: the drafter's config.json)");
   a.option("proposer", "KIND", "dflash", "dflash (needs --drafter), oracle or random (tests and baselines)");
   a.option("attention-backend", "NAME", "auto",
            "the drafter's attention: auto (fused after a forward self-check against the reference on its device, "
            "else reference) | fused (refuses when the check fails) | reference");
   a.option("block-size", "B", "16", "block size for the oracle / random proposers");
-  a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all; B-1 for dflash and dflash2, B for dspark)");
-  a.option("confidence-threshold", "X", "0",
-           "dspark: stop each draft where the cumulative product of sigmoid(confidence) falls below X (0: off)");
+  a.option("max-draft", "K", "0", "verify only the first K proposals of each block (0: all the drafter family's "
+                                  "drafts per cycle, B-1 or B)");
+  a.option("confidence-threshold", "X", "0", confidence_cut_help());
   a.option("data", "LIST", "", "datasets, comma-separated NAME=PATH (prompt JSONL, .gz ok)");
   a.option("limit", "N", "-1", "first N prompts of each dataset (-1: all)");
   a.option("max-new", "N", "256", "maximum new tokens per prompt");

@@ -19,13 +19,14 @@ struct EvalDataset {
 struct EvalOptions {
   models::TargetOptions target;
   std::string proposer = "dflash";     // dflash (needs `drafter`) | oracle | random
-  std::string drafter;                 // an exported DFlash or DSpark folder, or a run directory
+  std::string drafter;                 // an exported drafter folder (any family), or a run directory
   std::string drafter_device = "target";  // target (the target's first device) | cpu | cuda:N
   std::string drafter_family;          // --drafter-family as given ("": the drafter config's)
   ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
   int64_t block_size = 16;             // of the oracle / random proposers
   int64_t max_draft = 0;               // verify only the first K proposals of each block (0: all)
-  double confidence_threshold = 0;     // dspark: cut drafts where the cumulative confidence product < X (0: off)
+  double confidence_threshold = 0;     // cut drafts where the cumulative confidence product < X (0: off; a family
+                                       // with a confidence cut only, Family::has_confidence_cut)
   std::vector<EvalDataset> datasets;
   int64_t limit = -1;                  // the first N prompts of each dataset (-1: all)
   int64_t max_new = 256;

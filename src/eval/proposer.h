@@ -1,6 +1,6 @@
 // What speculative decoding asks of a drafter: given the last committed token, propose the next B-1 tokens;
 // then hear which of them the target verified. A drafter of any family is one implementation (drafter_proposer.h:
-// the family's drafting hook turns the block into drafts, e.g. DSpark's B drafts, sampled ones with their
+// the family's drafting hook turns the block into drafts, e.g. B of them, sampled ones with their
 // distributions); tests use an oracle (the target's own continuation) and a random proposer (simple_proposers.h).
 #pragma once
 #include <cstdint>
@@ -13,7 +13,7 @@ namespace dflash::eval {
 
 // One cycle's drafts. `probs` empty: the drafts are point masses (greedy or deterministic proposers); otherwise
 // probs[j] is the dense distribution [V] draft j was drawn from, which the rejection rule divides by
-// (rejection_rule.h). Fewer than block_size() - 1 tokens: the proposer stopped early (DSpark's confidence).
+// (rejection_rule.h). Fewer than block_size() - 1 tokens: the proposer stopped early (a family's confidence cut).
 struct Draft {
   std::vector<int64_t> tokens;
   std::vector<std::vector<double>> probs;
@@ -22,8 +22,8 @@ struct Draft {
 class Proposer {
  public:
   virtual ~Proposer() = default;
-  // Tokens the target verifies per cycle: the last committed one plus at most block_size() - 1 drafts (DFlash:
-  // the drafter's B; DSpark, whose B block outputs are all drafts: B + 1).
+  // Tokens the target verifies per cycle: the last committed one plus at most block_size() - 1 drafts (the
+  // drafter's B by default; B + 1 for a family whose B block outputs are all drafts).
   virtual int64_t block_size() const = 0;
   // Target layers whose outputs the proposer reads (captured during prefill and verification).
   virtual std::vector<int> target_layers() const { return {}; }

@@ -1,5 +1,5 @@
-// The lossless rejection rule of speculative sampling with a dense draft distribution (DSpark's Markov-corrected
-// softmax(l_j / T), docs/DSPARK.md): draft x drawn from q is accepted with probability min(1, p(x)/q(x));
+// The lossless rejection rule of speculative sampling with a dense draft distribution (the q a family's drafting
+// hook samples its drafts from, drafter/family_drafting.h): draft x drawn from q is accepted with probability min(1, p(x)/q(x));
 // the first rejection emits a draw from the residual norm(max(p - q, 0)); a block whose n drafts are all accepted
 // emits a draw from the target's distribution after the last one. The emitted tokens are then distributed exactly
 // as the target's own sampling. Torch-free; the uniforms are arguments so tests can replay fixed draws

@@ -3,7 +3,7 @@
 // agreeing prefix is accepted, the target's own next token is committed after it, and the cache is cropped to
 // the committed length. Greedy (temperature 0) accepts a draft iff it equals the target's argmax; sampling accepts a
 // (point-mass) draft d with probability p(d) and otherwise draws from p with d removed, and a draft that comes with
-// its distribution q (DSpark's sampled drafts) by rejection_rule.h's min(1, p/q) and residual: either way the
+// its distribution q (a family's sampled drafts) by rejection_rule.h's min(1, p/q) and residual: either way the
 // output is distributed exactly as the target's own sampling.
 #pragma once
 #include <cstdint>

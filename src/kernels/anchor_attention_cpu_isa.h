@@ -25,6 +25,7 @@ namespace dflash::kernels {
   void decode_attention(const DecodeAttentionArgs& a, int64_t b0, int64_t b1);                      \
   void cross_entropy_rows(const CrossEntropyRowsArgs& a, int64_t r0, int64_t r1);                   \
   void dspark_rows(const DSparkRowsArgs& a, int64_t r0, int64_t r1);                                \
+  float softmax_exp_row(float* s, int64_t n, float scale, float offset);                            \
   }
 
 DFLASH_DECLARE_CPU_ISA(cpu_avx512)

@@ -293,8 +293,13 @@ int plan_main(const std::vector<std::string>& argv) {
       throw std::invalid_argument("plan: --draft-vocab must be in [0, " + std::to_string(s.cfg.vocab_size) +
                                   "] (0: the full vocabulary; at most the target's vocabulary size), got " +
                                   std::to_string(k));
-    drafter::DrafterSpec flag;  // 0 and the full vocabulary are none, as train's draft_vocab 0
-    if (k != 0 && k != s.cfg.vocab_size) flag.draft_vocab = drafter::Sourced<int64_t>{k, "flag --draft-vocab"};
+    // Given is given, 0 too (as train counts a key it is given, whatever its value): a drafter config's K meets it
+    // under the rule (an error naming both), a preset's or a target's drafter takes it. The full vocabulary is 0,
+    // as a drafter config's draft_vocab_size equal to vocab_size reads.
+    drafter::DrafterSpec flag;
+    flag.draft_vocab = k == s.cfg.vocab_size && k != 0
+                           ? drafter::Sourced<int64_t>{0, "flag --draft-vocab " + std::to_string(k) + ": the full vocabulary"}
+                           : drafter::Sourced<int64_t>{k, "flag --draft-vocab"};
     take_flags(s.cfg, flag, src, "plan");
   }
 

@@ -24,14 +24,15 @@ struct TrainField {
   std::function<void(const DrafterSpec&, TrainConfig&)> to_train;
 };
 
-// `none`: the value that means "not set" (draft_vocab 0, an empty target_layer_ids, mask_token_id -1).
+// A row of the spec's table (drafter/sourced_spec.h: its key) with the train config's field. A key given counts
+// whatever its value (drafter_spec.h): the table's none values are the drafter config file's, which cannot leave a
+// field out; `draft_vocab: 0` or `--draft-vocab 0` beside a drafter config's K is two values, an error naming both.
 template <class T, class TrainT>
-TrainField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::*m, TrainT TrainConfig::*t,
-                 std::optional<T> none = std::nullopt) {
+TrainField field(std::optional<Sourced<T>> DrafterSpec::*m, TrainT TrainConfig::*t) {
+  const std::string key = drafter::spec_row(m).key;
   return {key,
           [=](DrafterSpec& s, const TrainConfig& c, const std::string& source) {
-            const std::optional<T> v = value_of(c.*t);
-            if (v && !(none && *v == *none)) s.*m = Sourced<T>{*v, source};
+            if (const std::optional<T> v = value_of(c.*t)) s.*m = Sourced<T>{*v, source};
           },
           [=](const DrafterSpec& s, TrainConfig& c) {
             if (!(s.*m)) return;
@@ -40,18 +41,23 @@ TrainField field(const std::string& key, std::optional<Sourced<T>> DrafterSpec::
           }};
 }
 
-// The train config's key, the spec's field, the train config's field.
+// The train config's field of each row of the table.
 const std::vector<TrainField>& train_fields_of_spec() {
   using S = DrafterSpec;
   using C = TrainConfig;
-  static const std::vector<TrainField> f = {
-      field<FamilyRef>("drafter_family", &S::family, &C::drafter_family),
-      field<int64_t>("drafter_layers", &S::drafter_layers, &C::drafter_layers),
-      field<int64_t>("block_size", &S::block_size, &C::block_size),
-      field<std::vector<int64_t>>("target_layer_ids", &S::target_layer_ids, &C::target_layer_ids, std::vector<int64_t>{}),
-      field<int64_t>("draft_vocab", &S::draft_vocab, &C::draft_vocab, int64_t{0}),
-      field<int64_t>("mask_token_id", &S::mask_token_id, &C::mask_token_id, int64_t{-1}),
-  };
+  static const std::vector<TrainField> f = [] {
+    std::vector<TrainField> rows = {
+        field(&S::family, &C::drafter_family),
+        field(&S::drafter_layers, &C::drafter_layers),
+        field(&S::block_size, &C::block_size),
+        field(&S::target_layer_ids, &C::target_layer_ids),
+        field(&S::draft_vocab, &C::draft_vocab),
+        field(&S::mask_token_id, &C::mask_token_id),
+    };
+    if (rows.size() != drafter::spec_row_count())
+      throw std::logic_error("drafter spec: a row without a train config field");
+    return rows;
+  }();
   return f;
 }
 

@@ -78,7 +78,9 @@ bool Args::parse(const std::vector<std::string>& argv) {
     if (it == opts_.end()) throw UsageError(command_ + ": unknown option --" + name + "\n" + help());
     if (it->second.value_name.empty()) {
       if (inline_value) throw UsageError(command_ + ": --" + name + " takes no value");
-      value = "1";
+      // Not `value = "1"`: GCC 12 -O3 warns (-Wrestrict, a false positive in its inlined string replace) on
+      // assigning a literal to this string; a one-character construct-and-move is the same value.
+      value = std::string(1, '1');
     } else if (!inline_value) {
       if (i + 1 >= argv.size())
         throw UsageError(command_ + ": --" + name + " needs a value (" + it->second.value_name + ")");

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -14,6 +13,7 @@
 #include "drafter_spec.h"
 #include "error_of.h"
 #include "family_registry.h"
+#include "scratch_dir.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
 
@@ -35,6 +35,12 @@ std::string validate_error(const TrainConfig& c) {
   return error_of<std::invalid_argument>([&] { c.validate(); });
 }
 
+// The files these tests write, in one folder removed at exit.
+const dflash::testing::ScratchDir& scratch() {
+  static const dflash::testing::ScratchDir d("dflash2_settings_");
+  return d;
+}
+
 std::string dflash2_config_file(int64_t rank) {
   nlohmann::json j = tiny_drafter_config_json();
   j["architectures"] = {"DFlash2DraftModel"};
@@ -42,7 +48,7 @@ std::string dflash2_config_file(int64_t rank) {
   j["dflash_config"]["conv_group_size"] = 4;
   j["dflash_config"]["selector_rank"] = rank;
   j["dflash_config"]["selector_top_k"] = 5;
-  const std::string path = "/tmp/dflash2_settings_" + std::to_string(::getpid()) + "_" + std::to_string(rank) + ".json";
+  const std::string path = scratch().file(std::to_string(rank) + ".json");
   std::ofstream(path) << j.dump();
   return path;
 }
@@ -115,7 +121,7 @@ TEST(DFlash2TrainSettings, ADFlash2DrafterConfigSetsTheFamilyAndItsSettings) {
 }
 
 TEST(DFlash2TrainSettings, AResumedRunKeepsThem) {
-  const std::string dir = "/tmp/dflash2_settings_" + std::to_string(::getpid()) + "_resume";
+  const std::string dir = scratch().file("resume");
   ::mkdir(dir.c_str(), 0755);
   TrainConfig saved = with({{"drafter_family", "dflash2"}, {"selector_candidates", "inject"}, {"conv_group_size", 8},
                             {"selector_loss_weight", 0.1}, {"selector_stop_gradient", true}});

@@ -4,8 +4,6 @@
 // saying 8 used to train with 8 without a word.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <fstream>
 #include <string>
 
@@ -13,6 +11,7 @@
 #include "drafter_spec.h"
 #include "error_of.h"
 #include "family_registry.h"
+#include "scratch_dir.h"
 #include "tiny_drafter_config.h"
 #include "train_config.h"
 
@@ -20,8 +19,14 @@ using namespace dflash::train;
 
 namespace {
 
+// The files these tests write, in one folder removed at exit.
+const dflash::testing::ScratchDir& scratch() {
+  static const dflash::testing::ScratchDir d("dflash_spec_");
+  return d;
+}
+
 std::string write_file(const std::string& name, const std::string& text) {
-  const std::string path = "/tmp/dflash_spec_" + std::to_string(::getpid()) + "_" + name;
+  const std::string path = scratch().file(name);
   std::ofstream(path) << text;
   return path;
 }
@@ -58,7 +63,7 @@ std::string resolve_error(const nlohmann::json& settings, const std::vector<std:
 
 TEST(DrafterSpec, ADefaultValueGivenInATrainConfigConflictsWithTheDrafterConfig) {
   const std::string drafter = drafter_file("b8.json");
-  const std::string settings = "/tmp/dflash_spec_" + std::to_string(::getpid()) + "_train.json";
+  const std::string settings = scratch().file("train.json");
   EXPECT_EQ(resolve_error({{"block_size", 16}}, {}, drafter),
             "train: 'block_size' is 16 (train config " + settings + ") but 8 (drafter config " + drafter +
                 "); give it once, or the same in both");
@@ -141,7 +146,7 @@ TEST(DrafterSpec, TheRuleOnTwoSpecs) {
 // naming both sources (it used to replace the file's silently); equal or not given, the file's is taken.
 TEST(DrafterSpec, AMaskTokenInConflictIsAnError) {
   const std::string drafter = drafter_file("mask.json");  // dflash_config.mask_token_id 31
-  const std::string settings = "/tmp/dflash_spec_" + std::to_string(::getpid()) + "_train.json";
+  const std::string settings = scratch().file("train.json");
   EXPECT_EQ(resolve_error({{"mask_token_id", 7}}, {}, drafter),
             "train: 'mask_token_id' is 7 (train config " + settings + ") but 31 (drafter config " + drafter +
                 "); give it once, or the same in both");
@@ -152,4 +157,46 @@ TEST(DrafterSpec, AMaskTokenInConflictIsAnError) {
   const TrainConfig c = resolved(nlohmann::json::object(), {}, drafter);
   EXPECT_EQ(c.mask_token_id, 31);
   EXPECT_EQ(c.given_from.at("mask_token_id"), "drafter config " + drafter);
+}
+
+// The spec's one table (drafter/sourced_spec.h): every field's key and none value, which the drafter config's side
+// and the train config's side both take; an unknown field is a logic error, not a silent default.
+TEST(DrafterSpec, OneTableOfKeysAndNoneValues) {
+  using dflash::drafter::spec_row;
+  EXPECT_EQ(dflash::drafter::spec_row_count(), 6u);
+  EXPECT_STREQ(spec_row(&DrafterSpec::family).key, "drafter_family");
+  EXPECT_STREQ(spec_row(&DrafterSpec::drafter_layers).key, "drafter_layers");
+  EXPECT_STREQ(spec_row(&DrafterSpec::block_size).key, "block_size");
+  EXPECT_FALSE(spec_row(&DrafterSpec::block_size).none);
+  EXPECT_EQ(spec_row(&DrafterSpec::target_layer_ids).none, std::vector<int64_t>{});
+  EXPECT_EQ(spec_row(&DrafterSpec::draft_vocab).none, int64_t{0});
+  EXPECT_EQ(spec_row(&DrafterSpec::mask_token_id).none, int64_t{-1});
+  // Both sides read a field's key from the table: a drafter config's none is no value, a train config's given key is.
+  dflash::drafter::DrafterConfig d;
+  d.block_size = 8;
+  const DrafterSpec from_file = dflash::drafter::spec_of_drafter(d, "f");
+  EXPECT_FALSE(from_file.draft_vocab);
+  EXPECT_FALSE(from_file.mask_token_id);
+  EXPECT_FALSE(from_file.target_layer_ids);
+  ASSERT_TRUE(from_file.block_size);
+  EXPECT_EQ(from_file.block_size->value, 8);
+}
+
+// A key the train config gives counts whatever its value, draft_vocab 0 (the full vocabulary) too: beside a drafter
+// config's draft vocabulary it is an error naming both (the file's K used to win without a word), as block_size 16.
+TEST(DrafterSpec, AnExplicitFullVocabularyConflictsWithADrafterConfigsDraftVocabulary) {
+  const std::string drafter = drafter_file("vocab8.json", {{"draft_vocab_size", 8}});
+  EXPECT_EQ(resolve_error(nlohmann::json(), {"--draft-vocab", "0"}, drafter),
+            "train: 'draft_vocab' is 0 (flag --draft-vocab) but 8 (drafter config " + drafter +
+                "); give it once, or the same in both");
+  EXPECT_EQ(resolve_error({{"draft_vocab", 0}}, {}, drafter),
+            "train: 'draft_vocab' is 0 (train config " + scratch().file("train.json") + ") but 8 (drafter config " +
+                drafter + "); give it once, or the same in both");
+  EXPECT_EQ(resolved(nlohmann::json(), {"--draft-vocab", "8"}, drafter).draft_vocab, 8);  // equal: fine
+  const TrainConfig c = resolved(nlohmann::json(), {}, drafter);                           // not given: the file's
+  EXPECT_EQ(c.draft_vocab, 8);
+  // A drafter config without a draft vocabulary gives none: the train config's is taken, 0 or K.
+  const std::string full = drafter_file("full.json");
+  EXPECT_EQ(resolved(nlohmann::json(), {"--draft-vocab", "0"}, full).draft_vocab, 0);
+  EXPECT_EQ(resolved(nlohmann::json(), {"--draft-vocab", "8"}, full).draft_vocab, 8);
 }
