@@ -63,6 +63,14 @@ static inline int64_t fwd_blocks_per_item(const AnchorAttentionShape& s) {
   return rows_per_block >= 256 ? 1 : 256 / rows_per_block;
 }
 
+// Keys per CPU tile (forward and backward items, the planner's context tiles). 128 rather than 64 halves the
+// per-tile work that does not scale with the tile (packing a block's Q/dO rows, the online-softmax rescale)
+// and widens the score GEMMs; past head_dim 128 the tile's K/V buffers would outgrow L2, so 64 there.
+static inline int64_t cpu_key_tile(const AnchorAttentionShape& s) {
+  const int64_t t = s.head_dim <= 128 ? 128 : 64;
+  return t > s.block_size ? t : s.block_size;
+}
+
 // Work items and the anchor-sorted order of kept blocks, built once per call from anchors/keep/ctx_start.
 struct AnchorAttentionPlan {
   struct FwdItem { int64_t batch, kv_head, first, count; };      // `count` kept blocks from order[first],
