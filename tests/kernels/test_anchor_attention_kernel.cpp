@@ -220,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelVsNaive,
                                                               Case{1, 260, 9, 8, 8, 1, 16, 40, Ctx::Packed},
                                                               Case{2, 90, 7, 4, 2, 1, 8, 0, Ctx::Arbitrary},
                                                               Case{1, 150, 6, 16, 4, 4, 24, 30, Ctx::Arbitrary},
-                                                              // head_dim > 128: 64-key tiles (cpu_key_tile)
+                                                              // head_dim > 64: 64-key tiles (cpu_key_tile)
                                                               Case{1, 150, 3, 16, 4, 2, 136, 0}),
                                             dflash::kernels::testing::kEveryIsa));
 
