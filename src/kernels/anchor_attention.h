@@ -63,6 +63,15 @@ static inline int64_t fwd_blocks_per_item(const AnchorAttentionShape& s) {
   return rows_per_block >= 256 ? 1 : 256 / rows_per_block;
 }
 
+// Keys per CPU tile (forward and backward items, the planner's context tiles). At head_dim <= 64, 128 rather
+// than 64 halves the per-tile work that does not scale with the tile (packing a block's Q/dO rows, the
+// online-softmax rescale): backward 4% faster at S 4096, D 64. At D 128 the larger tile's buffers made the
+// AVX-512 forward ~5-10% slower (2026-12-08, docs/BENCHMARKS.md), so 64 there.
+static inline int64_t cpu_key_tile(const AnchorAttentionShape& s) {
+  const int64_t t = s.head_dim <= 64 ? 128 : 64;
+  return t > s.block_size ? t : s.block_size;
+}
+
 // Work items and the anchor-sorted order of kept blocks, built once per call from anchors/keep/ctx_start.
 struct AnchorAttentionPlan {
   struct FwdItem { int64_t batch, kv_head, first, count; };      // `count` kept blocks from order[first],

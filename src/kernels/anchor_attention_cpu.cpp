@@ -49,7 +49,7 @@ std::string check_anchor_values(const AnchorAttentionArgs& a) {
 
 AnchorAttentionPlan plan_anchor_attention(const AnchorAttentionArgs& a, int64_t dq_partitions) {
   const auto& s = a.shape;
-  const int64_t tile = std::max<int64_t>(64, s.block_size);
+  const int64_t tile = cpu_key_tile(s);
   const int64_t per_item = fwd_blocks_per_item(s);
   AnchorAttentionPlan p;
   p.order_offset.push_back(0);

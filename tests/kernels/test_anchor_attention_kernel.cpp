@@ -219,7 +219,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelVsNaive,
                                                               Case{2, 300, 12, 16, 4, 2, 32, 0, Ctx::Packed},
                                                               Case{1, 260, 9, 8, 8, 1, 16, 40, Ctx::Packed},
                                                               Case{2, 90, 7, 4, 2, 1, 8, 0, Ctx::Arbitrary},
-                                                              Case{1, 150, 6, 16, 4, 4, 24, 30, Ctx::Arbitrary}),
+                                                              Case{1, 150, 6, 16, 4, 4, 24, 30, Ctx::Arbitrary},
+                                                              // head_dim > 64: 64-key tiles (cpu_key_tile)
+                                                              Case{1, 150, 3, 16, 4, 2, 136, 0}),
                                             dflash::kernels::testing::kEveryIsa));
 
 TEST(KernelChecks, AnchorOutsideContextIsNamed) {
@@ -246,10 +248,11 @@ TEST(KernelChecks, AnchorOutsideContextIsNamed) {
 // no kept block sees (here: the tail of the row after the last document's anchors).
 TEST(KernelPlan, PackedRowsSplitItemsByDocument) {
   const int64_t N = 4;
-  std::vector<int64_t> anchors{10, 20, 100, 110}, starts{0, 0, 96, 96};
-  std::vector<uint8_t> keep{1, 1, 1, 1};
   AnchorAttentionArgs a;
   a.shape = {1, N, 16, 400, 2, 2, 8, 0, 1.0, dflash::kernels::ScalarType::Float32};
+  const int64_t T = dflash::kernels::cpu_key_tile(a.shape);  // S = 400 leaves tiles past 2T unseen
+  std::vector<int64_t> anchors{10, 20, T + 36, T + 46}, starts{0, 0, T + 32, T + 32};
+  std::vector<uint8_t> keep{1, 1, 1, 1};
   a.anchors = anchors.data();
   a.anchors_sb = N;
   a.keep = reinterpret_cast<const bool*>(keep.data());
@@ -263,7 +266,7 @@ TEST(KernelPlan, PackedRowsSplitItemsByDocument) {
   std::vector<int64_t> tiles;
   for (const auto& it : p.bwd)
     if (it.block < 0 && it.kv_head == 0) tiles.push_back(it.key0);
-  EXPECT_EQ(tiles, (std::vector<int64_t>{0, 64}));  // keys [0, 20) and [96, 110): tiles 0 and 64 only
+  EXPECT_EQ(tiles, (std::vector<int64_t>{0, T}));  // keys [0, 20) and [T + 32, T + 46): tiles 0 and T only
 }
 
 }  // namespace
