@@ -124,8 +124,9 @@ void DrafterConfig::validate(const std::string& where) const {
   // The family's settings object, of the family's own type (a config made in code without them, or switched to
   // another family with the old ones, is a programming error: logic_error), then its values.
   const auto defaults = fam.default_settings(hidden_size);
-  if (bool(defaults) != bool(family_settings) ||
-      (defaults && typeid(*defaults) != typeid(*family_settings)))
+  const FamilySettings* expected = defaults.get();
+  const FamilySettings* given = family_settings.get();
+  if (bool(expected) != bool(given) || (expected && typeid(*expected) != typeid(*given)))
     throw std::logic_error(where + ": a drafter config of family '" + fam.name() + "' holds " +
                            (family_settings ? (defaults ? "another family's settings" : "settings the family does not have")
                                             : "no family settings") +
