@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <typeinfo>
 
 #include <nlohmann/json.hpp>
 
@@ -120,7 +121,17 @@ void DrafterConfig::validate(const std::string& where) const {
     fail(where, "sliding_window", "a positive integer (layer_types has sliding_attention layers)",
          std::to_string(sliding_window));
   const Family& fam = family_of(family);
-  if (const auto settings = fam.settings_of(*this)) settings->validate(*this, where);
+  // The family's settings object, of the family's own type (a config made in code without them, or switched to
+  // another family with the old ones, is a programming error: logic_error), then its values.
+  const auto defaults = fam.default_settings(hidden_size);
+  const FamilySettings* expected = defaults.get();
+  const FamilySettings* given = family_settings.get();
+  if (bool(expected) != bool(given) || (expected && typeid(*expected) != typeid(*given)))
+    throw std::logic_error(where + ": a drafter config of family '" + fam.name() + "' holds " +
+                           (family_settings ? (defaults ? "another family's settings" : "settings the family does not have")
+                                            : "no family settings") +
+                           " (set DrafterConfig::family_settings from the family's read_settings or default_settings)");
+  if (family_settings) family_settings->validate(*this, where);
   // A family without a draft vocabulary (a refusal to give) is refused one where it is read, not trained as a
   // full-vocabulary drafter whose saved config still says draft_vocab_size (export then refused it).
   if (*fam.draft_vocab_refusal() && draft_vocab_size != 0)
@@ -202,8 +213,7 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
       j.contains("dflash_config") ? j.at("dflash_config") : fam->flat_dflash_config() ? j : empty;
   if (!dc.is_object()) fail(where, "dflash_config", "an object", shown(dc));
   refuse_other_families_keys(*fam, dc, true, where);
-  const auto settings = fam->read_settings(j, dc, where);
-  if (settings) settings->store(c);
+  c.family_settings = fam->read_settings(j, dc, where);
 
   c.hidden_size = get_int(j, "hidden_size", where, true, 0);
   c.intermediate_size = get_int(j, "intermediate_size", where, true, 0);
@@ -288,10 +298,9 @@ DrafterConfig parse_drafter_config(const nlohmann::json& j, const std::string& w
   } else {
     c.layer_types.assign(size_t(std::max<int64_t>(0, c.num_hidden_layers)), "full_attention");
   }
+  // None of the family's keys given: its defaults for this shape (family.h), so its code can always read them.
+  if (!c.family_settings) c.family_settings = fam->default_settings(c.hidden_size);
   c.validate(where);
-  // validate() checks the settings a family keeps in DrafterConfig (settings_of); a family that keeps none there
-  // (a plug-in: DrafterConfig holds only the built-ins' typed extras) has what it read checked here.
-  if (settings && !fam->settings_of(c)) settings->validate(c, where);
   return c;
 }
 
@@ -342,7 +351,7 @@ nlohmann::json drafter_config_to_json(const DrafterConfig& c) {
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
-  if (const auto settings = family_of(c.family).settings_of(c)) settings->write(c, j);
+  if (c.family_settings) c.family_settings->write(c, j);
   return j;
 }
 

@@ -1,24 +1,27 @@
 // The DFlash drafter's config.json (the format released drafters ship with): read, validate, write.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "dflash2_settings.h"
 #include "family_ref.h"
-#include "markov_heads.h"
 #include "rope_config.h"
 
 namespace dflash::drafter {
+
+class FamilySettings;  // family.h
 
 struct DrafterConfig {
   // The registered family config.json's architectures names (family_ref.h, family_registry.h); absent: the
   // default family, dflash.
   FamilyRef family;
-  DSparkHeads dspark;  // family dspark only: the flat markov_* / confidence keys
-  DFlash2Settings dflash2;  // family dflash2 only: dflash_config's conv_* / selector_* keys (required there)
+  // The family's own settings (family.h: DSpark's heads, DFlash2's convs and selector), opaque here: the family's
+  // code reads them through family_settings_as. nullptr: the family has none. Immutable, so copies of a config
+  // share them; replace the object to change one.
+  std::shared_ptr<const FamilySettings> family_settings;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_attention_heads = 0;

@@ -6,7 +6,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -19,7 +21,8 @@ namespace dflash::drafter {
 class FamilyCost;  // family_cost.h
 
 // A family's own config.json settings (its extras: DSpark's heads, DFlash2's convs and selector), read by
-// Family::read_settings and owned by the family.
+// Family::read_settings, held by DrafterConfig::family_settings (immutable, shared by copies of the config) and read
+// by the family's own code through family_settings_as<T> (each family wraps it: dspark_settings(c)).
 class FamilySettings {
  public:
   virtual ~FamilySettings() = default;
@@ -28,10 +31,27 @@ class FamilySettings {
   virtual void validate(const DrafterConfig& c, const std::string& where) const = 0;
   // Adds the settings to config.json `top` being written for `c` (top["dflash_config"] is there already).
   virtual void write(const DrafterConfig& c, nlohmann::json& top) const = 0;
-  // Copies the settings into DrafterConfig's typed extras that code still reads (DrafterConfig::dspark, ::dflash2):
-  // the bridge until DrafterConfig holds this object.
-  virtual void store(DrafterConfig& /*c*/) const {}
+  // The same settings (of the same type, every value equal): DrafterConfig's value semantics.
+  virtual bool equals(const FamilySettings& other) const = 0;
 };
+
+// Whether two configs hold the same family settings (both none, or equal values).
+inline bool same_family_settings(const DrafterConfig& a, const DrafterConfig& b) {
+  if (!a.family_settings || !b.family_settings) return !a.family_settings && !b.family_settings;
+  return a.family_settings->equals(*b.family_settings);
+}
+
+// The settings `c` holds, as family `display_name`'s type T. std::logic_error naming the family when `c` holds none
+// or another family's: a config built in code without them, not a user's error (parse_drafter_config and train's
+// drafter always set them).
+template <class T>
+const T& family_settings_as(const DrafterConfig& c, const char* display_name) {
+  if (const auto* s = dynamic_cast<const T*>(c.family_settings.get())) return *s;
+  throw std::logic_error(std::string("a drafter config of family '") + c.family.name() + "' holds " +
+                         (c.family_settings ? "another family's settings" : "no family settings") + " where " +
+                         display_name + "'s were expected (set DrafterConfig::family_settings: the family's "
+                         "read_settings or default_settings)");
+}
 
 // The config.json keys a family's settings take, which a config of any other family must not carry (it would be
 // read as a drafter without the family's modules).
@@ -59,14 +79,17 @@ class Family {
   // DeepSpec writes DSpark drafters.
   virtual bool flat_dflash_config() const { return false; }
   // The family's settings from config.json (`top` and its dflash_config object, which is `top` for a flat config);
-  // nullptr when the family has none. Throws std::invalid_argument naming `where` and the field.
+  // nullptr when the family has none, or when none of its keys is given and it takes its default_settings.
+  // Throws std::invalid_argument naming `where` and the field.
   virtual std::unique_ptr<FamilySettings> read_settings(const nlohmann::json& /*top*/,
                                                         const nlohmann::json& /*dflash_config*/,
                                                         const std::string& /*where*/) const {
     return nullptr;
   }
-  // The settings `c` holds for this family (nullptr: none): the other half of FamilySettings::store's bridge.
-  virtual std::unique_ptr<FamilySettings> settings_of(const DrafterConfig& /*c*/) const { return nullptr; }
+  // The family's settings for a drafter of `hidden_size` given none: the sources' defaults, a setting that follows
+  // the shape (shape_defaults) at its value for this size. nullptr: the family has no settings. A DrafterConfig of a
+  // family with settings always holds an object of this type (DrafterConfig::validate checks it).
+  virtual std::shared_ptr<const FamilySettings> default_settings(int64_t /*hidden_size*/) const { return nullptr; }
 
   // Export traits, as data: the modelling files written beside the weights (each in some family's folder,
   // src/families/NAME/remote_code/, which export compiles in; dflash.py first: every family builds on it; registering

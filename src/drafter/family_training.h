@@ -61,6 +61,11 @@ class FamilyTraining {
   virtual at::Tensor metric_sums(const DrafterConfig& /*d*/, const DrafterLossResult& /*r*/) const { return {}; }
   // The step's metrics from the sums added over the whole step (all micro-batches, workers and processes).
   virtual FamilyStepMetrics step_metrics(const DrafterConfig& /*d*/, const at::Tensor& /*sums*/) const { return {}; }
+
+  // --- the objective's options that the drafter fixes ---
+  // Sets the part of `o` that follows from the drafter `d` alone (DFlash2's selector top-K), for callers without a
+  // run's settings (bench step, drafter selftest); add_loss_options sets it as well.
+  virtual void add_drafter_loss_options(const DrafterConfig& /*d*/, DrafterLossOptions& /*o*/) const {}
 };
 
 class Family;

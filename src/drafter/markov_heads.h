@@ -1,6 +1,6 @@
 // DSpark's heads (docs/DSPARK.md): the low-rank previous-token "Markov" logit bias and the confidence head, as
-// DrafterConfig's typed extras (DrafterConfig::dspark) and the train config's settings, with DeepSpec's defaults
-// (config/dspark/*.py) and its objective's weights. Torch-free.
+// a DSpark drafter's settings (src/families/dspark/dspark_drafter_settings.h) and the train config's settings, with
+// DeepSpec's defaults (config/dspark/*.py) and its objective's weights. Torch-free.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -99,7 +99,7 @@ int selftest_main(const std::vector<std::string>& argv) {
     throw util::UsageError("drafter selftest: --selector-candidates and --selector-loss-weight are for a " + takers +
                            " drafter, the config is " + std::string(cfg.family.name()));
   }
-  opt.dflash2.selector.top_k = cfg.dflash2.selector_top_k;
+  training.add_drafter_loss_options(cfg, opt);  // DFlash2's selector top-K
   opt.dflash2.selector.candidates = *candidates;
   opt.dflash2.selector_weight = a.f64("selector-loss-weight");
   const BlockBatch blocks = training.build_blocks(cfg, ids, loss_mask, anchors, opt.gamma);

@@ -83,9 +83,9 @@ DrafterSpec spec_of_drafter(const DrafterConfig& d, const std::string& source) {
   DrafterSpec s;
   for (const SpecField& f : spec_fields()) f.from_drafter(s, d, source);
   const Family& family = family_of(d.family);
-  if (const auto settings = family.settings_of(d)) {
+  if (d.family_settings) {
     nlohmann::json j = {{"dflash_config", nlohmann::json::object()}};
-    settings->write(d, j);
+    d.family_settings->write(d, j);
     const FamilySettingKeys k = family.setting_keys();
     for (const auto& key : k.top_level)
       if (j.contains(key)) s.extras[key] = {j.at(key), source};
@@ -97,6 +97,16 @@ DrafterSpec spec_of_drafter(const DrafterConfig& d, const std::string& source) {
 
 DrafterSpec spec_of_drafter_config(const DrafterConfig& d, const std::string& path) {
   return spec_of_drafter(d, "drafter config " + path);
+}
+
+nlohmann::json shape_settings_of(const DrafterConfig& d) {
+  nlohmann::json by_shape = nlohmann::json::object();
+  family_of(d.family).shape_defaults(d.hidden_size, by_shape);
+  const DrafterSpec s = spec_of_drafter(d, "drafter");
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, value] : by_shape.items())
+    if (const auto it = s.extras.find(key); it != s.extras.end()) out[key] = it->second.value;
+  return out;
 }
 
 DrafterSpec merge_specs(const DrafterSpec& a, const DrafterSpec& b, const std::string& command) {

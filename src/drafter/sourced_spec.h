@@ -89,6 +89,9 @@ SpecRow<T> spec_row(std::optional<Sourced<T>> DrafterSpec::*field) {
 DrafterSpec spec_of_drafter(const DrafterConfig& d, const std::string& source);
 // The same for a drafter config file; `path` names it ("drafter config <path>").
 DrafterSpec spec_of_drafter_config(const DrafterConfig& d, const std::string& path);
+// The values `d` holds for its family's settings that follow the shape (Family::shape_defaults: a head rank), by
+// their config key: what a run built from `d` saves as its settings.
+nlohmann::json shape_settings_of(const DrafterConfig& d);
 // One spec of two: throws std::invalid_argument "<command>: 'block_size' is 16 (train config t.yaml) but 8
 // (drafter config d.json); give it once, or the same in both" on the first field given twice differently.
 DrafterSpec merge_specs(const DrafterSpec& a, const DrafterSpec& b, const std::string& command);

@@ -198,7 +198,7 @@ DrafterLossOptions bench_loss_options(const DrafterConfig& c, int64_t chunk, dou
   opt.attention = attention;
   opt.dspark.chunk_rows = chunk;
   opt.dspark.fused = fused_ce;  // one switch for the fused CPU loss kernels (the generic row turns both off)
-  opt.dflash2.selector.top_k = c.dflash2.selector_top_k;
+  family_training(c).add_drafter_loss_options(c, opt);  // DFlash2's selector top-K, as train sets it
   return opt;
 }
 

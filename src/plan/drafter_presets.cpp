@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "drafter_from_target.h"
-#include "head_rank_default.h"
+#include "family_registry.h"
 #include "target_presets.h"
 
 namespace dflash::plan {
@@ -117,9 +117,7 @@ PlanSettings plan_preset(const std::string& name, const std::string& where) {
 drafter::DrafterConfig drafter_as_family(drafter::DrafterConfig c, drafter::FamilyRef f, const std::string& where) {
   if (c.family == f) return c;
   c.family = f;
-  c.dspark = drafter::DSparkHeads{};
-  c.dflash2 = drafter::DFlash2Settings{};
-  c.dspark.markov_rank = c.dflash2.selector_rank = drafter::default_head_rank(c.hidden_size);
+  c.family_settings = drafter::family_of(f).default_settings(c.hidden_size);  // a head rank follows the size
   c.validate(where);
   return c;
 }

@@ -96,7 +96,8 @@ void apply_family_settings(const TrainConfig& c, DrafterConfig& d) {
   family.shape_defaults(d.hidden_size, by_shape);
   for (const auto& [key, value] : by_shape.items())
     if (!c.was_given(key)) j[key] = value;
-  if (const auto settings = family.read_settings(j, j, "train config")) settings->store(d);
+  d.family_settings = family.read_settings(j, j, "train config");
+  if (!d.family_settings) d.family_settings = family.default_settings(d.hidden_size);  // none of its keys given
 }
 
 }  // namespace dflash::train

@@ -20,6 +20,7 @@
 #include "run_reporter.h"
 #include "safetensors.h"
 #include "selfcheck_json.h"
+#include "sourced_spec.h"
 #include "step_producer.h"
 #include "step_runner.h"
 #include "target_setup.h"
@@ -248,8 +249,7 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
     // The head ranks the drafter was built with (a rank not given follows the hidden size, head_rank_default.h;
     // another family's stays at its default): what a resume rebuilds and what the settings file shows.
     TrainConfig saved = cfg;
-    saved.markov_rank = side.dcfg.dspark.markov_rank;
-    saved.selector_rank = side.dcfg.dflash2.selector_rank;
+    apply_json(saved, drafter::shape_settings_of(side.dcfg), "the drafter config");
     write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(saved).dump(2) + "\n");
     drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
     if (side.draft_counts.defined())

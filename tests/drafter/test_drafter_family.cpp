@@ -72,10 +72,12 @@ TEST(DrafterFamily, DSparkConfigReadsFlatKeysAndWritesThemBack) {
   EXPECT_STREQ(c.family.name(), "dspark");
   EXPECT_EQ(c.mask_token_id, 31);
   EXPECT_EQ(c.target_layer_ids, (std::vector<int64_t>{1, 5}));
-  EXPECT_EQ(c.dspark.markov_rank, 8);
-  EXPECT_EQ(c.dspark.markov_head_type, MarkovHeadType::Gated);
-  EXPECT_TRUE(c.dspark.enable_confidence_head);
-  EXPECT_FALSE(c.dspark.confidence_head_with_markov);
+  // The family's own settings object, read here as its DSparkHeads part (family.h's family_settings_as).
+  const DSparkHeads& heads = family_settings_as<DSparkHeads>(c, "DSpark");
+  EXPECT_EQ(heads.markov_rank, 8);
+  EXPECT_EQ(heads.markov_head_type, MarkovHeadType::Gated);
+  EXPECT_TRUE(heads.enable_confidence_head);
+  EXPECT_FALSE(heads.confidence_head_with_markov);
   const nlohmann::json out = drafter_config_to_json(c);
   EXPECT_EQ(out["architectures"], nlohmann::json({"Qwen3DSparkModel"}));
   EXPECT_EQ(out["markov_rank"], 8);
@@ -83,7 +85,7 @@ TEST(DrafterFamily, DSparkConfigReadsFlatKeysAndWritesThemBack) {
   EXPECT_EQ(out["mask_token_id"], 31);
   const DrafterConfig back = parse_drafter_config(out, "out.json");
   EXPECT_EQ(back.family, c.family);
-  EXPECT_EQ(back.dspark, c.dspark);
+  EXPECT_TRUE(same_family_settings(back, c));
   // A DFlash config stays DFlash and writes no DSpark keys.
   const DrafterConfig plain = parse_drafter_config(tiny_drafter_config_json(), "p.json");
   EXPECT_STREQ(plain.family.name(), "dflash");

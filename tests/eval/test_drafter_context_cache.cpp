@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <nlohmann/json.hpp>
 
 #include "drafter_context_cache.h"
 #include "drafter_model.h"
@@ -94,7 +95,9 @@ TEST(DrafterContextCache, DFlash2MatchesTrainingForward) {
   at::manual_seed(5);
   Fixture f;
   f.c.family = dflash::drafter::family_named("dflash2", "test");
-  f.c.dflash2 = {.conv_kernel_size = 3, .conv_group_size = 16, .selector_rank = 8, .selector_top_k = 4};
+  // The family's settings as a config.json gives them (the family's own reader: eval names no family type).
+  const nlohmann::json dc = {{"conv_kernel_size", 3}, {"conv_group_size", 16}, {"selector_rank", 8}, {"selector_top_k", 4}};
+  f.c.family_settings = dflash::drafter::family_of(f.c.family).read_settings(nlohmann::json::object(), dc, "test");
   f.c.validate("test");
   f.w = drafter::init_drafter_weights(f.c, at::kDouble, 7, 0.2, 0.1);
   ASSERT_EQ(static_cast<int64_t>(f.w.convs.size()), f.c.num_hidden_layers);
@@ -115,6 +118,7 @@ TEST(DrafterContextCache, DFlash2MatchesTrainingForward) {
   // The convs matter: the same weights read as plain DFlash give other hidden states.
   drafter::DrafterConfig plain = f.c;
   plain.family = dflash::drafter::family_named("dflash", "test");
+  plain.family_settings = nullptr;  // DFlash has none
   eval::DrafterContextCache without(plain, f.w);
   without.append(feats);
   EXPECT_GT((without.block_hidden(embeds) - ref).abs().max().item<double>(), 1e-4);

@@ -15,6 +15,7 @@
 //       OUT: block_ids, labels, weights, teacher_index, prev, loss, stats, row_correct, grad.hidden, grad.<name>,
 //            metric.<name> (dspark_metrics)
 #include <map>
+#include <memory>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -22,6 +23,7 @@
 
 #include "drafter_model.h"
 #include "dspark_block_batch.h"
+#include "dspark_drafter_settings.h"
 #include "dspark_heads.h"
 #include "dspark_loss.h"
 #include "family_registry.h"
@@ -93,13 +95,14 @@ Named run_step(const dflash::io::SafetensorsFile& in, const std::map<std::string
 Named run_objective(const dflash::io::SafetensorsFile& in, const std::map<std::string, std::string>& p) {
   DrafterConfig c;
   c.family = dflash::drafter::family_named("dspark", "test");
-  c.dspark = heads_of(p);
+  const DSparkHeads heads = heads_of(p);
+  c.family_settings = std::make_shared<const dflash::families::DSparkDrafterSettings>(heads);
   c.block_size = std::stoll(param(p, "block_size", "4"));
   const at::Tensor hidden = in.load("hidden").requires_grad_(true), lm_head = in.load("lm_head");
   c.hidden_size = hidden.size(-1);
   c.vocab_size = lm_head.size(0);
   DrafterWeights w;
-  w.heads = load_heads(in, c.dspark, true);
+  w.heads = load_heads(in, heads, true);
   const AnchorSample s{in.load("anchors"), in.load("keep").to(at::kBool), {}, {}};
   const BlockBatch blocks =
       build_dspark_block_batch(in.load("input_ids"), in.load("loss_mask").to(at::kBool), s, c.block_size,
@@ -117,7 +120,7 @@ Named run_objective(const dflash::io::SafetensorsFile& in, const std::map<std::s
                {"grad.hidden", hidden.grad()}};
   for (const auto& [name, t] : w.heads)
     out.emplace_back("grad." + name, t.grad().defined() ? t.grad() : at::zeros_like(t));
-  for (const auto& [name, v] : dspark_metrics(r.stats, c.block_size, c.dspark.enable_confidence_head))
+  for (const auto& [name, v] : dspark_metrics(r.stats, c.block_size, heads.enable_confidence_head))
     out.emplace_back("metric." + name, at::full({1}, v, at::kDouble));
   return out;
 }

@@ -1,6 +1,7 @@
 // DSpark in C++: the heads registered in the drafter's weights under DeepSpec's names (shapes per variant, zero
 // biases, a save/load round trip, a missing head refused), finite-difference gradients of the heads. Values against
 // the fp64 reference: tests/python/test_dspark_heads.py.
+#include <memory>
 #include <set>
 #include <string>
 
@@ -9,22 +10,27 @@
 
 #include "drafter_config.h"
 #include "drafter_weights.h"
+#include "dspark_drafter_settings.h"
 #include "dspark_heads.h"
 #include "family_registry.h"
 #include "finite_difference.h"
 #include "tiny_drafter_config.h"
 
 using namespace dflash::drafter;
+using dflash::families::dspark_settings;
+using dflash::families::DSparkDrafterSettings;
 
 namespace {
 
 DrafterConfig tiny_dspark(int64_t rank, MarkovHeadType type, bool conf, bool with_markov) {
   DrafterConfig c = parse_drafter_config(tiny_drafter_config_json(), "tiny");
   c.family = dflash::drafter::family_named("dspark", "test");
-  c.dspark.markov_rank = rank;
-  c.dspark.markov_head_type = type;
-  c.dspark.enable_confidence_head = conf;
-  c.dspark.confidence_head_with_markov = with_markov;
+  DSparkHeads h;
+  h.markov_rank = rank;
+  h.markov_head_type = type;
+  h.enable_confidence_head = conf;
+  h.confidence_head_with_markov = with_markov;
+  c.family_settings = std::make_shared<const DSparkDrafterSettings>(h);
   return c;
 }
 
@@ -43,7 +49,7 @@ TEST(DSparkWeights, HeadsCarryDeepSpecNamesAndShapes) {
     const DrafterWeights w = init_drafter_weights(tiny_dspark(r, MarkovHeadType::Rnn, true, true), at::kFloat, 1);
     EXPECT_EQ(head_names(w), (std::set<std::string>{kMarkovW1, kMarkovW2, kMarkovJointW, kMarkovJointB, kConfidenceW,
                                                     kConfidenceB}));
-    const DSparkHeadWeights h = dspark_head_weights(tiny_dspark(r, MarkovHeadType::Rnn, true, true).dspark, w.named());
+    const DSparkHeadWeights h = dspark_head_weights(dspark_settings(tiny_dspark(r, MarkovHeadType::Rnn, true, true)), w.named());
     EXPECT_EQ(h.markov_w1.sizes(), at::IntArrayRef({V, r}));
     EXPECT_EQ(h.markov_w2.sizes(), at::IntArrayRef({V, r}));
     EXPECT_EQ(h.joint_w.sizes(), at::IntArrayRef({3 * r, 2 * r + d}));
@@ -56,7 +62,7 @@ TEST(DSparkWeights, HeadsCarryDeepSpecNamesAndShapes) {
     const DrafterWeights w = init_drafter_weights(tiny_dspark(r, MarkovHeadType::Gated, true, false), at::kFloat, 1);
     EXPECT_EQ(head_names(w), (std::set<std::string>{kMarkovW1, kMarkovW2, kMarkovGateW, kMarkovGateB, kConfidenceW,
                                                     kConfidenceB}));
-    const DSparkHeadWeights h = dspark_head_weights(tiny_dspark(r, MarkovHeadType::Gated, true, false).dspark, w.named());
+    const DSparkHeadWeights h = dspark_head_weights(dspark_settings(tiny_dspark(r, MarkovHeadType::Gated, true, false)), w.named());
     EXPECT_EQ(h.gate_w.sizes(), at::IntArrayRef({r, d + r}));
     EXPECT_EQ(h.conf_w.sizes(), at::IntArrayRef({1, d}));
   }
@@ -81,6 +87,7 @@ TEST(DSparkWeights, SaveLoadRoundTripAndAMissingHeadIsRefused) {
   // the same file read as a DFlash drafter: the heads are unexpected tensors
   DrafterConfig plain = c;
   plain.family = dflash::drafter::family_named("dflash", "test");
+  plain.family_settings = nullptr;  // DFlash has none
   try {
     load_drafter_weights(plain, path, at::kFloat);
     FAIL() << "expected an error";
@@ -89,7 +96,9 @@ TEST(DSparkWeights, SaveLoadRoundTripAndAMissingHeadIsRefused) {
   }
   // a config that needs a gate the file lacks: named
   DrafterConfig gated = c;
-  gated.dspark.markov_head_type = MarkovHeadType::Gated;
+  DSparkHeads gate = dspark_settings(c);
+  gate.markov_head_type = MarkovHeadType::Gated;
+  gated.family_settings = std::make_shared<const DSparkDrafterSettings>(gate);
   try {
     load_drafter_weights(gated, path, at::kFloat);
     FAIL() << "expected an error";

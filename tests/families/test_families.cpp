@@ -3,8 +3,13 @@
 // (toy_family.cpp) registered from here, whose setting keys the generic config reader then knows.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,8 +22,16 @@
 using namespace dflash::drafter;
 using dflash::families::testing::register_toy_family;
 using dflash::families::testing::toy_family;
+using dflash::families::testing::toy_gain;
 
 namespace {
+
+// A FamilySettings type no family uses: family_settings_as refuses it.
+struct ToyDFlashGainProbe final : FamilySettings {
+  void validate(const DrafterConfig&, const std::string&) const override {}
+  void write(const DrafterConfig&, nlohmann::json&) const override {}
+  bool equals(const FamilySettings&) const override { return false; }
+};
 
 // A valid DFlash drafter config.json (two layers, vocabulary 32).
 nlohmann::json tiny_config() {
@@ -73,77 +86,118 @@ TEST(Families, BuiltinSettingsGoThroughTheirHooks) {
   j["architectures"] = {"DFlash2DraftModel"};
   j["dflash_config"].update({{"conv_kernel_size", 2}, {"conv_group_size", 4}, {"selector_rank", 4}, {"selector_top_k", 4}});
   const DrafterConfig c = parse_drafter_config(j, "d2.json");
-  EXPECT_EQ(c.dflash2.selector_rank, 4);
-  const auto settings = family_of(c.family).settings_of(c);
-  ASSERT_TRUE(settings);
+  ASSERT_TRUE(c.family_settings);
   nlohmann::json written = nlohmann::json::object();
-  settings->write(c, written);
+  c.family_settings->write(c, written);
   EXPECT_EQ(written["dflash_config"]["conv_group_size"], 4);
+  EXPECT_EQ(written["dflash_config"]["selector_rank"], 4);
   EXPECT_EQ(written["is_causal"], false);
   EXPECT_EQ(drafter_config_to_json(c)["dflash_config"]["selector_top_k"], 4);
-  EXPECT_EQ(find_family("dflash")->settings_of(c), nullptr);  // DFlash has none
+  EXPECT_EQ(parse_drafter_config(tiny_config(), "d.json").family_settings, nullptr);  // DFlash has none
+  EXPECT_EQ(find_family("dflash")->default_settings(16), nullptr);
   EXPECT_EQ(find_family("dspark")->remote_code_files(), (std::vector<const char*>{"dflash.py", "dspark.py"}));
   EXPECT_STREQ(find_family("dflash")->draft_vocab_refusal(), "");
 }
 
-TEST(Families, ToySettingsAreReadValidatedAndWrittenByTheToyAlone) {
-  register_toy_family();
-  const Family& toy = family_named("toy", "test");
+// A config holds its family's settings object: copies share it, equality is by value, and a config without them
+// (or with another family's) is a programming error that names the family.
+TEST(Families, AConfigHoldsItsFamilysSettingsObject) {
   nlohmann::json j = tiny_config();
-  j["architectures"] = {toy.architecture()};
-  j["toy_gain"] = 3;
-  const DrafterConfig shape = parse_drafter_config(tiny_config(), "base.json");
-  const auto settings = toy.read_settings(j, j["dflash_config"], "toy.json");
-  ASSERT_TRUE(settings);
-  settings->validate(shape, "toy.json");
-  nlohmann::json written = drafter_config_to_json(shape);
-  written["architectures"] = {toy.architecture()};
-  settings->write(shape, written);
-  EXPECT_EQ(written["toy_gain"], 3);
-  EXPECT_EQ(error_of([&] { toy.read_settings(written, written["dflash_config"], "again.json")->validate(shape, "w"); }), "");
+  j["architectures"] = {"DFlash2DraftModel"};
+  j["dflash_config"].update({{"conv_kernel_size", 2}, {"conv_group_size", 4}, {"selector_rank", 4}, {"selector_top_k", 4}});
+  const DrafterConfig c = parse_drafter_config(j, "d2.json");
+  const DrafterConfig copy = c;
+  EXPECT_EQ(copy.family_settings, c.family_settings);  // shared, immutable
+  EXPECT_TRUE(same_family_settings(copy, c));
+  DrafterConfig other = c;
+  other.family_settings = find_family("dflash2")->default_settings(c.hidden_size);
+  EXPECT_FALSE(same_family_settings(other, c));  // rank and top-K differ from the defaults
+  EXPECT_EQ(error_of<std::logic_error>([&] { family_settings_as<ToyDFlashGainProbe>(c, "Toy"); }),
+            "a drafter config of family 'dflash2' holds another family's settings where Toy's were expected (set "
+            "DrafterConfig::family_settings: the family's read_settings or default_settings)");
+  DrafterConfig bare = c;
+  bare.family_settings = nullptr;
+  EXPECT_EQ(error_of<std::logic_error>([&] { bare.validate("d2.json"); }),
+            "d2.json: a drafter config of family 'dflash2' holds no family settings (set "
+            "DrafterConfig::family_settings from the family's read_settings or default_settings)");
+  DrafterConfig switched = c;
+  switched.family = *find_family("dspark");
+  EXPECT_EQ(error_of<std::logic_error>([&] { switched.validate("x"); }),
+            "x: a drafter config of family 'dspark' holds another family's settings (set "
+            "DrafterConfig::family_settings from the family's read_settings or default_settings)");
+  switched.family = *find_family("dflash");
+  EXPECT_EQ(error_of<std::logic_error>([&] { switched.validate("x"); }),
+            "x: a drafter config of family 'dflash' holds settings the family does not have (set "
+            "DrafterConfig::family_settings from the family's read_settings or default_settings)");
+}
 
-  j["toy_gain"] = 0;
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { toy.read_settings(j, j["dflash_config"], "toy.json")->validate(shape, "toy.json"); }),
-            "toy.json: field 'toy_gain': expected an integer in [1, 16], got 0");
-  j["toy_gain"] = "3";
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { toy.read_settings(j, j["dflash_config"], "toy.json"); }),
-            "toy.json: field 'toy_gain': expected an integer, got \"3\"");
+// The toy's own setting (toy_family.cpp): read from config.json, validated, written back and read again, all by the
+// toy's code, with no edit of DrafterConfig or any file outside tests/.
+TEST(Families, ToySettingRoundTripsThroughParseAndSave) {
+  register_toy_family();
+  nlohmann::json j = tiny_config();
+  j["architectures"] = {"ToyDFlashModel"};
+  j["dflash_config"]["toy_gain"] = 2.5;
+  const DrafterConfig c = parse_drafter_config(j, "c.json");
+  EXPECT_EQ(&family_of(c.family), &toy_family());
+  EXPECT_EQ(toy_gain(c), 2.5);
+  const nlohmann::json out = drafter_config_to_json(c);
+  EXPECT_EQ(out["architectures"], nlohmann::json({"ToyDFlashModel"}));
+  EXPECT_EQ(out["dflash_config"]["toy_gain"], 2.5);
+  const std::string path = ::testing::TempDir() + "toy_config_" + std::to_string(::getpid()) + ".json";
+  save_drafter_config(path, c);
+  const DrafterConfig back = load_drafter_config(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(&family_of(back.family), &toy_family());
+  EXPECT_EQ(toy_gain(back), 2.5);
+  EXPECT_TRUE(same_family_settings(back, c));
+
+  // None of its keys: the toy's default (default_settings), written back explicitly.
+  j["dflash_config"].erase("toy_gain");
+  const DrafterConfig plain = parse_drafter_config(j, "c.json");
+  EXPECT_EQ(toy_gain(plain), 1.0);
+  EXPECT_EQ(drafter_config_to_json(plain)["dflash_config"]["toy_gain"], 1.0);
+  EXPECT_FALSE(same_family_settings(plain, c));
+}
+
+TEST(Families, ABadToySettingNamesTheFileAndTheField) {
+  register_toy_family();
+  nlohmann::json j = tiny_config();
+  j["architectures"] = {"ToyDFlashModel"};
+  for (const auto& [bad, shown] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {0, "0"}, {-1.5, "-1.5"}, {"2", "\"2\""}, {true, "true"}, {nlohmann::json::array({1}), "[1]"}}) {
+    j["dflash_config"]["toy_gain"] = bad;
+    EXPECT_EQ(error_of<std::invalid_argument>([&] { parse_drafter_config(j, "c.json"); }),
+              "c.json: field 'dflash_config.toy_gain': expected a finite number > 0, got " + shown);
+  }
+  // From a file: the error names the file.
+  j["dflash_config"]["toy_gain"] = -2;
+  const std::string path = ::testing::TempDir() + "toy_bad_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << j.dump();
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_drafter_config(path); }),
+            path + ": field 'dflash_config.toy_gain': expected a finite number > 0, got -2");
+  std::remove(path.c_str());
 }
 
 TEST(Families, TheConfigReaderRefusesTheToysKeysInAnotherFamilysConfig) {
   register_toy_family();
   nlohmann::json j = tiny_config();
-  j["toy_gain"] = 3;
+  j["dflash_config"]["toy_gain"] = 3;
   EXPECT_EQ(error_of<std::invalid_argument>([&] { parse_drafter_config(j, "c.json"); }),
-            "c.json: field 'toy_gain': expected absent for architectures [\"DFlashDraftModel\"] (a Toy drafter says "
-            "[\"ToyDFlashModel\"]), got 3");
-  j.erase("toy_gain");
+            "c.json: field 'dflash_config.toy_gain': expected absent for architectures [\"DFlashDraftModel\"] (a Toy "
+            "drafter says [\"ToyDFlashModel\"]), got 3");
+  j["dflash_config"].erase("toy_gain");
   j["architectures"] = {"NoSuchModel"};
   EXPECT_EQ(error_of<std::invalid_argument>([&] { parse_drafter_config(j, "c.json"); }),
             "c.json: field 'architectures': expected [\"DFlashDraftModel\"], [\"Qwen3DSparkModel\"], "
             "[\"DFlash2DraftModel\"] or [\"ToyDFlashModel\"], got [\"NoSuchModel\"]");
 }
 
-// A DrafterConfig holds its registered family (family_ref.h), so a plug-in family's config.json is read as that
-// family and written back under its architecture. The remaining work, stated as a test: its own settings are read
-// and validated but not kept (DrafterConfig holds only the built-ins' typed extras, dspark and dflash2), so the
-// written config lacks toy_gain, which the toy requires.
-TEST(Families, APluginFamilysConfigIsReadAsThatFamilyAndWrittenBackUnderItsArchitecture) {
+TEST(Families, APluginFamilysConfigRefusesADraftVocabularyItHasNot) {
   register_toy_family();
   nlohmann::json j = tiny_config();
   j["architectures"] = {"ToyDFlashModel"};
-  j["toy_gain"] = 3;
-  const DrafterConfig c = parse_drafter_config(j, "c.json");
-  EXPECT_EQ(&family_of(c.family), &toy_family());
-  EXPECT_STREQ(c.family.name(), "toy");
-  const nlohmann::json out = drafter_config_to_json(c);
-  EXPECT_EQ(out["architectures"], nlohmann::json({"ToyDFlashModel"}));
-  EXPECT_FALSE(out.contains("toy_gain"));  // not kept yet
-  j["toy_gain"] = 0;
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { parse_drafter_config(j, "c.json"); }),
-            "c.json: field 'toy_gain': expected an integer in [1, 16], got 0");
   j["draft_vocab_size"] = 8;
-  j["toy_gain"] = 3;
   EXPECT_EQ(error_of<std::invalid_argument>([&] { parse_drafter_config(j, "c.json"); }),
             "c.json: field 'draft_vocab_size': expected absent with architectures [\"ToyDFlashModel\"] (the toy family "
             "has no draft vocabulary), got 8");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "block_batch.h"
+#include "dflash2_drafter_settings.h"
 #include "dspark_block_batch.h"
+#include "dspark_drafter_settings.h"
 #include "dspark_loss.h"
 #include "error_of.h"
 #include "family_cost.h"
@@ -38,7 +41,12 @@ DrafterConfig config_of(const dflash::drafter::Family& f) {
   d.family = f;
   d.block_size = 4;
   d.mask_token_id = 63;
-  d.dflash2.selector_top_k = 5;
+  d.family_settings = f.default_settings(d.hidden_size);
+  if (&f == find_family("dflash2")) {
+    DFlash2Settings s = dflash::families::dflash2_settings(d);
+    s.selector_top_k = 5;
+    d.family_settings = std::make_shared<const dflash::families::DFlash2DrafterSettings>(s);
+  }
   return d;
 }
 
@@ -108,7 +116,9 @@ TEST(FamilyTraining, DSparkTakesItsObjectiveBlocksAndTeacher) {
 TEST(FamilyTraining, DSparkNamesDeepSpecsMetricsAndShowsL1AndTau) {
   const FamilyTraining& t = family_training(dflash::drafter::family_named("dspark", "test"));
   DrafterConfig d = config_of(dflash::drafter::family_named("dspark", "test"));
-  d.dspark.enable_confidence_head = false;
+  DSparkHeads heads = dflash::families::dspark_settings(d);
+  heads.enable_confidence_head = false;
+  d.family_settings = std::make_shared<const dflash::families::DSparkDrafterSettings>(heads);
   ASSERT_EQ(t.metric_sums_size(d), dspark_stats_size(4));
   at::Tensor sums = at::zeros({t.metric_sums_size(d)}, at::kDouble);
   sums[kStatL1] = 3.0;

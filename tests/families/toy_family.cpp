@@ -1,5 +1,8 @@
 #include "toy_family.h"
 
+#include <cmath>
+#include <memory>
+
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
@@ -10,16 +13,24 @@ namespace {
 
 using drafter::DrafterConfig;
 
+// --- the toy's drafter setting: dflash_config.toy_gain, a number > 0, default 1 (read, checked and written here
+// alone: DrafterConfig holds it as an opaque FamilySettings) ---
+constexpr const char* kToyGainField = "dflash_config.toy_gain";
+constexpr const char* kToyGainExpected = "a finite number > 0";
+
 class ToySettings final : public drafter::FamilySettings {
  public:
-  explicit ToySettings(int64_t gain) : gain_(gain) {}
+  explicit ToySettings(double g) : gain(g) {}
   void validate(const DrafterConfig&, const std::string& where) const override {
-    if (gain_ < 1 || gain_ > 16) drafter::fail_field(where, "toy_gain", "an integer in [1, 16]", std::to_string(gain_));
+    if (!(gain > 0) || !std::isfinite(gain))
+      drafter::fail_field(where, kToyGainField, kToyGainExpected, nlohmann::json(gain).dump());
   }
-  void write(const DrafterConfig&, nlohmann::json& j) const override { j["toy_gain"] = gain_; }
-
- private:
-  int64_t gain_;
+  void write(const DrafterConfig&, nlohmann::json& j) const override { j["dflash_config"]["toy_gain"] = gain; }
+  bool equals(const drafter::FamilySettings& other) const override {
+    const auto* o = dynamic_cast<const ToySettings*>(&other);
+    return o && o->gain == gain;
+  }
+  const double gain;
 };
 
 class ToyFamily final : public drafter::Family {
@@ -28,12 +39,21 @@ class ToyFamily final : public drafter::Family {
   const char* display_name() const override { return "Toy"; }
   const char* architecture() const override { return "ToyDFlashModel"; }
   const char* draft_vocab_refusal() const override { return "the toy family has no draft vocabulary"; }
-  drafter::FamilySettingKeys setting_keys() const override { return {{"toy_gain"}, {}}; }
-  std::unique_ptr<drafter::FamilySettings> read_settings(const nlohmann::json& j, const nlohmann::json&,
-                                                         const std::string& where) const override {
-    return std::make_unique<ToySettings>(drafter::int_field(j, "toy_gain", where, true, 0));
-  }
   const char* auto_model_class() const override { return "dflash.DFlashDraftModel"; }
+
+  // --- the toy's drafter setting (above) ---
+  drafter::FamilySettingKeys setting_keys() const override { return {{}, {"toy_gain"}}; }
+  std::unique_ptr<drafter::FamilySettings> read_settings(const nlohmann::json&, const nlohmann::json& dc,
+                                                         const std::string& where) const override {
+    if (!dc.contains("toy_gain") || dc.at("toy_gain").is_null()) return nullptr;  // default_settings
+    const nlohmann::json& v = dc.at("toy_gain");
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      drafter::fail_field(where, kToyGainField, kToyGainExpected, drafter::shown_field(v));  // as given
+    return std::make_unique<ToySettings>(v.get<double>());
+  }
+  std::shared_ptr<const drafter::FamilySettings> default_settings(int64_t) const override {
+    return std::make_shared<const ToySettings>(1.0);
+  }
 };
 
 }  // namespace
@@ -44,5 +64,7 @@ const drafter::Family& toy_family() {
 }
 
 void register_toy_family() { drafter::register_family(toy_family()); }
+
+double toy_gain(const drafter::DrafterConfig& c) { return drafter::family_settings_as<ToySettings>(c, "Toy").gain; }
 
 }  // namespace dflash::families::testing

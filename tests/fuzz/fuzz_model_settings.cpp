@@ -18,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dflash2_drafter_settings.h"
 #include "drafter_config.h"
+#include "dspark_drafter_settings.h"
 #include "family_registry.h"
 #include "fuzz_common.h"
 #include "loss_weighting.h"
@@ -107,13 +109,15 @@ void check_family(const dflash::drafter::DrafterConfig& d, const std::string& wh
   // A family that refuses a draft vocabulary (Family::draft_vocab_refusal) never parses with one.
   if (*dflash::drafter::family_of(d.family).draft_vocab_refusal() && d.draft_vocab_size != 0)
     violated(what + ": a " + std::string(d.family.name()) + " drafter with a draft vocabulary");
-  if (d.family == dflash::drafter::family_named("dspark", "test") && (d.dspark.markov_rank < 0 || d.dspark.markov_rank > 65536))
-    violated(what + ": markov_rank " + std::to_string(d.dspark.markov_rank));
-  const auto& f = d.dflash2;
-  if (d.family == dflash::drafter::family_named("dflash2", "test") &&
-      (f.conv_kernel_size < 1 || f.conv_kernel_size > 64 || f.conv_group_size < 1 || f.conv_group_size > 65536 ||
-       d.hidden_size % f.conv_group_size != 0 || f.selector_rank < 1 || f.selector_rank > 65536 ||
-       f.selector_top_k < 1 || f.selector_top_k > std::min<int64_t>(1024, d.vocab_size)))
+  if (d.family == dflash::drafter::family_named("dspark", "test")) {
+    const int64_t r = dflash::families::dspark_settings(d).markov_rank;
+    if (r < 0 || r > 65536) violated(what + ": markov_rank " + std::to_string(r));
+  }
+  if (d.family != dflash::drafter::family_named("dflash2", "test")) return;
+  const auto& f = dflash::families::dflash2_settings(d);
+  if (f.conv_kernel_size < 1 || f.conv_kernel_size > 64 || f.conv_group_size < 1 || f.conv_group_size > 65536 ||
+      d.hidden_size % f.conv_group_size != 0 || f.selector_rank < 1 || f.selector_rank > 65536 ||
+      f.selector_top_k < 1 || f.selector_top_k > std::min<int64_t>(1024, d.vocab_size))
     violated(what + ": DFlash2 settings out of range");
 }
 

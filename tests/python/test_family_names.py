@@ -22,7 +22,8 @@ NAMED_IN = {}
 # (src/train/dflash2_train_settings.*: DFlash2's TrainConfig settings, which live in the train layer above
 # src/families until TrainConfig's family settings become the family's config extras.)
 FAMILY_FILES = {
-    # DFlash2's settings: DrafterConfig holds them (drafter_config.h includes them).
+    # DFlash2's settings: TrainConfig's typed settings (train_config.h) and the selector's SelectorCandidates
+    # (candidate_selector.h) still include them; a DrafterConfig holds them opaquely (family_settings).
     "src/drafter/dflash2_settings.cpp", "src/drafter/dflash2_settings.h",
     "src/train/dflash2_train_settings.cpp", "src/train/dflash2_train_settings.h",
 }

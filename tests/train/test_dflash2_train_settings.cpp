@@ -117,7 +117,7 @@ TEST(DFlash2TrainSettings, ADFlash2DrafterConfigSetsTheFamilyAndItsSettings) {
   dflash::drafter::DrafterConfig d;
   apply_family_settings(t, d);
   EXPECT_EQ(d.family, dflash::drafter::family_named("dflash2", "test"));
-  EXPECT_EQ(d.dflash2.selector_rank, 12);
+  EXPECT_EQ(dflash::drafter::family_settings_as<dflash::drafter::DFlash2Settings>(d, "DFlash2").selector_rank, 12);
 }
 
 TEST(DFlash2TrainSettings, AResumedRunKeepsThem) {

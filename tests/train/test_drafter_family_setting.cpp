@@ -14,6 +14,7 @@
 #include "error_of.h"
 #include "family_registry.h"
 #include "head_rank_default.h"
+#include "sourced_spec.h"
 #include "target_config.h"
 #include "target_setup.h"
 #include "tiny_drafter_config.h"
@@ -198,13 +199,14 @@ dflash::models::TargetConfig dense_target(int64_t hidden) {
   return t;
 }
 
-// The ranks of the drafter train builds for a target of hidden size H with these settings.
+// The ranks (markov_rank, selector_rank) of the drafter train builds for a target of hidden size H with these
+// settings, as the run saves them (shape_settings_of); -1: the drafter's family has no such rank.
 std::pair<int64_t, int64_t> built_ranks(nlohmann::json settings, int64_t hidden) {
   settings["mask_token_id"] = 5;
   TrainConfig c = with(settings);
   resolve_drafter_family(c, "train");
-  const auto d = resolve_drafter_config(c, dense_target(hidden));
-  return {d.dspark.markov_rank, d.dflash2.selector_rank};
+  const nlohmann::json r = dflash::drafter::shape_settings_of(resolve_drafter_config(c, dense_target(hidden)));
+  return {r.value("markov_rank", int64_t{-1}), r.value("selector_rank", int64_t{-1})};
 }
 
 }  // namespace
@@ -228,8 +230,8 @@ TEST(DrafterFamilySetting, HeadRanksFollowTheHiddenSizeUnlessGiven) {
                 .first,
             0);
   EXPECT_EQ(built_ranks({{"drafter_family", "dflash2"}, {"selector_rank", 256}}, 576).second, 256);
-  EXPECT_EQ(built_ranks({{"drafter_family", "dflash2"}}, 576).first, 256);  // DSpark's heads stay unset
-  EXPECT_EQ(built_ranks({{"drafter_family", "dspark"}}, 576).second, 256);
+  EXPECT_EQ(built_ranks({{"drafter_family", "dflash2"}}, 576).first, -1);  // a drafter holds its family's settings only
+  EXPECT_EQ(built_ranks({{"drafter_family", "dspark"}}, 576).second, -1);
 }
 
 TEST(DrafterFamilySetting, AResumedRunKeepsTheHeadRankItSaved) {
@@ -246,6 +248,6 @@ TEST(DrafterFamilySetting, AResumedRunKeepsTheHeadRankItSaved) {
     ASSERT_TRUE(read_train_args({"--resume", "--out", dir}, args));
     TrainConfig c = train_config_of(args);
     resolve_drafter_family(c, "train");
-    EXPECT_EQ(resolve_drafter_config(c, dense_target(576)).dspark.markov_rank, saved_rank);
+    EXPECT_EQ(dflash::drafter::shape_settings_of(resolve_drafter_config(c, dense_target(576)))["markov_rank"], saved_rank);
   }
 }

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 
+#include "dflash2_drafter_settings.h"
+
 namespace dflash::families {
 
 DFlash2PlanBytes dflash2_plan_bytes(const drafter::DrafterConfig& c, double T, double e, double chunk_rows) {
   DFlash2PlanBytes b;
-  const double d = double(c.hidden_size), B = double(c.block_size), Kc = double(c.dflash2.conv_kernel_size),
-               G = double(c.dflash2.conv_group_size), K = double(c.dflash2.selector_top_k),
-               r = double(c.dflash2.selector_rank);
+  const auto& x = dflash2_settings(c);
+  const double d = double(c.hidden_size), B = double(c.block_size), Kc = double(x.conv_kernel_size),
+               G = double(x.conv_group_size), K = double(x.selector_top_k), r = double(x.selector_rank);
   // Per site: delta (2 K d/G), the pre-conv output, the sublayer output and the post-conv output (d each), and
   // each of its two convs' zero-padded shifted inputs, one per tap 1..min(K, B)-1 (dynamic_block_conv.cpp: saved
   // by the tap's products).
@@ -66,7 +68,7 @@ class DFlash2Cost final : public drafter::FamilyCost {
     drafter::FamilyFlops f;
     const double B = double(c.block_size), T = double(s.batch * s.num_anchors) * B;
     const double d = double(c.hidden_size);
-    const auto& x = c.dflash2;
+    const auto& x = dflash2_settings(c);
     const double Kc = double(x.conv_kernel_size), G = double(x.conv_group_size), K = double(x.selector_top_k),
                  r = double(x.selector_rank);
     const double site = 2 * T * d * (2 * Kc * d / G) + 2 * std::min(Kc, B) * 4 * T * d;

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dflash2_drafter_settings.h"
+
 namespace dflash::families {
 
 drafter::Candidates unary_candidates(const at::Tensor& unary, int64_t top_k) {
@@ -74,7 +76,7 @@ using namespace drafter;
 class DFlash2BlockDrafter final : public BlockDrafter {
  public:
   DFlash2BlockDrafter(const DrafterConfig& c, const DrafterWeights& w)
-      : top_k_(c.dflash2.selector_top_k), vocab_size_(c.vocab_size) {
+      : top_k_(dflash2_settings(c).selector_top_k), vocab_size_(c.vocab_size) {
     const at::Device dev = w.fc.device();
     selector_ = {w.selector.hidden_projection.to(dev, at::kFloat), w.selector.predecessor_codebook.to(dev, at::kFloat),
                  w.selector.successor_codebook.to(dev, at::kFloat)};

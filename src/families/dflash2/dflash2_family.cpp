@@ -7,6 +7,7 @@
 #include "config_fields.h"
 #include "head_rank_default.h"
 #include "dflash2_cost.h"
+#include "dflash2_drafter_settings.h"
 #include "dflash2_engines.h"
 #include "strict_json.h"
 
@@ -14,27 +15,6 @@ namespace dflash::families {
 namespace {
 
 using drafter::DrafterConfig;
-
-class DFlash2FamilySettings final : public drafter::FamilySettings {
- public:
-  explicit DFlash2FamilySettings(const drafter::DFlash2Settings& s) : s_(s) {}
-  void validate(const DrafterConfig& c, const std::string& where) const override {
-    s_.validate(where, "dflash_config.", c.hidden_size, c.vocab_size);
-  }
-  void write(const DrafterConfig& c, nlohmann::json& j) const override {
-    auto& dc = j["dflash_config"];
-    dc["conv_kernel_size"] = s_.conv_kernel_size;
-    dc["conv_group_size"] = s_.conv_group_size;
-    dc["selector_rank"] = s_.selector_rank;
-    dc["selector_top_k"] = s_.selector_top_k;
-    dc["block_size"] = c.block_size;
-    j["is_causal"] = false;  // without it z-lab and TorchSpec make sliding_attention layers causal
-  }
-  void store(DrafterConfig& c) const override { c.dflash2 = s_; }
-
- private:
-  drafter::DFlash2Settings s_;
-};
 
 class DFlash2Family final : public drafter::Family {
  public:
@@ -74,16 +54,16 @@ class DFlash2Family final : public drafter::Family {
                             nlohmann::json(neutral).dump() + " or absent (other values are not supported yet)",
                             drafter::shown_field(v));
     }
-    return std::make_unique<DFlash2FamilySettings>(s);
+    return std::make_unique<DFlash2DrafterSettings>(s);
   }
-  std::unique_ptr<drafter::FamilySettings> settings_of(const DrafterConfig& c) const override {
-    return std::make_unique<DFlash2FamilySettings>(c.dflash2);
+  std::shared_ptr<const drafter::FamilySettings> default_settings(int64_t hidden_size) const override {
+    return dflash2_default_settings(hidden_size);
   }
   std::vector<const char*> remote_code_files() const override { return {"dflash.py", "dflash2.py"}; }
   const char* auto_model_class() const override { return "dflash2.DFlash2DraftModel"; }
   void describe_for_engines(const DrafterConfig& c, drafter::ExportTraits& t) const override {
     t.hidden_size = c.hidden_size;
-    t.selector_top_k = c.dflash2.selector_top_k;
+    t.selector_top_k = dflash2_settings(c).selector_top_k;
   }
 
   // A selector_rank not given follows the drafter's hidden size (head_rank_default.h).

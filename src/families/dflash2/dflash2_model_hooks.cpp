@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "dflash2_drafter_settings.h"
 #include "dflash2_drafting.h"
 #include "dflash2_init.h"
 #include "dflash2_layer.h"
@@ -27,9 +28,9 @@ class DFlash2Model final : public FamilyModel {
   const drafter::FamilyDrafting* drafting() const override { return &dflash2_drafting(); }  // dflash2_drafting.cpp
 
   void add_weight_shapes(const DrafterConfig& c, WeightShapes& out) const override {
+    const auto& x = dflash2_settings(c);
     for (auto& e : dflash2_extra_weight_shapes({c.num_hidden_layers, c.hidden_size, c.vocab_size,
-                                                c.dflash2.conv_kernel_size, c.dflash2.conv_group_size,
-                                                c.dflash2.selector_rank}))
+                                                x.conv_kernel_size, x.conv_group_size, x.selector_rank}))
       out.push_back(std::move(e));
   }
 
@@ -50,9 +51,10 @@ class DFlash2Model final : public FamilyModel {
   // The modules were drawn after the backbone (so the backbone is DFlash's with this seed); the convs start as the
   // exact identity and the selector as a no-op (successor codebook 0: S = U), as SpecForge starts them.
   void finish_init(const DrafterConfig& c, DrafterWeights& w, at::ScalarType dtype) const override {
+    const auto& x = dflash2_settings(c);
     for (auto& cv : w.convs) {
-      cv.attention_conv = identity_block_conv(c.hidden_size, c.dflash2.conv_kernel_size, c.dflash2.conv_group_size, dtype);
-      cv.mlp_conv = identity_block_conv(c.hidden_size, c.dflash2.conv_kernel_size, c.dflash2.conv_group_size, dtype);
+      cv.attention_conv = identity_block_conv(c.hidden_size, x.conv_kernel_size, x.conv_group_size, dtype);
+      cv.mlp_conv = identity_block_conv(c.hidden_size, x.conv_kernel_size, x.conv_group_size, dtype);
     }
     w.selector.successor_codebook.zero_();
   }
@@ -77,7 +79,7 @@ class DFlash2Model final : public FamilyModel {
   at::Tensor decoder_layer(const DrafterConfig& c, const DrafterWeights& w, int64_t i, const DecoderLayerShape& s,
                            const at::Tensor& x, const LayerShared& sh, bool checkpointed) const override {
     const LayerConvWeights& cv = w.convs[size_t(i)];
-    const int64_t G = c.dflash2.conv_group_size;
+    const int64_t G = dflash2_settings(c).conv_group_size;
     return checkpointed ? checkpointed_dflash2_decoder_layer(w.layers[size_t(i)], cv, s, G, x, sh)
                         : dflash2_decoder_layer(w.layers[size_t(i)], cv, s, G, x, sh);
   }
@@ -88,7 +90,7 @@ class DFlash2Model final : public FamilyModel {
                            const std::function<at::Tensor(const at::Tensor&)>& sublayer) const override {
     const LayerConvWeights& cv = w.convs[size_t(i)];
     return conv_wrapped_sublayer(h, site == Sublayer::Attention ? cv.attention_conv : cv.mlp_conv,
-                                 {c.dflash2.conv_group_size, block_size}, sublayer);
+                                 {dflash2_settings(c).conv_group_size, block_size}, sublayer);
   }
 
   // L = L_unary + alpha L_sel; alpha = 0 measures the selector without training it.

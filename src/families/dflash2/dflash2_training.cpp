@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "dflash2_drafter_settings.h"
 #include "dflash2_objective.h"
 #include "dflash2_settings.h"
 #include "family_training.h"
@@ -24,7 +25,7 @@ class DFlash2Training final : public drafter::FamilyTraining {
  public:
   void add_loss_options(const nlohmann::json& s, const DrafterConfig& d, drafter::DrafterLossOptions& o) const override {
     o.dflash2.selector_weight = drafter::run_setting_number(s, "selector_loss_weight");
-    o.dflash2.selector.top_k = d.dflash2.selector_top_k;
+    add_drafter_loss_options(d, o);
     const std::string candidates = drafter::run_setting_text(s, "selector_candidates");
     const auto c = drafter::selector_candidates_from_text(candidates);
     if (!c) throw std::logic_error("train settings: selector_candidates '" + candidates + "' was not validated");
@@ -32,6 +33,9 @@ class DFlash2Training final : public drafter::FamilyTraining {
     o.dflash2.selector.stop_gradient = drafter::run_setting_bool(s, "selector_stop_gradient");
   }
   std::vector<std::string> loss_setting_keys() const override { return {"selector_loss_weight"}; }
+  void add_drafter_loss_options(const DrafterConfig& d, drafter::DrafterLossOptions& o) const override {
+    o.dflash2.selector.top_k = dflash2_settings(d).selector_top_k;
+  }
 
   int64_t metric_sums_size(const DrafterConfig&) const override { return kSums; }
   at::Tensor metric_sums(const DrafterConfig&, const drafter::DrafterLossResult& r) const override {

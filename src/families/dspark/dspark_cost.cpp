@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "dspark_drafter_settings.h"
+
 namespace dflash::families {
 namespace {
 
@@ -38,7 +40,8 @@ class DSparkCost final : public drafter::FamilyCost {
     const double chunk = std::min<double>(double(s.loss_chunk_rows), T);
     // dW2 [V, r] in fp32 built during the loss, and per row the Markov features, their gradient and the rnn/gate
     // activations autograd keeps (about 6 x r), plus the confidence logit and its gradient.
-    const double r = double(c.dspark.markov_rank);
+    const DSparkDrafterSettings& h = dspark_settings(c);
+    const double r = double(h.markov_rank);
     // The fused CPU kernel (fp32 / bf16): its chunk buffers in the compute dtype.
     const bool fused = s.cpu && (s.dtype_bytes == 4 || s.dtype_bytes == 2);
     // The fused chunks write dW2 in the compute dtype when there is one chunk (dspark_lm_loss_op.cpp), else in fp32.
@@ -59,13 +62,13 @@ class DSparkCost final : public drafter::FamilyCost {
                                                 "[V, r] fp32 output and bf16 result: the fused CPU kernel)"
                                               : "2 buffers in the compute dtype: the fused CPU kernel)";
     }
-    if (c.dspark.markov_rank > 0) {
+    if (h.markov_rank > 0) {
       // Measured (docs/BENCHMARKS.md): the heads' [V, r] gradients arrive before any layer's backward. The
       // objective's backward scales its saved dW2 into a new tensor, then W1's embedding backward makes one dense
       // [V, r] gradient per use of W1 (the Markov features, and the confidence head's input when it takes them)
       // while W2's is held.
       const double vr = V * r * e;
-      const double uses = c.dspark.enable_confidence_head && c.dspark.confidence_head_with_markov ? 2 : 1;
+      const double uses = h.enable_confidence_head && h.confidence_head_with_markov ? 2 : 1;
       m.backward_phases.push_back(
           {"backward: dspark objective", 2 * vr, "... + d(hidden) and its scaled copy + dW2 and its scaled copy"});
       m.backward_phases.push_back({"backward: markov embedding", (1 + uses) * vr,
@@ -79,12 +82,13 @@ class DSparkCost final : public drafter::FamilyCost {
     drafter::FamilyFlops f;
     const double B = double(c.block_size), T = double(s.batch * s.num_anchors) * B;
     const double d = double(c.hidden_size), V = double(c.vocab_size);  // no draft vocabulary
-    const double r = double(c.dspark.markov_rank);
+    const DSparkDrafterSettings& h = dspark_settings(c);
+    const double r = double(h.markov_rank);
     f.lm_head = 3 * 2 * T * V * r;
     double row = 0;
-    if (c.dspark.markov_head_type == drafter::MarkovHeadType::Gated) row += 2 * r * (d + r);
-    if (c.dspark.markov_head_type == drafter::MarkovHeadType::Rnn) row += 2 * 3 * r * (2 * r + d);
-    if (c.dspark.enable_confidence_head) row += 2 * (d + (c.dspark.confidence_head_with_markov ? r : 0));
+    if (h.markov_head_type == drafter::MarkovHeadType::Gated) row += 2 * r * (d + r);
+    if (h.markov_head_type == drafter::MarkovHeadType::Rnn) row += 2 * 3 * r * (2 * r + d);
+    if (h.enable_confidence_head) row += 2 * (d + (h.confidence_head_with_markov ? r : 0));
     f.heads = 3 * T * row;
     return f;
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "dspark_drafter_settings.h"
 #include "dspark_heads.h"
 #include "family_drafting.h"
 
@@ -28,8 +29,8 @@ using namespace drafter;
 class DSparkBlockDrafter final : public BlockDrafter {
  public:
   DSparkBlockDrafter(const DrafterConfig& c, const DrafterWeights& w, double confidence_threshold)
-      : heads_config_(c.dspark), confidence_threshold_(confidence_threshold) {
-    heads_ = dspark_head_weights(c.dspark, w.heads);
+      : heads_config_(dspark_settings(c)), confidence_threshold_(confidence_threshold) {
+    heads_ = dspark_head_weights(dspark_settings(c), w.heads);
     const at::Device dev = w.fc.device();
     for (at::Tensor* t : {&heads_.markov_w1, &heads_.markov_w2, &heads_.gate_w, &heads_.gate_b, &heads_.joint_w,
                           &heads_.joint_b, &heads_.conf_w, &heads_.conf_b})
@@ -86,7 +87,7 @@ class DSparkBlockDrafter final : public BlockDrafter {
 class DSparkDrafting final : public FamilyDrafting {
  public:
   void check(const DrafterConfig& c, const DraftingOptions& o, const std::string& where) const override {
-    if (o.confidence_threshold > 0 && !c.dspark.enable_confidence_head)
+    if (o.confidence_threshold > 0 && !dspark_settings(c).enable_confidence_head)
       throw std::invalid_argument("eval: --confidence-threshold needs a confidence head, but " + where +
                                   " has enable_confidence_head false");
     if (c.draft_vocab_size > 0)

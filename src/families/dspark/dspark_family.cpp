@@ -5,31 +5,13 @@
 #include "config_fields.h"
 #include "head_rank_default.h"
 #include "dspark_cost.h"
+#include "dspark_drafter_settings.h"
 #include "dspark_engines.h"
 
 namespace dflash::families {
 namespace {
 
 using drafter::DrafterConfig;
-
-class DSparkFamilySettings final : public drafter::FamilySettings {
- public:
-  explicit DSparkFamilySettings(const drafter::DSparkHeads& h) : heads_(h) {}
-  void validate(const DrafterConfig&, const std::string& where) const override { heads_.validate(where); }
-  void write(const DrafterConfig& c, nlohmann::json& j) const override {
-    j["markov_rank"] = heads_.markov_rank;
-    j["markov_head_type"] = drafter::markov_head_type_name(heads_.markov_head_type);
-    j["enable_confidence_head"] = heads_.enable_confidence_head;
-    j["confidence_head_with_markov"] = heads_.confidence_head_with_markov;
-    // DeepSpec's flat keys too (dflash_config, written as well, is read first by us).
-    j["mask_token_id"] = c.mask_token_id;
-    j["target_layer_ids"] = c.target_layer_ids;
-  }
-  void store(DrafterConfig& c) const override { c.dspark = heads_; }
-
- private:
-  drafter::DSparkHeads heads_;
-};
 
 class DSparkFamily final : public drafter::Family {
  public:
@@ -59,18 +41,19 @@ class DSparkFamily final : public drafter::Family {
     h.enable_confidence_head = drafter::bool_field(j, "enable_confidence_head", where, true);
     h.confidence_head_with_markov = drafter::bool_field(j, "confidence_head_with_markov", where, true);
     h.validate(where);
-    return std::make_unique<DSparkFamilySettings>(h);
+    return std::make_unique<DSparkDrafterSettings>(h);
   }
-  std::unique_ptr<drafter::FamilySettings> settings_of(const DrafterConfig& c) const override {
-    return std::make_unique<DSparkFamilySettings>(c.dspark);
+  std::shared_ptr<const drafter::FamilySettings> default_settings(int64_t hidden_size) const override {
+    return dspark_default_settings(hidden_size);
   }
   std::vector<const char*> remote_code_files() const override { return {"dflash.py", "dspark.py"}; }
   const char* auto_model_class() const override { return "dspark.Qwen3DSparkModel"; }
   void describe_for_engines(const DrafterConfig& c, drafter::ExportTraits& t) const override {
-    t.markov_head_type = drafter::markov_head_type_name(c.dspark.markov_head_type);
-    t.markov_rank = c.dspark.markov_rank;
-    t.confidence_head = c.dspark.enable_confidence_head;
-    t.confidence_with_markov = c.dspark.confidence_head_with_markov;
+    const DSparkDrafterSettings& h = dspark_settings(c);
+    t.markov_head_type = drafter::markov_head_type_name(h.markov_head_type);
+    t.markov_rank = h.markov_rank;
+    t.confidence_head = h.enable_confidence_head;
+    t.confidence_with_markov = h.confidence_head_with_markov;
   }
   // DeepSpec's Qwen3DSparkModel asserts config.num_anchors (its training forward samples that many).
   bool export_needs_num_anchors() const override { return true; }

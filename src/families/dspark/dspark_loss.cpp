@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "dspark_block_batch.h"
+#include "dspark_drafter_settings.h"
 #include "dspark_heads.h"
 
 namespace dflash::drafter {
@@ -37,19 +38,20 @@ DSparkObjective dspark_objective(const DrafterConfig& c, const DrafterWeights& w
                                  const at::Tensor& hidden, const at::Tensor& target_last_hidden,
                                  const at::Tensor& keep, const BlockBatch& blocks, const ops::DSparkLossOptions& opt) {
   const int64_t H = c.hidden_size, B = c.block_size, b = hidden.size(0);
-  const bool needs_teacher = opt.l1_weight > 0 || c.dspark.enable_confidence_head;
+  const DSparkHeads& heads = families::dspark_settings(c);
+  const bool needs_teacher = opt.l1_weight > 0 || heads.enable_confidence_head;
   if (needs_teacher && !target_last_hidden.defined())
     throw std::invalid_argument("drafter_family dspark: the L1 term and the confidence head need the target's last "
                                 "hidden states (online: the target pass; offline: shards dumped with them)");
-  const DSparkHeadWeights hw = dspark_head_weights(c.dspark, w.heads);
+  const DSparkHeadWeights hw = dspark_head_weights(heads, w.heads);
   const at::Tensor prev = dspark_prev_tokens(blocks, B).reshape({b, -1, B});
   const at::Tensor h4 = hidden.reshape({b, -1, B, H});
-  const at::Tensor u = markov_features(c.dspark, hw, h4, prev);
-  const at::Tensor conf = confidence_logits(c.dspark, hw, h4, prev);
+  const at::Tensor u = markov_features(heads, hw, h4, prev);
+  const at::Tensor conf = confidence_logits(heads, hw, h4, prev);
   const bool teacher = target_last_hidden.defined();
   const ops::DSparkLossOutputs o = ops::dspark_lm_loss(
       hidden.reshape({-1, H}), lm_head, blocks.labels.reshape({-1}), blocks.weights.reshape({-1}),
-      u.defined() ? u.reshape({-1, c.dspark.markov_rank}) : at::Tensor(), u.defined() ? hw.markov_w2 : at::Tensor(),
+      u.defined() ? u.reshape({-1, heads.markov_rank}) : at::Tensor(), u.defined() ? hw.markov_w2 : at::Tensor(),
       teacher ? target_last_hidden.reshape({-1, H}) : at::Tensor(), teacher ? blocks.teacher_index.reshape({-1}) : at::Tensor(),
       conf.defined() ? conf.reshape({-1}) : at::Tensor(), opt);
   DSparkObjective r;

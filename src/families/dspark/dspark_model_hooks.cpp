@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "dspark_block_batch.h"
+#include "dspark_drafter_settings.h"
 #include "dspark_drafting.h"
 #include "dspark_heads.h"
 #include "dspark_loss.h"
@@ -21,7 +22,7 @@ class DSparkModel final : public FamilyModel {
  public:
   void add_weight_shapes(const DrafterConfig& c, WeightShapes& out) const override {
     // Typed by dspark_head_weights() where they are read; w.heads keeps them by name.
-    for (auto& s : dspark_head_shapes(c.dspark, c.vocab_size, c.hidden_size)) out.push_back(std::move(s));
+    for (auto& s : dspark_head_shapes(dspark_settings(c), c.vocab_size, c.hidden_size)) out.push_back(std::move(s));
   }
 
   at::Tensor objective(const DrafterConfig& c, const DrafterWeights& w, const FrozenTarget& t,

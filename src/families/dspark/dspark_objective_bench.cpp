@@ -13,6 +13,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "byte_size.h"
+#include "dspark_drafter_settings.h"
 #include "markov_heads.h"
 #include "dspark_lm_loss_op.h"
 
@@ -58,8 +59,8 @@ nlohmann::json compare_dspark_objective(const drafter::ObjectiveBenchSetup& o) {
   const std::function<int64_t()>& peak = o.peak;
   const drafter::DrafterConfig& c = o.drafter;
   const int64_t B = c.block_size, R = o.anchors * B, H = c.hidden_size, V = c.vocab_size, M = o.seq_len;
-  const int64_t r = c.dspark.markov_rank;
-  const bool conf_head = c.dspark.enable_confidence_head;
+  const int64_t r = dspark_settings(c).markov_rank;
+  const bool conf_head = dspark_settings(c).enable_confidence_head;
   const at::Device dev = o.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
   const auto opts = at::TensorOptions().dtype(o.dtype);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 104729);

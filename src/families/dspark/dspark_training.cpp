@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "dspark_drafter_settings.h"
 #include "markov_heads.h"
 #include "dspark_block_batch.h"
 #include "dspark_loss.h"
@@ -43,7 +44,7 @@ class DSparkTraining final : public drafter::FamilyTraining {
   // tau and the L1 loss are shown in the progress line too.
   drafter::FamilyStepMetrics step_metrics(const DrafterConfig& d, const at::Tensor& sums) const override {
     drafter::FamilyStepMetrics m;
-    m.named = drafter::dspark_metrics(sums, d.block_size, d.dspark.enable_confidence_head);
+    m.named = drafter::dspark_metrics(sums, d.block_size, dspark_settings(d).enable_confidence_head);
     for (const auto& [k, v] : m.named) {
       if (k != "tau_probabilistic" && k != "l1_loss") continue;
       char buf[64];
