@@ -14,6 +14,9 @@
 #include "checkpoint.h"
 #include "created_folder.h"
 #include "draft_vocab.h"
+#include "family.h"
+#include "family_registry.h"
+#include "family_train_settings.h"
 #include "family_training.h"
 #include "master_state.h"
 #include "run_context.h"
@@ -183,6 +186,20 @@ void log_run_summary(const TrainConfig& cfg, const RunContext& run, const Target
 
 // The settings that scale the loss, the family's own included (each is bounded by TrainConfig::validate, but the
 // bounds leave room to overflow bf16): "kl_weight (now 0), gamma (now 0), selector_loss_weight (now 1000)".
+// `cfg` with the family's settings that follow the drafter's shape (a head rank not given follows the hidden size,
+// head_rank_default.h; another family's stays at its default) as drafter `d` was built with them: what a resume
+// rebuilds and what the settings file shows. Read from d's config.json, whose keys the family's settings share.
+TrainConfig with_built_shape(TrainConfig cfg, const drafter::DrafterConfig& d) {
+  const nlohmann::json built = drafter::drafter_config_to_json(d);
+  for (const drafter::TrainSettingField& f : drafter::family_of(d.family).train_settings().fields()) {
+    if (!f.follows_drafter_shape) continue;
+    if (built.contains(f.key)) cfg.family_settings[f.key] = built.at(f.key);
+    else if (built.contains("dflash_config") && built.at("dflash_config").contains(f.key))
+      cfg.family_settings[f.key] = built.at("dflash_config").at(f.key);
+  }
+  return cfg;
+}
+
 std::string loss_settings(const TrainConfig& cfg, const nlohmann::json& settings) {
   std::ostringstream s;
   s << "kl_weight (now " << cfg.kl_weight << "), gamma (now " << cfg.gamma << ")";
@@ -245,11 +262,8 @@ int run_training(const TrainConfig& cfg, const TrainHooks& hooks) {
   util::CreatedFolder made(cfg.out);
   if (!run.lead) made.keep();  // ranks may share the folder: only the lead, which writes its checkpoints, removes it
   if (run.lead) {
-    // The head ranks the drafter was built with (a rank not given follows the hidden size, head_rank_default.h;
-    // another family's stays at its default): what a resume rebuilds and what the settings file shows.
-    TrainConfig saved = cfg;
-    saved.markov_rank = side.dcfg.dspark.markov_rank;
-    saved.selector_rank = side.dcfg.dflash2.selector_rank;
+    // The head ranks the drafter was built with: what a resume rebuilds and what the settings file shows.
+    const TrainConfig saved = with_built_shape(cfg, side.dcfg);
     write_file_atomic((fs::path(cfg.out) / "train_config.json").string(), to_json(saved).dump(2) + "\n");
     drafter::save_drafter_config((fs::path(cfg.out) / "drafter_config.json").string(), side.dcfg);
     if (side.draft_counts.defined())
