@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -331,8 +332,15 @@ std::string text_of(const nlohmann::json& value, const std::string& bad) {
 
 }  // namespace
 
-std::vector<FieldInfo> train_fields() {
-  std::vector<FieldInfo> v;
+const std::vector<FieldInfo>& train_fields() {
+  // Made again when a family registers (at start-up, before any setting is read), so callers may keep references.
+  static std::mutex m;
+  static std::vector<FieldInfo> v;
+  static size_t families = size_t(-1);
+  const std::lock_guard<std::mutex> lock(m);
+  if (families == drafter::registered_families().size()) return v;
+  families = drafter::registered_families().size();
+  v.clear();
   for (const auto& f : fields()) {
     v.push_back(f.info);
     if (f.info.key != "drafter_family") continue;
@@ -579,7 +587,7 @@ bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
   a.option("config", "FILE", "", "JSON or YAML settings file (flags override it)");
   const TrainConfig default_config;
   const nlohmann::json defaults = to_json(default_config);
-  const std::vector<FieldInfo> all = train_fields();
+  const std::vector<FieldInfo> all = train_fields();  // a copy: the registry is read-only by now anyway
   for (const FieldInfo& info : all) {
     // The parser's own default stays empty so that given() tells flags from file values; the help shows it.
     const auto& d = defaults[info.key];

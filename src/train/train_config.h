@@ -105,8 +105,9 @@ struct FieldInfo {
   std::string kind;   // how it is written: "str" (text, parsed into the field's type), "int", "float", "bool"
   std::string help;
 };
-// The core fields, with every registered family's settings after drafter_family (families in registration order).
-std::vector<FieldInfo> train_fields();
+// The core fields, with every registered family's settings after drafter_family (families in registration order);
+// made again when a family registers.
+const std::vector<FieldInfo>& train_fields();
 
 // Each field as it is written (typed fields in their canonical spelling), so a saved config reads back the same.
 nlohmann::json to_json(const TrainConfig& c);
