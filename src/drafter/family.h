@@ -60,6 +60,8 @@ struct FamilySettingKeys {
   std::vector<std::string> in_dflash_config;
 };
 
+class FamilyTrainSettings;  // family_train_settings.h
+
 class Family {
  public:
   virtual ~Family() = default;
@@ -124,6 +126,11 @@ class Family {
   // The family's row per engine that serves it (serving_engines.h), in any order; an engine without a row does not
   // serve the family. Default: none (a family no engine serves: export writes it, --engine refuses every engine).
   virtual std::vector<EngineRule> engine_rules() const { return {}; }
+
+  // --- train settings (family_train_settings.h) ---
+  // The family's own `dflash train` settings, which train's settings table adds to its own; the default
+  // (family_train_settings.cpp) declares none.
+  virtual const FamilyTrainSettings& train_settings() const;
 };
 
 }  // namespace dflash::drafter

@@ -3,6 +3,7 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "family_train_settings.h"
 #include "output_folder.h"
 
 namespace dflash::drafter {
@@ -22,6 +23,7 @@ void register_family(const Family& f) {
       throw std::logic_error(std::string("drafter family '") + f.name() + "' (architectures [\"" + f.architecture() +
                              "\"]) is registered already as '" + g->name() + "' ([\"" + g->architecture() + "\"])");
   }
+  check_train_settings_fit(f);  // a train setting another family declares otherwise: refused here
   table().push_back(&f);
   for (const char* file : f.remote_code_files()) util::add_export_file(file);  // an export folder's files
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -15,8 +16,8 @@
 #include "args.h"
 #include "device_list.h"
 #include "config_yaml.h"
-#include "dflash2_train_settings.h"
 #include "family_registry.h"
+#include "family_train_settings.h"
 #include "index_list.h"
 #include "input_file.h"
 #include "number_range.h"
@@ -30,7 +31,6 @@ using Member = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, 
                             drafter::LossDecay TrainConfig::*, ops::AttentionBackend TrainConfig::*,
                             util::ByteSize TrainConfig::*, std::vector<int64_t> TrainConfig::*,
                             data::SampleFormat TrainConfig::*, std::optional<drafter::FamilyRef> TrainConfig::*,
-                            drafter::MarkovHeadType TrainConfig::*, drafter::SelectorCandidates TrainConfig::*,
                             ReportTo TrainConfig::*, util::DeviceListSetting TrainConfig::*,
                             util::DeviceGridSetting TrainConfig::*>;
 struct Field {
@@ -118,25 +118,6 @@ const std::vector<Field>& fields() {
       {{"drafter_family", "str",
         "dflash | dspark | dflash2 (empty: the one drafter_config's architectures names, else dflash)"},
        &C::drafter_family},
-      {{"markov_rank", "int", "dspark: rank r of the Markov head (W1, W2 are [V, r]; 0: no Markov bias)"}, &C::markov_rank},
-      {{"markov_head_type", "str", "dspark: vanilla | gated | rnn"}, &C::markov_head_type},
-      {{"enable_confidence_head", "bool", "dspark: train the per-slot confidence head"}, &C::enable_confidence_head},
-      {{"confidence_head_with_markov", "bool", "dspark: the confidence head also reads W1[previous token]"},
-       &C::confidence_head_with_markov},
-      {{"ce_loss_weight", "float", "dspark: weight of CE against the gold next token"}, &C::ce_loss_weight},
-      {{"l1_loss_weight", "float", "dspark: weight of the L1 distance to the target's distribution"}, &C::l1_loss_weight},
-      {{"confidence_loss_weight", "float", "dspark: weight of the confidence head's BCE"}, &C::confidence_loss_weight},
-      {{"conv_kernel_size", "int", "dflash2: taps of each block convolution"}, &C::conv_kernel_size},
-      {{"conv_group_size", "int", "dflash2: channels sharing one dynamic conv coefficient (divides hidden_size)"},
-       &C::conv_group_size},
-      {{"selector_rank", "int", "dflash2: rank r of the candidate selector (codebooks [V, r])"}, &C::selector_rank},
-      {{"selector_top_k", "int", "dflash2: candidates K the selector ranks per drafted slot"}, &C::selector_top_k},
-      {{"selector_candidates", "str",
-        "dflash2: gold token outside the top-K: strict (serving top-K, no gradient) | inject (replaces rank K)"},
-       &C::selector_candidates},
-      {{"selector_stop_gradient", "bool", "dflash2: the selector loss trains only the selector (U and h detached)"},
-       &C::selector_stop_gradient},
-      {{"selector_loss_weight", "float", "dflash2: alpha in L = L_unary + alpha L_selector"}, &C::selector_loss_weight},
       {{"report_to", "str", "experiment trackers fed while training: none | a comma list of tensorboard, wandb, mlflow, "
                             "swanlab"}, &C::report_to},
       {{"report_project", "str", "the trackers' project (MLflow: experiment)"}, &C::report_project},
@@ -270,28 +251,6 @@ struct TextKind<std::optional<drafter::FamilyRef>> {
 };
 
 template <>
-struct TextKind<drafter::MarkovHeadType> {
-  static std::optional<TextError> read(const std::string& s, drafter::MarkovHeadType& out) {
-    const auto t = drafter::markov_head_type_from_text(s);
-    if (!t) return TextError{drafter::kMarkovHeadTypeSpellings, ""};
-    out = *t;
-    return std::nullopt;
-  }
-  static std::string write(drafter::MarkovHeadType t) { return drafter::markov_head_type_name(t); }
-};
-
-template <>
-struct TextKind<drafter::SelectorCandidates> {
-  static std::optional<TextError> read(const std::string& s, drafter::SelectorCandidates& out) {
-    const auto m = drafter::selector_candidates_from_text(s);
-    if (!m) return TextError{drafter::kSelectorCandidatesSpellings, ""};
-    out = *m;
-    return std::nullopt;
-  }
-  static std::string write(drafter::SelectorCandidates m) { return drafter::selector_candidates_name(m); }
-};
-
-template <>
 struct TextKind<ReportTo> {
   static std::optional<TextError> read(const std::string& s, ReportTo& out) {
     const auto r = report_to_from_text(s);
@@ -374,12 +333,30 @@ std::string text_of(const nlohmann::json& value, const std::string& bad) {
 }  // namespace
 
 const std::vector<FieldInfo>& train_fields() {
-  static const std::vector<FieldInfo> out = [] {
-    std::vector<FieldInfo> v;
-    for (const auto& f : fields()) v.push_back(f.info);
-    return v;
-  }();
-  return out;
+  // Made again when a family registers (at start-up, before any setting is read), so callers may keep references.
+  static std::mutex m;
+  static std::vector<FieldInfo> v;
+  static size_t families = size_t(-1);
+  const std::lock_guard<std::mutex> lock(m);
+  if (families == drafter::registered_families().size()) return v;
+  families = drafter::registered_families().size();
+  v.clear();
+  for (const auto& f : fields()) {
+    v.push_back(f.info);
+    if (f.info.key != "drafter_family") continue;
+    // The families' own settings (drafter/family_train_settings.h) where --help has always listed them.
+    for (const drafter::RegisteredTrainSetting& r : drafter::registered_train_settings())
+      v.push_back({r.field.key, r.field.kind, r.field.help});
+  }
+  return v;
+}
+
+nlohmann::json TrainConfig::family_setting(const std::string& key) const {
+  if (const auto it = family_settings.find(key); it != family_settings.end()) return *it;
+  const auto all = drafter::registered_train_settings();
+  if (const drafter::RegisteredTrainSetting* r = drafter::find_registered_train_setting(all, key))
+    return r->field.default_value;
+  throw std::invalid_argument("train config: no registered drafter family has the setting '" + key + "'");
 }
 
 void TrainConfig::validate() const {
@@ -447,53 +424,10 @@ void TrainConfig::validate_report_settings() const {
           "local, offline or online", "'" + swanlab_mode + "'");
 }
 
-// DSpark's settings are checked for every run, and refused unless the family is dspark when they differ from
-// their defaults: a markov_rank given to a DFlash run would otherwise be dropped without a word.
+// Each registered family checks its own settings (their ranges for every run), and one that differs from its default
+// is refused unless the family trains: a markov_rank given to a DFlash run would otherwise be dropped without a word.
 void TrainConfig::validate_family_settings() const {
-  validate_dflash2_settings(*this);
-  for (const auto& [key, v] : std::initializer_list<std::pair<const char*, double>>{
-           {"ce_loss_weight", ce_loss_weight}, {"l1_loss_weight", l1_loss_weight},
-           {"confidence_loss_weight", confidence_loss_weight}}) {
-    if (const auto e = util::out_of_range(v, util::closed(0, 1e3))) require(false, key, *e, shown(v));
-  }
-  try {
-    dspark_heads().validate("train config");
-  } catch (const std::invalid_argument& e) {
-    // "train config: field 'markov_rank': expected ..." -> the train config's own wording
-    std::string m = e.what();
-    const std::string from = "field '", to = "'";
-    if (const auto p = m.find(from); p != std::string::npos) m.replace(p, from.size(), "'");
-    throw std::invalid_argument(m);
-  }
-  const TrainConfig defaults;
-  // The family whose heads these are (its Family::setting_keys name markov_rank); any other takes the defaults.
-  const drafter::Family* heads_family = drafter::find_family_of_setting("markov_rank");
-  if (!heads_family || &family().get() != heads_family) {
-    const std::string owner = heads_family ? heads_family->name() : "(none registered)";
-    const std::string why = "its default with drafter_family " + std::string(family().name()) + " (a " +
-                            (heads_family ? heads_family->display_name() : "DSpark") +
-                            " setting: set drafter_family " + owner + ")";
-    require(markov_rank == defaults.markov_rank, "markov_rank", why, std::to_string(markov_rank));
-    require(markov_head_type == defaults.markov_head_type, "markov_head_type", why,
-            std::string("'") + drafter::markov_head_type_name(markov_head_type) + "'");
-    require(enable_confidence_head == defaults.enable_confidence_head, "enable_confidence_head", why, "false");
-    require(confidence_head_with_markov == defaults.confidence_head_with_markov, "confidence_head_with_markov", why,
-            "false");
-    require(ce_loss_weight == defaults.ce_loss_weight, "ce_loss_weight", why, shown(ce_loss_weight));
-    require(l1_loss_weight == defaults.l1_loss_weight, "l1_loss_weight", why, shown(l1_loss_weight));
-    require(confidence_loss_weight == defaults.confidence_loss_weight, "confidence_loss_weight", why,
-            shown(confidence_loss_weight));
-    return;
-  }
-  require(ce_loss_weight + l1_loss_weight + confidence_loss_weight > 0, "ce_loss_weight", 
-          "> 0 when l1_loss_weight and confidence_loss_weight are 0 (some loss to train on)", shown(ce_loss_weight));
-  require(enable_confidence_head || confidence_loss_weight == 0, "confidence_loss_weight",
-          "0 with enable_confidence_head false (no head to train)", shown(confidence_loss_weight));
-  require(kl_weight == 0, "kl_weight", "0 with drafter_family dspark (its L1 to the target replaces soft labels)",
-          shown(kl_weight));
-  require(draft_vocab == 0, "draft_vocab",
-          std::string("0 with drafter_family dspark (") + drafter::family_of(family()).draft_vocab_refusal() + ")",
-          std::to_string(draft_vocab));
+  drafter::validate_family_train_settings(to_json(*this), family().get());
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
@@ -506,8 +440,38 @@ nlohmann::json to_json(const TrainConfig& c) {
           else j[f.info.key] = TextKind<T>::write(c.*m);
         },
         f.member);
+  for (const drafter::RegisteredTrainSetting& r : drafter::registered_train_settings())
+    j[r.field.key] = c.family_setting(r.field.key);
   return j;
 }
+
+namespace {
+
+// A family's setting (drafter/family_train_settings.h) read from `value` as its kind says, with the core fields' errors.
+nlohmann::json family_value(const drafter::TrainSettingField& f, const nlohmann::json& value, const std::string& where,
+                            const std::string& bad) {
+  if (f.kind == "str") {
+    const std::string text = text_of(value, bad);
+    if (f.accepts && !f.accepts(text))
+      throw std::invalid_argument(where + ": '" + f.key + "' must be " + f.spellings + ", got '" + text + "'");
+    return text;
+  }
+  if (f.kind == "int") {
+    if (!value.is_number_integer()) throw std::invalid_argument(bad + "an integer, got " + io::json_shown(value));
+    const auto v = io::json_integer_in(value, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    if (!v) throw std::invalid_argument(bad + "an integer within int64, got " + io::json_shown(value));
+    return *v;
+  }
+  if (f.kind == "float") {
+    if (!value.is_number()) throw std::invalid_argument(bad + "a number, got " + io::json_shown(value));
+    return value.get<double>();
+  }
+  if (f.kind != "bool") throw std::logic_error("train setting '" + f.key + "' has the unknown kind '" + f.kind + "'");
+  if (!value.is_boolean()) throw std::invalid_argument(bad + "true or false, got " + io::json_shown(value));
+  return value.get<bool>();
+}
+
+}  // namespace
 
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& where) {
   apply_json(c, j, SettingSource{SettingSource::Kind::File, where});
@@ -523,13 +487,19 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const SettingSource& fr
     const Field* f = nullptr;
     for (const auto& x : fields())
       if (x.info.key == key) f = &x;
+    const std::string bad = where + ": key '" + key + "' expects ";
     if (!f) {
+      const auto family = drafter::registered_train_settings();
+      if (const drafter::RegisteredTrainSetting* r = drafter::find_registered_train_setting(family, key)) {
+        c.family_settings[key] = family_value(r->field, value, where, bad);
+        c.given_from[key] = flags ? "flag --" + flag_name(key) : where;
+        continue;
+      }
       std::string valid;
-      for (const auto& x : fields()) valid += (valid.empty() ? "" : ", ") + x.info.key;
+      for (const auto& x : train_fields()) valid += (valid.empty() ? "" : ", ") + x.key;
       throw std::invalid_argument(where + ": unknown key '" + key + "' (valid keys: " + valid +
                                   "; see docs/TRAINING.md)");
     }
-    const std::string bad = where + ": key '" + key + "' expects ";
     std::visit(
         [&](auto m) {
           using T = std::remove_reference_t<decltype(c.*m)>;
@@ -617,37 +587,38 @@ bool read_train_args(const std::vector<std::string>& argv, TrainArgs& out) {
   a.option("config", "FILE", "", "JSON or YAML settings file (flags override it)");
   const TrainConfig default_config;
   const nlohmann::json defaults = to_json(default_config);
-  for (const auto& f : fields()) {
+  const std::vector<FieldInfo> all = train_fields();  // a copy: the registry is read-only by now anyway
+  for (const FieldInfo& info : all) {
     // The parser's own default stays empty so that given() tells flags from file values; the help shows it.
-    const auto& d = defaults[f.info.key];
+    const auto& d = defaults[info.key];
     const std::string shown = d.is_string() ? d.get<std::string>() : d.dump();
     // A switch turns a setting on; one that is on by default takes true|false so that a flag can turn it off.
-    const bool on_by_default = f.info.kind == "bool" && d.get<bool>();
-    const bool shape = is_shape_key(f.info.key);  // the value name other commands show too (drafter/run_shape.h)
-    a.option(flag_name(f.info.key),
-             shape            ? drafter::run_shape_field(f.info.key).value_name
+    const bool on_by_default = info.kind == "bool" && d.get<bool>();
+    const bool shape = is_shape_key(info.key);  // the value name other commands show too (drafter/run_shape.h)
+    a.option(flag_name(info.key),
+             shape            ? drafter::run_shape_field(info.key).value_name
              : on_by_default  ? "true|false"
-             : f.info.kind == "bool" ? ""
-             : f.info.kind == "str"  ? "VALUE"
-             : f.info.kind == "int"  ? "N"
+             : info.kind == "bool" ? ""
+             : info.kind == "str"  ? "VALUE"
+             : info.kind == "int"  ? "N"
                                      : "X",
-             "", f.info.help + ((f.info.kind == "bool" && !on_by_default) || shown.empty() ? "" : " [" + shown + "]"));
+             "", info.help + ((info.kind == "bool" && !on_by_default) || shown.empty() ? "" : " [" + shown + "]"));
   }
   if (!a.parse(argv)) return false;
   TrainArgs args;
   args.config_file = a.str("config");
-  for (const auto& f : fields()) {
-    const std::string name = flag_name(f.info.key);
+  for (const FieldInfo& info : all) {
+    const std::string name = flag_name(info.key);
     if (!a.given(name)) continue;
-    if (f.info.kind == "str") args.flags[f.info.key] = a.str(name);
-    else if (f.info.kind == "int") args.flags[f.info.key] = a.i64(name);
-    else if (f.info.kind == "float") args.flags[f.info.key] = a.f64(name);
-    else if (!defaults[f.info.key].get<bool>()) args.flags[f.info.key] = true;
+    if (info.kind == "str") args.flags[info.key] = a.str(name);
+    else if (info.kind == "int") args.flags[info.key] = a.i64(name);
+    else if (info.kind == "float") args.flags[info.key] = a.f64(name);
+    else if (!defaults[info.key].get<bool>()) args.flags[info.key] = true;
     else {
       const std::string v = a.str(name);
       if (v != "true" && v != "false")
         throw util::UsageError("train: --" + name + " must be true or false, got '" + v + "'");
-      args.flags[f.info.key] = v == "true";
+      args.flags[info.key] = v == "true";
     }
   }
   out = args;
@@ -680,10 +651,11 @@ TrainConfig train_config_of(const TrainArgs& args) {
   apply_json(base, saved_json, saved);
   base.stop_after = 0;  // a pause applies to the invocation that asked for it
   base.given_from.clear();  // what the run saved is not given now
-  // ... except the head ranks, the shape of the weights it saved: the default rule for the hidden size
-  // (head_rank_default.h) must not rebuild a run that saved another rank (one from before the rule: 256).
-  for (const char* key : {"markov_rank", "selector_rank"})
-    if (saved_json.contains(key)) base.given_from[key] = saved;
+  // ... except the settings that follow the drafter's shape (a family's head rank), the shape of the weights it
+  // saved: the default rule for the hidden size (head_rank_default.h) must not rebuild a run that saved another rank
+  // (one from before the rule: 256).
+  for (const drafter::RegisteredTrainSetting& r : drafter::registered_train_settings())
+    if (r.field.follows_drafter_shape && saved_json.contains(r.field.key)) base.given_from[r.field.key] = saved;
   TrainConfig resumed = over(base, args);
   resumed.resume = true;
   return resumed;

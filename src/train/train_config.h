@@ -16,11 +16,9 @@
 #include "byte_size.h"
 #include "checkpoint_policy.h"
 #include "device_list.h"
-#include "dflash2_settings.h"
 #include "dtype_names.h"
 #include "family_ref.h"
 #include "loss_weighting.h"
-#include "markov_heads.h"
 #include "report_to.h"
 #include "run_shape.h"
 #include "sample_format.h"
@@ -71,22 +69,13 @@ struct TrainConfig {
   // names, else the default (dflash); resolve_drafter_family() settles it before a run, and the run's
   // train_config.json keeps it.
   std::optional<drafter::FamilyRef> drafter_family;
-  // DSpark's heads (drafter::DSparkHeads; DeepSpec's defaults); with a DSpark drafter_config, its values.
-  int64_t markov_rank = drafter::DSparkHeads{}.markov_rank;
-  drafter::MarkovHeadType markov_head_type = drafter::DSparkHeads{}.markov_head_type;
-  bool enable_confidence_head = true, confidence_head_with_markov = true;
-  double ce_loss_weight = drafter::kDSparkCeWeight, l1_loss_weight = drafter::kDSparkL1Weight,
-         confidence_loss_weight = drafter::kDSparkConfidenceWeight;  // DSpark's objective (DeepSpec's weights)
-
-  // DFlash2's settings (drafter/dflash2_settings.h; the sources' defaults); with a DFlash2 drafter_config, its
-  // conv_* / selector_rank / selector_top_k. Checked by validate_dflash2_settings (dflash2_train_settings.h).
-  int64_t conv_kernel_size = drafter::DFlash2Settings{}.conv_kernel_size;
-  int64_t conv_group_size = drafter::DFlash2Settings{}.conv_group_size;
-  int64_t selector_rank = drafter::DFlash2Settings{}.selector_rank;
-  int64_t selector_top_k = drafter::DFlash2Settings{}.selector_top_k;
-  drafter::SelectorCandidates selector_candidates = drafter::kDefaultSelectorCandidates;
-  bool selector_stop_gradient = false;
-  double selector_loss_weight = drafter::kDefaultSelectorLossWeight;  // alpha
+  // The registered families' own settings (drafter/family_train_settings.h: DSpark's heads and loss weights,
+  // DFlash2's convs and selector, a plug-in family's), key -> value as train_config.json writes them: only those set
+  // (by a file, a flag, a saved run); family_setting() gives the family's default for the others. Each family checks
+  // its own (validate_family_settings) and reads them from to_json's keys, so TrainConfig names none of them.
+  nlohmann::json family_settings = nlohmann::json::object();
+  // A family setting's value, else its registered default; std::invalid_argument for a key no family declares.
+  nlohmann::json family_setting(const std::string& key) const;
 
   // Experiment trackers fed while the run trains (report_to.h; python/dflash/report): the project and run names
   // they file it under (run name "": the run folder's name) and each tracker's own local/offline setting. The
@@ -98,12 +87,6 @@ struct TrainConfig {
   std::string mlflow_tracking_uri;
   std::string swanlab_mode = "local", swanlab_logdir;
 
-  drafter::DFlash2Settings dflash2_settings() const {
-    return {conv_kernel_size, conv_group_size, selector_rank, selector_top_k};
-  }
-  drafter::DSparkHeads dspark_heads() const {
-    return {markov_rank, markov_head_type, enable_confidence_head, confidence_head_with_markov};
-  }
   // The step's shape (drafter/run_shape.h: the settings plan, bench step and doctor share with train).
   drafter::RunShape run_shape() const {
     return {max_len, num_anchors, block_size, loss_chunk_rows, kl_weight, dtype, activation_checkpoint};
@@ -112,7 +95,7 @@ struct TrainConfig {
 
   // Throws std::invalid_argument naming the key and the expected value.
   void validate() const;
-  void validate_family_settings() const;  // drafter_family and DSpark's settings (part of validate())
+  void validate_family_settings() const;  // the families' own settings (part of validate())
   void validate_report_settings() const;  // report_to's trackers' modes (part of validate(); `dflash report` too)
 };
 
@@ -122,6 +105,8 @@ struct FieldInfo {
   std::string kind;   // how it is written: "str" (text, parsed into the field's type), "int", "float", "bool"
   std::string help;
 };
+// The core fields, with every registered family's settings after drafter_family (families in registration order);
+// made again when a family registers.
 const std::vector<FieldInfo>& train_fields();
 
 // Each field as it is written (typed fields in their canonical spelling), so a saved config reads back the same.

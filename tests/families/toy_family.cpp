@@ -2,11 +2,15 @@
 
 #include <cmath>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "config_fields.h"
 #include "family_registry.h"
+#include "family_train_settings.h"
 
 namespace dflash::families::testing {
 namespace {
@@ -33,6 +37,23 @@ class ToySettings final : public drafter::FamilySettings {
   const double gain;
 };
 
+// --- the toy's train setting (drafter/family_train_settings.h) ---
+// `toy_gain` as `dflash train` reads it (--toy-gain, a settings file, train_config.json, resume), declared here
+// alone: train's settings table takes it from the registry, with no edit of TrainConfig. The same key as the toy's
+// config.json setting, as DSpark's heads are, so a toy run's drafter built from the target takes it.
+class ToyTrainSettings final : public drafter::FamilyTrainSettings {
+ public:
+  std::vector<drafter::TrainSettingField> fields() const override {
+    return {{"toy_gain", "int", 1, "toy: the toy family's gain (config.json's toy_gain)"}};
+  }
+  void validate(const nlohmann::json& settings, bool /*trains*/) const override {
+    const int64_t gain = settings.at("toy_gain").get<int64_t>();
+    if (gain < 1 || gain > 16)
+      throw std::invalid_argument("train config: 'toy_gain' must be in [1, 16], got " + std::to_string(gain));
+  }
+};
+// --- end of the toy's train setting ---
+
 class ToyFamily final : public drafter::Family {
  public:
   const char* name() const override { return "toy"; }
@@ -53,6 +74,12 @@ class ToyFamily final : public drafter::Family {
   }
   std::shared_ptr<const drafter::FamilySettings> default_settings(int64_t) const override {
     return std::make_shared<const ToySettings>(1.0);
+  }
+
+  // The toy's train setting (ToyTrainSettings above).
+  const drafter::FamilyTrainSettings& train_settings() const override {
+    static const ToyTrainSettings settings;
+    return settings;
   }
 };
 

@@ -181,11 +181,12 @@ void train_case(const std::string& text, bool yaml) {
       !finite_positive_float(c.init_final_norm))
     violated("train config: an optimizer or init number out of its range");
   // The family loss weights scale loss terms of float32's scale (a CE of at most ~100): the products stay finite.
-  for (const double w : {c.ce_loss_weight, c.l1_loss_weight, c.confidence_loss_weight, c.selector_loss_weight})
+  auto weight = [&](const char* key) { return c.family_setting(key).get<double>(); };
+  const double ce = weight("ce_loss_weight"), l1 = weight("l1_loss_weight"), conf = weight("confidence_loss_weight");
+  for (const double w : {ce, l1, conf, weight("selector_loss_weight")})
     if (!(w >= 0 && w <= 1000) || !std::isfinite(static_cast<float>(w * 100.0)))
       violated("train config: a family loss weight " + std::to_string(w));
-  if (c.family() == dflash::drafter::family_named("dspark", "test") &&
-      !(c.ce_loss_weight + c.l1_loss_weight + c.confidence_loss_weight > 0))
+  if (c.family() == dflash::drafter::family_named("dspark", "test") && !(ce + l1 + conf > 0))
     violated("train config: dspark with every loss weight 0");
   if (*dflash::drafter::family_of(c.family()).draft_vocab_refusal() && c.draft_vocab != 0)
     violated("train config: a draft vocabulary with drafter_family " + std::string(c.family().name()));

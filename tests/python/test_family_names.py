@@ -19,13 +19,10 @@ FAMILY_FILE = re.compile(r"^(?:dspark|dflash2)(?:_|\.)|_(?:dspark|dflash2)(?:_|\
 NAMED_IN = {}
 
 # Files named after a family outside its folder: each family's modules, to be moved (git mv) into the folder.
-# (src/train/dflash2_train_settings.*: DFlash2's TrainConfig settings, which live in the train layer above
-# src/families until TrainConfig's family settings become the family's config extras.)
 FAMILY_FILES = {
     # DFlash2's settings: TrainConfig's typed settings (train_config.h) and the selector's SelectorCandidates
     # (candidate_selector.h) still include them; a DrafterConfig holds them opaquely (family_settings).
     "src/drafter/dflash2_settings.cpp", "src/drafter/dflash2_settings.h",
-    "src/train/dflash2_train_settings.cpp", "src/train/dflash2_train_settings.h",
 }
 
 # Kernels and ops of a family's objective, below the families layer by the layering (kernels and ops are what the

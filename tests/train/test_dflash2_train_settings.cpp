@@ -7,8 +7,9 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "dflash2_train_settings.h"
 #include "drafter_family_setting.h"
 #include "drafter_spec.h"
 #include "error_of.h"
@@ -18,7 +19,6 @@
 #include "train_config.h"
 
 using namespace dflash::train;
-using dflash::drafter::SelectorCandidates;
 
 namespace {
 
@@ -57,20 +57,23 @@ std::string dflash2_config_file(int64_t rank) {
 
 TEST(DFlash2TrainSettings, ReadIntoTypesWithTheSourcesDefaults) {
   const TrainConfig d;
-  EXPECT_EQ(d.dflash2_settings(), dflash::drafter::DFlash2Settings{});
-  EXPECT_EQ(d.selector_candidates, SelectorCandidates::Strict);
-  EXPECT_FALSE(d.selector_stop_gradient);
-  EXPECT_EQ(d.selector_loss_weight, 1.0);
+  EXPECT_EQ(d.family_setting("conv_kernel_size"), 2);  // the sources' K_conv, G, r, K
+  EXPECT_EQ(d.family_setting("conv_group_size"), 16);
+  EXPECT_EQ(d.family_setting("selector_rank"), 256);
+  EXPECT_EQ(d.family_setting("selector_top_k"), 16);
+  EXPECT_EQ(d.family_setting("selector_candidates"), "strict");
+  EXPECT_EQ(d.family_setting("selector_stop_gradient"), false);
+  EXPECT_EQ(d.family_setting("selector_loss_weight"), 1.0);
   const TrainConfig c = with({{"drafter_family", "dflash2"}, {"selector_candidates", "inject"},
                               {"selector_stop_gradient", true}, {"selector_loss_weight", 0.25}, {"selector_top_k", 8}});
-  EXPECT_EQ(c.selector_candidates, SelectorCandidates::Inject);
-  EXPECT_TRUE(c.selector_stop_gradient);
-  EXPECT_EQ(c.selector_loss_weight, 0.25);
-  EXPECT_EQ(c.selector_top_k, 8);
+  EXPECT_EQ(c.family_setting("selector_candidates"), "inject");
+  EXPECT_EQ(c.family_setting("selector_stop_gradient"), true);
+  EXPECT_EQ(c.family_setting("selector_loss_weight"), 0.25);
+  EXPECT_EQ(c.family_setting("selector_top_k"), 8);
   EXPECT_EQ(validate_error(c), "");
   const nlohmann::json j = to_json(c);  // written in the canonical spelling, read back the same
   EXPECT_EQ(j["selector_candidates"], "inject");
-  EXPECT_EQ(with(j).selector_candidates, SelectorCandidates::Inject);
+  EXPECT_EQ(with(j).family_setting("selector_candidates"), "inject");
   EXPECT_EQ(error_of<std::invalid_argument>([] { with({{"selector_candidates", "gold"}}); }),
             "cfg.yaml: 'selector_candidates' must be inject or strict, got 'gold'");
 }
@@ -103,7 +106,9 @@ TEST(DFlash2TrainSettings, ADFlash2DrafterConfigSetsTheFamilyAndItsSettings) {
   TrainConfig c = with({{"drafter_config", file}});
   resolve_drafter_family(c, "train");
   EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dflash2", "test"));
-  EXPECT_EQ(c.dflash2_settings(), (dflash::drafter::DFlash2Settings{3, 4, 6, 5}));
+  for (const auto& [key, v] : std::vector<std::pair<const char*, int64_t>>{
+           {"conv_kernel_size", 3}, {"conv_group_size", 4}, {"selector_rank", 6}, {"selector_top_k", 5}})
+    EXPECT_EQ(c.family_setting(key), v) << key;
   c = with({{"drafter_config", file}, {"selector_rank", 6}});  // given and equal: fine
   resolve_drafter_family(c, "train");
   EXPECT_EQ(error_of<std::invalid_argument>([&] {
@@ -132,8 +137,8 @@ TEST(DFlash2TrainSettings, AResumedRunKeepsThem) {
   TrainConfig c = train_config_of(args);
   resolve_drafter_family(c, "train");
   EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dflash2", "test"));
-  EXPECT_EQ(c.selector_candidates, SelectorCandidates::Inject);
-  EXPECT_EQ(c.conv_group_size, 8);
-  EXPECT_EQ(c.selector_loss_weight, 0.1);
-  EXPECT_TRUE(c.selector_stop_gradient);
+  EXPECT_EQ(c.family_setting("selector_candidates"), "inject");
+  EXPECT_EQ(c.family_setting("conv_group_size"), 8);
+  EXPECT_EQ(c.family_setting("selector_loss_weight"), 0.1);
+  EXPECT_EQ(c.family_setting("selector_stop_gradient"), true);
 }

@@ -21,7 +21,6 @@
 #include "train_config.h"
 
 using namespace dflash::train;
-using dflash::drafter::MarkovHeadType;
 
 namespace {
 
@@ -63,13 +62,13 @@ TEST(DrafterFamilySetting, DefaultsAreDeepSpecs) {
   const TrainConfig c;
   EXPECT_FALSE(c.drafter_family);
   EXPECT_EQ(c.family(), dflash::drafter::family_named("dflash", "test"));
-  EXPECT_EQ(c.markov_rank, 256);
-  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Vanilla);
-  EXPECT_TRUE(c.enable_confidence_head);
-  EXPECT_TRUE(c.confidence_head_with_markov);
-  EXPECT_DOUBLE_EQ(c.ce_loss_weight, 0.1);
-  EXPECT_DOUBLE_EQ(c.l1_loss_weight, 0.9);
-  EXPECT_DOUBLE_EQ(c.confidence_loss_weight, 1.0);
+  EXPECT_EQ(c.family_setting("markov_rank"), 256);
+  EXPECT_EQ(c.family_setting("markov_head_type"), "vanilla");
+  EXPECT_EQ(c.family_setting("enable_confidence_head"), true);
+  EXPECT_EQ(c.family_setting("confidence_head_with_markov"), true);
+  EXPECT_EQ(c.family_setting("ce_loss_weight"), 0.1);
+  EXPECT_EQ(c.family_setting("l1_loss_weight"), 0.9);
+  EXPECT_EQ(c.family_setting("confidence_loss_weight"), 1.0);
   EXPECT_EQ(validate_error(valid()), "");
 }
 
@@ -86,10 +85,10 @@ TEST(DrafterFamilySetting, ReadFromFilesAndFlags) {
                                 "--enable-confidence-head", "false", "--confidence-loss-weight", "0"},
                                c));
   EXPECT_EQ(c.family(), dflash::drafter::family_named("dspark", "test"));
-  EXPECT_EQ(c.markov_rank, 8);
-  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Rnn);
-  EXPECT_FALSE(c.enable_confidence_head);
-  EXPECT_TRUE(c.confidence_head_with_markov);
+  EXPECT_EQ(c.family_setting("markov_rank"), 8);
+  EXPECT_EQ(c.family_setting("markov_head_type"), "rnn");
+  EXPECT_EQ(c.family_setting("enable_confidence_head"), false);
+  EXPECT_EQ(c.family_setting("confidence_head_with_markov"), true);
   EXPECT_NE(error_of<std::invalid_argument>([] {
               TrainConfig x;
               parse_train_args({"--enable-confidence-head", "no"}, x);
@@ -140,11 +139,11 @@ TEST(DrafterFamilySetting, DrafterConfigArchitecturesSetTheFamily) {
   c = with({{"drafter_config", dspark}});
   resolve_drafter_family(c, "train");
   EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dspark", "test"));
-  EXPECT_EQ(c.markov_rank, 8);  // the file's heads
-  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Gated);
+  EXPECT_EQ(c.family_setting("markov_rank"), 8);  // the file's heads
+  EXPECT_EQ(c.family_setting("markov_head_type"), "gated");
   c = with({{"drafter_config", dspark}, {"drafter_family", "dspark"}, {"markov_rank", 8}});
   resolve_drafter_family(c, "train");  // agreeing settings are fine
-  EXPECT_EQ(c.markov_rank, 8);
+  EXPECT_EQ(c.family_setting("markov_rank"), 8);
   EXPECT_EQ(error_of<std::invalid_argument>([&] {
               TrainConfig x = with({{"drafter_config", dspark}, {"drafter_family", "dspark"}, {"markov_rank", 16}});
               resolve_drafter_family(x, "train");
@@ -168,16 +167,16 @@ TEST(DrafterFamilySetting, AResumedRunKeepsItsFamily) {
   TrainConfig saved = valid();
   saved.out = dir;
   saved.drafter_family = dflash::drafter::family_named("dspark", "test");
-  saved.markov_rank = 16;
-  saved.markov_head_type = MarkovHeadType::Rnn;
+  saved.family_settings["markov_rank"] = 16;
+  saved.family_settings["markov_head_type"] = "rnn";
   std::ofstream(dir + "/train_config.json") << to_json(saved).dump();
   TrainArgs args;
   ASSERT_TRUE(read_train_args({"--resume", "--out", dir}, args));
   TrainConfig c = train_config_of(args);
   resolve_drafter_family(c, "train");
   EXPECT_EQ(c.drafter_family, dflash::drafter::family_named("dspark", "test"));
-  EXPECT_EQ(c.markov_rank, 16);
-  EXPECT_EQ(c.markov_head_type, MarkovHeadType::Rnn);
+  EXPECT_EQ(c.family_setting("markov_rank"), 16);
+  EXPECT_EQ(c.family_setting("markov_head_type"), "rnn");
 }
 
 // Issue 51: markov_rank / selector_rank not given follow the hidden size, clamp(16 round(H / 256), 32, 256)
@@ -241,7 +240,7 @@ TEST(DrafterFamilySetting, AResumedRunKeepsTheHeadRankItSaved) {
     TrainConfig saved = valid();
     saved.out = dir;
     saved.drafter_family = dflash::drafter::family_named("dspark", "test");
-    saved.markov_rank = saved_rank;
+    saved.family_settings["markov_rank"] = saved_rank;
     saved.mask_token_id = 5;
     std::ofstream(dir + "/train_config.json") << to_json(saved).dump();
     TrainArgs args;

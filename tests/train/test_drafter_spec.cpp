@@ -114,8 +114,8 @@ TEST(DrafterSpec, AFamilySettingInConflictIsAnError) {
             "train: 'markov_head_type' is rnn (train config");
   const TrainConfig c = resolved({{"markov_rank", 8}}, {}, dspark);  // equal: fine; the rest is the file's
   EXPECT_EQ(c.family(), dflash::drafter::family_named("dspark", "test"));
-  EXPECT_EQ(c.markov_rank, 8);
-  EXPECT_EQ(c.markov_head_type, dflash::drafter::MarkovHeadType::Gated);
+  EXPECT_EQ(c.family_setting("markov_rank"), 8);
+  EXPECT_EQ(c.family_setting("markov_head_type"), "gated");
 
   nlohmann::json dc = tiny_drafter_config_json()["dflash_config"];
   dc.update({{"conv_kernel_size", 3}, {"conv_group_size", 4}, {"selector_rank", 6}, {"selector_top_k", 5}});
@@ -123,7 +123,7 @@ TEST(DrafterSpec, AFamilySettingInConflictIsAnError) {
   EXPECT_EQ(resolve_error(nlohmann::json(), {"--selector-top-k", "4"}, dflash2),
             "train: 'selector_top_k' is 4 (flag --selector-top-k) but 5 (drafter config " + dflash2 +
                 "); give it once, or the same in both");
-  EXPECT_EQ(resolved(nlohmann::json(), {}, dflash2).selector_rank, 6);
+  EXPECT_EQ(resolved(nlohmann::json(), {}, dflash2).family_setting("selector_rank"), 6);
 }
 
 TEST(DrafterSpec, TheRuleOnTwoSpecs) {

@@ -29,7 +29,6 @@
 
 namespace fs = std::filesystem;
 using namespace dflash::train;
-using dflash::drafter::SelectorCandidates;
 
 namespace {
 
@@ -154,7 +153,7 @@ TEST(StepSplit, DFlash) {
 TEST(StepSplit, DSpark) {
   const OneStep ref = check_splits("dspark", [](TrainConfig& c) {
     c.drafter_family = dflash::drafter::family_named("dspark", "test");
-    c.markov_rank = 8;
+    c.family_settings["markov_rank"] = 8;
   });
   // the logged terms are num / den of the trained loss (DeepSpec's weights 0.1 / 0.9 / 1.0); the loss has the
   // epsilon once in its denominator
@@ -170,8 +169,8 @@ TEST(StepSplit, DSpark) {
 TEST(StepSplit, DFlash2Strict) {
   const OneStep ref = check_splits("dflash2_strict", [](TrainConfig& c) {
     c.drafter_family = dflash::drafter::family_named("dflash2", "test");
-    c.selector_rank = 8;
-    c.selector_candidates = SelectorCandidates::Strict;
+    c.family_settings["selector_rank"] = 8;
+    c.family_settings["selector_candidates"] = "strict";
   });
   // some gold tokens in their top-K and some not: the case where a covered-weight denominator differs
   EXPECT_GT(family_metric(ref.metrics, "unary_recall_at_k"), 0.0);
@@ -182,7 +181,7 @@ TEST(StepSplit, DFlash2Strict) {
 TEST(StepSplit, DFlash2Inject) {
   check_splits("dflash2_inject", [](TrainConfig& c) {
     c.drafter_family = dflash::drafter::family_named("dflash2", "test");
-    c.selector_rank = 8;
-    c.selector_candidates = SelectorCandidates::Inject;
+    c.family_settings["selector_rank"] = 8;
+    c.family_settings["selector_candidates"] = "inject";
   });
 }

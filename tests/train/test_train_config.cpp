@@ -85,21 +85,16 @@ TrainConfig all_fields_changed() {
   c.resume = true;
   c.deterministic = true;
   c.drafter_family = dflash::drafter::family_named("dspark", "test");
-  c.markov_rank = 8;
-  c.markov_head_type = dflash::drafter::MarkovHeadType::Rnn;
-  c.enable_confidence_head = false;
-  c.confidence_head_with_markov = false;
-  c.ce_loss_weight = 1.0;
-  c.l1_loss_weight = 0.5;
-  c.confidence_loss_weight = 0.0;
+  // The families' own settings (drafter/family_train_settings.h), set as a settings file sets them.
+  apply_json(c,
+             {{"markov_rank", 8}, {"markov_head_type", "rnn"}, {"enable_confidence_head", false},
+              {"confidence_head_with_markov", false}, {"ce_loss_weight", 1.0}, {"l1_loss_weight", 0.5},
+              {"confidence_loss_weight", 0.0}, {"conv_kernel_size", 3}, {"conv_group_size", 8}, {"selector_rank", 32},
+              {"selector_top_k", 8}, {"selector_candidates", "inject"}, {"selector_stop_gradient", true},
+              {"selector_loss_weight", 0.5}},
+             "test");
+  c.given_from.clear();
   c.init_from = "start.safetensors";
-  c.conv_kernel_size = 3;
-  c.conv_group_size = 8;
-  c.selector_rank = 32;
-  c.selector_top_k = 8;
-  c.selector_candidates = dflash::drafter::SelectorCandidates::Inject;
-  c.selector_stop_gradient = true;
-  c.selector_loss_weight = 0.5;
   c.report_to = *report_to_from_text("tensorboard,wandb");
   c.report_project = "drafters";
   c.report_run_name = "lr-3e-4";

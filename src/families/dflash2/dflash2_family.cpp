@@ -9,6 +9,7 @@
 #include "dflash2_cost.h"
 #include "dflash2_drafter_settings.h"
 #include "dflash2_engines.h"
+#include "dflash2_train_settings.h"
 #include "strict_json.h"
 
 namespace dflash::families {
@@ -74,6 +75,8 @@ class DFlash2Family final : public drafter::Family {
   const drafter::FamilyCost& cost() const override { return dflash2_cost(); }
   // --- export hooks: the serving engines (dflash2_engines.cpp) ---
   std::vector<drafter::EngineRule> engine_rules() const override { return dflash2_engine_rules(); }
+  // --- train settings (dflash2_train_settings.cpp) ---
+  const drafter::FamilyTrainSettings& train_settings() const override { return dflash2_train_settings(); }
 };
 
 }  // namespace

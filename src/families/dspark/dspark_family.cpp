@@ -7,6 +7,7 @@
 #include "dspark_cost.h"
 #include "dspark_drafter_settings.h"
 #include "dspark_engines.h"
+#include "dspark_train_settings.h"
 
 namespace dflash::families {
 namespace {
@@ -70,6 +71,8 @@ class DSparkFamily final : public drafter::Family {
   bool has_confidence_cut() const override { return true; }
   // --- export hooks: the serving engines (dspark_engines.cpp) ---
   std::vector<drafter::EngineRule> engine_rules() const override { return dspark_engine_rules(); }
+  // --- train settings (dspark_train_settings.cpp) ---
+  const drafter::FamilyTrainSettings& train_settings() const override { return dspark_train_settings(); }
 };
 
 }  // namespace
