@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash2_settings.h"  // DFlash2Settings: what the family's settings object is read as
 #include "drafter_family_setting.h"
 #include "drafter_spec.h"
 #include "error_of.h"
