@@ -8,7 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "dflash2_settings.h"  // SelectorCandidates: inject | strict
+#include "selector_candidates.h"  // SelectorCandidates: inject | strict
 
 namespace dflash::drafter {
 

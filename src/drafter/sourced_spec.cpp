@@ -9,10 +9,10 @@
 namespace dflash::drafter {
 namespace {
 
-std::string shown(int64_t v) { return std::to_string(v); }
-std::string shown(const std::vector<int64_t>& v) { return "[" + util::join_indices(v) + "]"; }
-std::string shown(FamilyRef f) { return f.name(); }
-std::string shown(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+std::string spec_value_text(int64_t v) { return std::to_string(v); }
+std::string spec_value_text(const std::vector<int64_t>& v) { return "[" + util::join_indices(v) + "]"; }
+std::string spec_value_text(FamilyRef f) { return f.name(); }
+std::string spec_value_text(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
 
 // The rule, for every field: given on both sides and different is an error naming both; else the one given.
 template <class T>
@@ -24,8 +24,9 @@ void merge_one(const std::string& key, std::optional<Sourced<T>>& into, const st
     return;
   }
   if (into->value == from->value) return;
-  throw std::invalid_argument(command + ": '" + key + "' is " + shown(into->value) + " (" + into->source + ") but " +
-                              shown(from->value) + " (" + from->source + "); give it once, or the same in both");
+  throw std::invalid_argument(command + ": '" + key + "' is " + spec_value_text(into->value) + " (" + into->source +
+                              ") but " + spec_value_text(from->value) + " (" + from->source +
+                              "); give it once, or the same in both");
 }
 
 // One row of the table: how a drafter config gives the field and takes it, and how two specs meet on it.

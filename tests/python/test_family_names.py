@@ -18,12 +18,8 @@ FAMILY_FILE = re.compile(r"^(?:dspark|dflash2)(?:_|\.)|_(?:dspark|dflash2)(?:_|\
 # here would say why it is not moved yet).
 NAMED_IN = {}
 
-# Files named after a family outside its folder: each family's modules, to be moved (git mv) into the folder.
-FAMILY_FILES = {
-    # DFlash2's settings: TrainConfig's typed settings (train_config.h) and the selector's SelectorCandidates
-    # (candidate_selector.h) still include them; a DrafterConfig holds them opaquely (family_settings).
-    "src/drafter/dflash2_settings.cpp", "src/drafter/dflash2_settings.h",
-}
+# Files named after a family outside its folder (each family's modules belong in its folder, src/families/NAME/).
+FAMILY_FILES = set()  # none left: the test fails when one appears
 
 # Kernels and ops of a family's objective, below the families layer by the layering (kernels and ops are what the
 # drafter layer is built on; torch.ops.dflash.dspark_lm_loss is a public op name): named after the family, but not

@@ -1,25 +1,15 @@
 // DFlash2's settings (docs/DFLASH2.md), parsed once into these types. Torch-free.
 // - The model's (DFlash2Settings): z-lab's dflash_config keys conv_kernel_size, conv_group_size, selector_rank,
 //   selector_top_k, with the sources' defaults (K_conv 2, G 16, r 256, K 16).
-// - The objective's: which candidate set the selector's CE uses for a gold token outside the top-K
-//   (SelectorCandidates), whether U and h are detached for that term, and its weight alpha (all three trainers: 1).
+// - The objective's (SelectorCandidates, alpha's default): drafter/selector_candidates.h, which the selector's loss
+//   below the families layer reads.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 
+#include "selector_candidates.h"  // the objective's settings, which the selector's loss reads from below
+
 namespace dflash::drafter {
-
-// Inject (speculators #1006): a gold token outside the top-K takes rank K's place for the loss, every row counts.
-// Strict (SpecForge main): the serving top-K is kept and a miss gives no gradient. Strict is the default
-// (docs/DFLASH2.md "The objective" says why).
-enum class SelectorCandidates { Inject, Strict };
-inline constexpr const char* kSelectorCandidatesSpellings = "inject or strict";
-inline constexpr SelectorCandidates kDefaultSelectorCandidates = SelectorCandidates::Strict;
-std::optional<SelectorCandidates> selector_candidates_from_text(const std::string& s);
-const char* selector_candidates_name(SelectorCandidates c);
-
-inline constexpr double kDefaultSelectorLossWeight = 1.0;  // alpha in L = L_unary + alpha L_sel
 
 // The model's shape settings (config.json's dflash_config).
 struct DFlash2Settings {

@@ -4,16 +4,6 @@
 
 namespace dflash::drafter {
 
-std::optional<SelectorCandidates> selector_candidates_from_text(const std::string& s) {
-  if (s == "inject") return SelectorCandidates::Inject;
-  if (s == "strict") return SelectorCandidates::Strict;
-  return std::nullopt;
-}
-
-const char* selector_candidates_name(SelectorCandidates c) {
-  return c == SelectorCandidates::Inject ? "inject" : "strict";
-}
-
 void DFlash2Settings::validate(const std::string& where, const std::string& prefix, int64_t hidden_size,
                                int64_t vocab_size) const {
   auto fail = [&](const char* field, const std::string& expected, int64_t got) {
