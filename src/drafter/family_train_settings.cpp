@@ -65,7 +65,15 @@ void validate_family_train_settings(const nlohmann::json& settings, const Family
   for (const Family* f : registered_families()) {
     const bool trains = f == &run_family;
     f->train_settings().validate(settings, trains);
-    if (trains) continue;
+    if (trains) {
+      // A family without a draft vocabulary says why (Family::draft_vocab_refusal), for train as for plan.
+      const int64_t draft_vocab = settings.at("draft_vocab").get<int64_t>();
+      if (*f->draft_vocab_refusal() && draft_vocab != 0)
+        throw std::invalid_argument(std::string("train config: 'draft_vocab' must be 0 with drafter_family ") +
+                                    f->name() + " (" + f->draft_vocab_refusal() + "), got " +
+                                    std::to_string(draft_vocab));
+      continue;
+    }
     for (const TrainSettingField& field : f->train_settings().fields()) {
       const RegisteredTrainSetting& r = *find_registered_train_setting(all, field.key);
       bool run_family_has_it = false;

@@ -5,7 +5,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dflash2_family.h"
 #include "family.h"
 #include "number_range.h"
 
@@ -47,7 +46,7 @@ class DFlash2TrainSettings final : public drafter::FamilyTrainSettings {
              "dflash2: alpha in L = L_unary + alpha L_selector"}};
   }
 
-  void validate(const nlohmann::json& settings, bool trains) const override {
+  void validate(const nlohmann::json& settings, bool /*trains*/) const override {
     const DFlash2TrainValues v = dflash2_train_values(settings);
     // Bounded as DSpark's loss weights are: 1e300 trained, overflowed the loss at step 1 and was blamed on RoPE.
     if (const auto e = util::out_of_range(v.selector_loss_weight, kSelectorLossWeightRange))
@@ -61,13 +60,6 @@ class DFlash2TrainSettings final : public drafter::FamilyTrainSettings {
       if (const auto p = m.find(from); p != std::string::npos) m.replace(p, from.size(), "'");
       throw std::invalid_argument(m);
     }
-    if (!trains) return;
-    const int64_t draft_vocab = settings.at("draft_vocab").get<int64_t>();
-    const drafter::Family& owner = dflash2_family();
-    if (draft_vocab != 0)  // the selector's codebooks and candidates index the target's vocabulary
-      throw std::invalid_argument(std::string("train config: 'draft_vocab' must be 0 with drafter_family ") +
-                                  owner.name() + " (" + owner.draft_vocab_refusal() + "), got " +
-                                  std::to_string(draft_vocab));
   }
 };
 

@@ -67,10 +67,6 @@ class DSparkTrainSettings final : public drafter::FamilyTrainSettings {
     const double kl_weight = settings.at("kl_weight").get<double>();
     require(kl_weight == 0, "kl_weight", "0 with drafter_family dspark (its L1 to the target replaces soft labels)",
             shown(kl_weight));
-    const int64_t draft_vocab = settings.at("draft_vocab").get<int64_t>();
-    require(draft_vocab == 0, "draft_vocab",
-            std::string("0 with drafter_family dspark (") + dspark_family().draft_vocab_refusal() + ")",
-            std::to_string(draft_vocab));
   }
 };
 
